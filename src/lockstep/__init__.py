@@ -1,0 +1,13 @@
+"""lockstep: a durable workflow engine for tenant-defined processes.
+
+Public API: Engine (open a database, publish, start, show, cancel, run workers), the `activity`
+decorator, ActivityContext (what an activity receives) and ActivityError (fail with a code).
+"""
+
+from .engine import Engine
+from .errors import LockstepError
+from .runtime.activity import ActivityContext, ActivityError, LeaseLost, Registry, activity
+
+__all__ = ["ActivityContext", "ActivityError", "Engine", "LeaseLost", "LockstepError", "Registry", "activity"]
+
+__version__ = "0.1.0"

@@ -1,0 +1,88 @@
+"""Commands: what the outside world asks of a run. decide() turns one into events or a refusal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CancelRun",
+    "ClaimTask",
+    "Command",
+    "ExpireLease",
+    "FireTimer",
+    "Rejected",
+    "ReportFailure",
+    "ReportSuccess",
+    "StartRun",
+]
+
+
+class Rejected(Exception):
+    """The command was refused; nothing is appended. `code` is stable, `reason` is for people."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class StartRun:
+    run_id: str
+    tenant: str
+    version: int
+    input: Any
+    start_key: str | None = None
+    actor: str | None = None
+
+
+@dataclass(frozen=True)
+class ClaimTask:
+    task_id: str
+    worker: str
+    deadline: str  # the attempt must report by then (started + timeout)
+
+
+@dataclass(frozen=True)
+class ReportSuccess:
+    task_id: str
+    attempt: int
+    fencing: int
+    output: Any
+
+
+@dataclass(frozen=True)
+class ReportFailure:
+    task_id: str
+    attempt: int
+    fencing: int
+    code: str
+    message: str
+    retryable: bool = True
+    # True when the activity raised something other than ActivityError: for at_most_once steps that
+    # means nobody can say whether the effect happened.
+    unexpected: bool = False
+
+
+@dataclass(frozen=True)
+class ExpireLease:
+    task_id: str
+    attempt: int
+    fencing: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class FireTimer:
+    key: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class CancelRun:
+    reason: str
+    actor: str | None = None
+
+
+Command = StartRun | ClaimTask | ReportSuccess | ReportFailure | ExpireLease | FireTimer | CancelRun

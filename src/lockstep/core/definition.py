@@ -1,0 +1,550 @@
+"""Definitions as data: parse, validate statically (every error with its path), compile, digest.
+
+A definition version is immutable and identified by the sha256 of its canonical JSON; the parsed
+`Definition` holds compiled expressions so the core never re-parses text while deciding.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import jsonschema
+
+from .canonical import digest
+from .expr import Expr, ExprError, Template, compile_expr, compile_template
+from .timeutil import parse_duration
+
+__all__ = [
+    "ActivityStep",
+    "ChoiceStep",
+    "Compensation",
+    "Definition",
+    "DefinitionError",
+    "FailStep",
+    "Limits",
+    "RetryPolicy",
+    "Step",
+    "SucceedStep",
+    "WaitStep",
+    "parse_definition",
+]
+
+NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+STEP_ID_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
+ACTIVITY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(?:\.[A-Za-z_][A-Za-z0-9_-]*)*$")
+DELIVERIES = ("idempotent", "at_most_once")
+STEP_KINDS = ("activity", "choice", "wait", "fail", "succeed", "approval")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-tenant static limits applied when a definition is published."""
+
+    max_steps: int = 20
+    max_wait: timedelta = timedelta(days=365)
+    max_timeout: timedelta = timedelta(days=7)
+    max_attempts: int = 100
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    initial_interval: timedelta = timedelta(seconds=1)
+    backoff: float = 2.0
+    max_interval: timedelta = timedelta(minutes=1)
+    non_retryable: tuple[str, ...] = ()
+
+    def delay(self, failed_attempt: int) -> timedelta:
+        """Backoff before the attempt after `failed_attempt` (1-based): initial * backoff^(n-1), capped."""
+        seconds = self.initial_interval.total_seconds() * (self.backoff ** (failed_attempt - 1))
+        return min(timedelta(seconds=seconds), self.max_interval)
+
+
+COMPENSATION_RETRY = RetryPolicy(max_attempts=10, initial_interval=timedelta(seconds=1))
+
+
+@dataclass(frozen=True)
+class Compensation:
+    activity: str
+    input: Template
+    timeout: timedelta
+    retry: RetryPolicy
+    queue: str | None = None
+
+
+@dataclass(frozen=True)
+class ActivityStep:
+    id: str
+    next: str | None
+    activity: str
+    input: Template
+    timeout: timedelta
+    retry: RetryPolicy
+    delivery: str
+    idempotency_key: Template | None
+    compensate: Compensation | None
+    queue: str | None = None
+    kind: str = "activity"
+
+
+@dataclass(frozen=True)
+class ChoiceStep:
+    id: str
+    branches: tuple[tuple[Expr, str], ...]
+    default: str | None
+    next: str | None = None
+    kind: str = "choice"
+
+
+@dataclass(frozen=True)
+class WaitStep:
+    id: str
+    next: str | None
+    duration: timedelta | None
+    until: Template | None
+    kind: str = "wait"
+
+
+@dataclass(frozen=True)
+class FailStep:
+    id: str
+    error: str
+    message: Template
+    next: str | None = None
+    kind: str = "fail"
+
+
+@dataclass(frozen=True)
+class SucceedStep:
+    id: str
+    output: Template | None
+    next: str | None = None
+    kind: str = "succeed"
+
+
+Step = ActivityStep | ChoiceStep | WaitStep | FailStep | SucceedStep
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    digest: str
+    document: dict[str, Any]
+    steps: tuple[Step, ...]
+    input_schema: dict[str, Any] | None
+    output: Template | None
+    description: str = ""
+    index: dict[str, int] = field(default_factory=dict)
+
+    def step(self, step_id: str) -> Step:
+        return self.steps[self.index[step_id]]
+
+    def following(self, step_id: str) -> str | None:
+        """The step after step_id: its `next`, else the next in order, else None (the run completes)."""
+        step = self.step(step_id)
+        if step.next is not None:
+            return None if step.next == "end" else step.next
+        i = self.index[step_id] + 1
+        return self.steps[i].id if i < len(self.steps) else None
+
+    def check_input(self, value: Any) -> None:
+        """Raise DefinitionError if value fails the input schema."""
+        if self.input_schema is None:
+            return
+        validator = jsonschema.Draft202012Validator(self.input_schema)
+        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        if errors:
+            raise DefinitionError(
+                [(_json_path("input", list(e.absolute_path)), e.message) for e in errors[:5]],
+                title=f"input does not match the input_schema of {self.name}",
+            )
+
+
+class DefinitionError(ValueError):
+    """Static errors: a list of (path, reason); str() gives one line per problem."""
+
+    def __init__(self, problems: list[tuple[str, str]], title: str = "invalid definition") -> None:
+        self.problems = problems
+        self.title = title
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        lines = "; ".join(f"{p}: {r}" for p, r in self.problems)
+        return f"{self.title}: {lines}"
+
+
+def _json_path(root: str, parts: list[Any]) -> str:
+    out = root
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return out
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.problems: list[tuple[str, str]] = []
+
+    def add(self, path: str, reason: str) -> None:
+        self.problems.append((path, reason))
+
+    def keys(self, path: str, obj: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+        for k in obj:
+            if k not in allowed:
+                hint = difflib.get_close_matches(str(k), allowed, n=1)
+                extra = f" (did you mean `{hint[0]}`?)" if hint else f" (allowed: {', '.join(allowed)})"
+                self.add(f"{path}.{k}", f"unknown field{extra}")
+
+    def duration(self, path: str, value: Any, limit: timedelta | None = None) -> timedelta | None:
+        try:
+            d = parse_duration(value)
+        except ValueError as exc:
+            self.add(path, str(exc))
+            return None
+        if d <= timedelta(0):
+            self.add(path, "must be greater than zero")
+        elif limit is not None and d > limit:
+            self.add(path, f"{value} exceeds the tenant limit of {limit}")
+        return d
+
+    def template(self, path: str, value: Any) -> Template | None:
+        try:
+            return compile_template(value)
+        except ExprError as exc:
+            self.add(path, str(exc))
+            return None
+
+    def expr(self, path: str, value: Any) -> Expr | None:
+        if not isinstance(value, str):
+            self.add(path, 'must be a CEL expression string, e.g. "input.qty > 10"')
+            return None
+        src = value.strip()
+        if src.startswith("${") and src.endswith("}"):
+            src = src[2:-1]
+        try:
+            return compile_expr(src)
+        except ExprError as exc:
+            self.add(path, str(exc))
+            return None
+
+
+def _retry(c: _Checker, path: str, raw: Any, default: RetryPolicy, limits: Limits) -> RetryPolicy:
+    if raw is None:
+        return default
+    if not isinstance(raw, Mapping):
+        c.add(path, "must be a mapping such as {max_attempts: 5, initial_interval: 1s}")
+        return default
+    c.keys(path, raw, ("max_attempts", "initial_interval", "backoff", "max_interval", "non_retryable"))
+    attempts = raw.get("max_attempts", default.max_attempts)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+        c.add(f"{path}.max_attempts", "must be an integer >= 1")
+        attempts = default.max_attempts
+    elif attempts > limits.max_attempts:
+        c.add(f"{path}.max_attempts", f"{attempts} exceeds the tenant limit of {limits.max_attempts}")
+    backoff = raw.get("backoff", default.backoff)
+    if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 1:
+        c.add(f"{path}.backoff", "must be a number >= 1.0")
+        backoff = default.backoff
+    initial = default.initial_interval
+    if "initial_interval" in raw:
+        initial = c.duration(f"{path}.initial_interval", raw["initial_interval"]) or initial
+    maximum = default.max_interval
+    if "max_interval" in raw:
+        maximum = c.duration(f"{path}.max_interval", raw["max_interval"]) or maximum
+    nr = raw.get("non_retryable", list(default.non_retryable))
+    if not isinstance(nr, list) or not all(isinstance(x, str) for x in nr):
+        c.add(f"{path}.non_retryable", "must be a list of error codes, e.g. [OutOfStock]")
+        nr = []
+    return RetryPolicy(int(attempts), initial, float(backoff), max(maximum, initial), tuple(nr))
+
+
+def _activity_name(c: _Checker, path: str, value: Any) -> str:
+    if not isinstance(value, str) or not ACTIVITY_RE.match(value):
+        c.add(path, "must be an activity type name such as inventory.reserve")
+        return ""
+    return value
+
+
+def _queue(c: _Checker, path: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not STEP_ID_RE.match(value):
+        c.add(path, "must be a queue name matching [a-z0-9_-]+")
+        return None
+    return value
+
+
+def _parse_activity(c: _Checker, p: str, raw: Mapping[str, Any], sid: str, nxt: Any, lim: Limits) -> Step:
+    c.keys(
+        p,
+        raw,
+        (
+            "id",
+            "activity",
+            "input",
+            "timeout",
+            "retry",
+            "delivery",
+            "idempotency_key",
+            "compensate",
+            "next",
+            "queue",
+            "description",
+        ),
+    )
+    activity = _activity_name(c, f"{p}.activity", raw.get("activity"))
+    if "timeout" not in raw:
+        c.add(f"{p}.timeout", "required on activity steps (the limit of one attempt), e.g. timeout: 30s")
+        timeout = timedelta(seconds=30)
+    else:
+        timeout = c.duration(f"{p}.timeout", raw["timeout"], lim.max_timeout) or timedelta(seconds=30)
+    delivery = raw.get("delivery", "idempotent")
+    if delivery not in DELIVERIES:
+        c.add(f"{p}.delivery", f"must be one of {', '.join(DELIVERIES)}")
+        delivery = "idempotent"
+    key = raw.get("idempotency_key")
+    key_t = None
+    if key is not None:
+        if not isinstance(key, str) or not key:
+            c.add(f"{p}.idempotency_key", 'must be a non-empty string template, e.g. "charge-${input.order}"')
+        else:
+            key_t = c.template(f"{p}.idempotency_key", key)
+    comp = None
+    if "compensate" in raw:
+        craw = raw["compensate"]
+        cp = f"{p}.compensate"
+        if not isinstance(craw, Mapping):
+            c.add(cp, "must be a mapping such as {activity: inventory.release, input: {...}}")
+        else:
+            c.keys(cp, craw, ("activity", "input", "timeout", "retry", "queue"))
+            ctimeout = timeout
+            if "timeout" in craw:
+                ctimeout = c.duration(f"{cp}.timeout", craw["timeout"], lim.max_timeout) or timeout
+            comp = Compensation(
+                activity=_activity_name(c, f"{cp}.activity", craw.get("activity")),
+                input=c.template(f"{cp}.input", craw.get("input", {})) or compile_template({}),
+                timeout=ctimeout,
+                retry=_retry(c, f"{cp}.retry", craw.get("retry"), COMPENSATION_RETRY, lim),
+                queue=_queue(c, f"{cp}.queue", craw.get("queue")),
+            )
+    return ActivityStep(
+        id=sid,
+        next=nxt,
+        activity=activity,
+        input=c.template(f"{p}.input", raw.get("input", {})) or compile_template({}),
+        timeout=timeout,
+        retry=_retry(c, f"{p}.retry", raw.get("retry"), RetryPolicy(), lim),
+        delivery=delivery,
+        idempotency_key=key_t,
+        compensate=comp,
+        queue=_queue(c, f"{p}.queue", raw.get("queue")),
+    )
+
+
+def _parse_choice(c: _Checker, p: str, raw: Mapping[str, Any], sid: str) -> Step:
+    c.keys(p, raw, ("id", "choice", "description"))
+    branches: list[tuple[Expr, str]] = []
+    default = None
+    items = raw["choice"]
+    if not isinstance(items, list) or not items:
+        c.add(
+            f"{p}.choice", "must be a non-empty list of {if: EXPR, next: STEP} and an optional {else: STEP}"
+        )
+        items = []
+    for j, br in enumerate(items):
+        bp = f"{p}.choice[{j}]"
+        if not isinstance(br, Mapping):
+            c.add(bp, "must be {if: EXPR, next: STEP} or {else: STEP}")
+        elif "else" in br:
+            c.keys(bp, br, ("else",))
+            if default is not None:
+                c.add(bp, "only one else branch is allowed")
+            if j != len(items) - 1:
+                c.add(bp, "the else branch must come last")
+            default = str(br["else"])
+        else:
+            c.keys(bp, br, ("if", "next"))
+            if "if" not in br or "next" not in br:
+                c.add(bp, "a branch needs both `if` (an expression) and `next` (a step id)")
+                continue
+            e = c.expr(f"{bp}.if", br["if"])
+            if e is not None:
+                branches.append((e, str(br["next"])))
+    return ChoiceStep(id=sid, branches=tuple(branches), default=default)
+
+
+def _parse_wait(c: _Checker, p: str, raw: Mapping[str, Any], sid: str, nxt: Any, lim: Limits) -> Step:
+    c.keys(p, raw, ("id", "wait", "next", "description"))
+    w = raw["wait"]
+    if isinstance(w, Mapping):
+        c.keys(f"{p}.wait", w, ("until", "for"))
+        if "until" in w:
+            return WaitStep(id=sid, next=nxt, duration=None, until=c.template(f"{p}.wait.until", w["until"]))
+        if "for" in w:
+            return WaitStep(
+                id=sid, next=nxt, duration=c.duration(f"{p}.wait.for", w["for"], lim.max_wait), until=None
+            )
+        c.add(f"{p}.wait", 'give a duration (wait: 2s) or {until: "${input.deadline}"}')
+        return WaitStep(id=sid, next=nxt, duration=timedelta(seconds=1), until=None)
+    return WaitStep(id=sid, next=nxt, duration=c.duration(f"{p}.wait", w, lim.max_wait), until=None)
+
+
+def _parse_fail(c: _Checker, p: str, raw: Mapping[str, Any], sid: str) -> Step:
+    c.keys(p, raw, ("id", "fail", "description"))
+    f = raw["fail"]
+    if not isinstance(f, Mapping) or not isinstance(f.get("error"), str):
+        c.add(f"{p}.fail", "must be {error: CODE, message: TEXT}")
+        return FailStep(id=sid, error="Failed", message=compile_template(""))
+    c.keys(f"{p}.fail", f, ("error", "message"))
+    msg = c.template(f"{p}.fail.message", f.get("message", "")) or compile_template("")
+    return FailStep(id=sid, error=f["error"], message=msg)
+
+
+def _parse_succeed(c: _Checker, p: str, raw: Mapping[str, Any], sid: str) -> Step:
+    c.keys(p, raw, ("id", "succeed", "description"))
+    s = raw["succeed"]
+    if s is None or s is True:
+        return SucceedStep(id=sid, output=None)
+    if not isinstance(s, Mapping):
+        c.add(f"{p}.succeed", "must be true or {output: TEMPLATE}")
+        return SucceedStep(id=sid, output=None)
+    c.keys(f"{p}.succeed", s, ("output",))
+    return SucceedStep(
+        id=sid, output=c.template(f"{p}.succeed.output", s["output"]) if "output" in s else None
+    )
+
+
+def _parse_step(c: _Checker, i: int, raw: Any, lim: Limits) -> Step | None:
+    p = f"steps[{i}]"
+    if not isinstance(raw, Mapping):
+        c.add(p, "must be a mapping with an id and one of: " + ", ".join(STEP_KINDS))
+        return None
+    sid = raw.get("id")
+    if not isinstance(sid, str) or not STEP_ID_RE.match(sid):
+        c.add(f"{p}.id", "required; lowercase letters, digits, - and _ (at most 64)")
+        sid = f"#{i}"
+    p = f"steps[{i}]({sid})"
+    kinds = [k for k in STEP_KINDS if k in raw]
+    if len(kinds) != 1:
+        what = "none" if not kinds else ", ".join(kinds)
+        c.add(p, f"a step needs exactly one of {', '.join(STEP_KINDS)} (found {what})")
+        return None
+    nxt = raw.get("next")
+    if nxt is not None and not isinstance(nxt, str):
+        c.add(f"{p}.next", "must be a step id or `end`")
+        nxt = None
+    kind = kinds[0]
+    if kind == "activity":
+        return _parse_activity(c, p, raw, sid, nxt, lim)
+    if kind == "choice":
+        return _parse_choice(c, p, raw, sid)
+    if kind == "wait":
+        return _parse_wait(c, p, raw, sid, nxt, lim)
+    if kind == "fail":
+        return _parse_fail(c, p, raw, sid)
+    if kind == "succeed":
+        return _parse_succeed(c, p, raw, sid)
+    c.add(f"{p}.approval", "approval steps are not available in this build of lockstep yet")
+    return None
+
+
+def _check_graph(c: _Checker, steps: list[Step]) -> None:
+    ids = {s.id for s in steps}
+    for s in steps:
+        targets: list[tuple[str, str]] = []
+        if s.next is not None:
+            targets.append(("next", s.next))
+        if isinstance(s, ChoiceStep):
+            targets += [("choice", t) for _, t in s.branches]
+            if s.default is not None:
+                targets.append(("else", s.default))
+        for where, t in targets:
+            if t != "end" and t not in ids:
+                hint = difflib.get_close_matches(t, sorted(ids), n=1)
+                c.add(
+                    f"steps({s.id}).{where}",
+                    f"no step `{t}`" + (f" (did you mean `{hint[0]}`?)" if hint else ""),
+                )
+    # A loop made only of choice steps would spin inside one decision; require a wait or activity in it.
+    choice_edges = {
+        s.id: [t for _, t in s.branches] + ([s.default] if s.default else [])
+        for s in steps
+        if isinstance(s, ChoiceStep)
+    }
+    for start in choice_edges:
+        seen, stack = set(), [start]
+        while stack:
+            n = stack.pop()
+            for t in choice_edges.get(n, []):
+                if t == start:
+                    c.add(f"steps({start})", "choice steps form a loop with no wait or activity in it")
+                    stack = []
+                    break
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+
+
+def parse_definition(document: Any, limits: Limits | None = None) -> Definition:
+    """Validate a parsed YAML/JSON document and compile it; raise DefinitionError listing every problem."""
+    lim = limits or Limits()
+    c = _Checker()
+    if not isinstance(document, Mapping):
+        raise DefinitionError([("$", "a definition must be a mapping with name and steps")])
+    c.keys("$", document, ("name", "description", "input_schema", "steps", "output"))
+    name = document.get("name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        c.add("name", "required; lowercase letters, digits and -, e.g. order-fulfilment")
+        name = ""
+    schema = document.get("input_schema")
+    if schema is not None:
+        if not isinstance(schema, Mapping):
+            c.add("input_schema", "must be a JSON Schema object")
+            schema = None
+        else:
+            try:
+                jsonschema.Draft202012Validator.check_schema(schema)
+            except jsonschema.SchemaError as exc:
+                c.add("input_schema", f"not a valid JSON Schema: {exc.message}")
+                schema = None
+    raw_steps = document.get("steps")
+    steps: list[Step] = []
+    if not isinstance(raw_steps, list) or not raw_steps:
+        c.add("steps", "required: a non-empty list of steps")
+    else:
+        if len(raw_steps) > lim.max_steps:
+            c.add("steps", f"{len(raw_steps)} steps exceed the tenant limit of {lim.max_steps}")
+        for i, raw in enumerate(raw_steps):
+            s = _parse_step(c, i, raw, lim)
+            if s is not None:
+                steps.append(s)
+        seen: set[str] = set()
+        for s in steps:
+            if s.id in seen:
+                c.add(f"steps({s.id}).id", "duplicate step id")
+            seen.add(s.id)
+        if s_ids := [s for s in steps if s.id == "end"]:
+            c.add(f"steps({s_ids[0].id}).id", "`end` is reserved (next: end finishes the run)")
+        _check_graph(c, steps)
+    output = c.template("output", document["output"]) if "output" in document else None
+    desc = document.get("description", "")
+    if not isinstance(desc, str):
+        c.add("description", "must be a string")
+        desc = ""
+    if c.problems:
+        raise DefinitionError(c.problems)
+    doc = dict(document)
+    return Definition(
+        name=str(name),
+        digest=digest(doc),
+        document=doc,
+        steps=tuple(steps),
+        input_schema=dict(schema) if schema is not None else None,
+        output=output,
+        description=desc,
+        index={s.id: i for i, s in enumerate(steps)},
+    )

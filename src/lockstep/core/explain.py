@@ -1,0 +1,109 @@
+"""Why a run waits and what happens next, computed from its state alone (so CLI, API and UI agree)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from .state import RunState
+from .timeutil import format_duration, parse_iso
+
+__all__ = ["explain"]
+
+
+def _ago(at: str, now: datetime) -> str:
+    return format_duration(now - parse_iso(at))
+
+
+def _in(at: str, now: datetime) -> str:
+    delta = parse_iso(at) - now
+    return (
+        "now (overdue by " + format_duration(-delta) + ")"
+        if delta.total_seconds() < 0
+        else format_duration(delta)
+    )
+
+
+def explain(s: RunState, now: datetime) -> dict[str, Any]:
+    """{"wait_reason", "waiting_since", "waiting_until", "next_action"}; all None for a finished run."""
+    none: dict[str, Any] = {
+        "wait_reason": None,
+        "waiting_since": None,
+        "waiting_until": None,
+        "next_action": None,
+    }
+    if s.terminal:
+        return none
+    if s.attention is not None:
+        att = s.attention
+        return {
+            "wait_reason": f"needs attention since {_ago(att['since'], now)} ago: {att['reason']}",
+            "waiting_since": att["since"],
+            "waiting_until": None,
+            "next_action": "an operator decides: check the downstream system, then cancel the run "
+            "(`lockstep cancel RUN --reason ...`) or settle the step by hand",
+        }
+    a = s.active
+    prefix = ""
+    if s.compensating is not None:
+        cause = "cancellation" if s.compensation_cause == "cancelled" else "a failed step"
+        prefix = f"compensating after {cause} ({len(s.compensating)} step(s) left); "
+    elif s.cancel is not None:
+        prefix = f"cancellation requested ({s.cancel['reason']}); "
+    if a is not None:
+        what = "compensation" if a.kind == "compensation" else "activity"
+        label = f"{what} {a.activity} (step {a.step}, attempt {a.attempt})"
+        if a.fencing is None:
+            return {
+                "wait_reason": f"{prefix}{label} is queued for a worker since "
+                f"{_ago(a.scheduled_at, now)} ago",
+                "waiting_since": a.scheduled_at,
+                "waiting_until": None,
+                "next_action": f"a worker serving {a.activity} takes it and has "
+                f"{format_duration(_ms(a.timeout_ms))} to finish",
+            }
+        nxt = (
+            "then the run ends cancelled or compensates"
+            if s.cancel
+            else "on success the run moves on; on failure the retry policy applies"
+        )
+        return {
+            "wait_reason": f"{prefix}{label} is running on {a.worker} since "
+            f"{_ago(a.started_at or '', now)} ago",
+            "waiting_since": a.started_at,
+            "waiting_until": a.deadline,
+            "next_action": f"{nxt}; if no result by {a.deadline} "
+            f"(in {_in(a.deadline or '', now)}) the attempt times out",
+        }
+    if s.timers:
+        t = min(s.timers.values(), key=lambda t: t.fire_at)
+        if t.kind == "wait":
+            return {
+                "wait_reason": f"{prefix}step {t.step} waits on a durable timer until {t.fire_at} "
+                f"(in {_in(t.fire_at, now)})",
+                "waiting_since": t.scheduled_at,
+                "waiting_until": t.fire_at,
+                "next_action": f"when the timer fires, step {t.step} completes and the run moves on",
+            }
+        st = s.steps.get(t.step)
+        err = (st.error or {}) if st else {}
+        comp = t.key.endswith(":compensation")
+        n = ((st.compensation or {}).get("attempts", 0) if comp else st.attempts) if st else 0
+        return {
+            "wait_reason": f"{prefix}{'compensation of ' if comp else ''}step {t.step} attempt {n} failed "
+            f"({err.get('code')}: {err.get('message')}); backing off until {t.fire_at} "
+            f"(in {_in(t.fire_at, now)})",
+            "waiting_since": t.scheduled_at,
+            "waiting_until": t.fire_at,
+            "next_action": f"attempt {n + 1} of step {t.step} is scheduled when the backoff ends",
+        }
+    return {
+        "wait_reason": f"{prefix}moving to the next step",
+        "waiting_since": s.updated_at,
+        "waiting_until": None,
+        "next_action": "the next transition is being recorded",
+    }
+
+
+def _ms(ms: int) -> timedelta:
+    return timedelta(milliseconds=ms)

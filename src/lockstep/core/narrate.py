@@ -1,0 +1,83 @@
+"""One human sentence per event, for `lockstep events`, the demo and (later) the run page timeline."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from .timeutil import format_duration, parse_iso
+
+__all__ = ["narrate"]
+
+
+def _err(e: dict[str, Any] | None) -> str:
+    return f"{e.get('code')}: {e.get('message')}" if e else "unknown error"
+
+
+def narrate(type_: str, data: dict[str, Any], at: str | None = None) -> str:
+    d = data
+    what = "compensation" if d.get("compensation") else "activity"
+    if type_ == "RunStarted":
+        df = d["definition"]
+        return f"run started on {df['name']} v{df['version']}" + (
+            f" (start key {d['start_key']})" if d.get("start_key") else ""
+        )
+    if type_ in ("ActivityScheduled", "CompensationScheduled"):
+        kind = "compensation" if type_ == "CompensationScheduled" else "activity"
+        return (
+            f"{kind} {d['activity']} scheduled for step {d['step']}, attempt {d['attempt']} "
+            f"(idempotency key {d['idempotency_key']})"
+        )
+    if type_ == "ActivityStarted":
+        return (
+            f"{what} of step {d['step']} attempt {d['attempt']} leased by {d['worker']} "
+            f"(fencing token {d['fencing']})"
+        )
+    if type_ == "ActivitySucceeded":
+        return f"{what} of step {d['step']} attempt {d['attempt']} succeeded"
+    if type_ in ("ActivityFailed", "ActivityTimedOut"):
+        verb = "timed out" if type_ == "ActivityTimedOut" else "failed"
+        tail = (
+            "; will retry"
+            if d["will_retry"]
+            else "; outcome unknown, not retried"
+            if d.get("outcome_unknown")
+            else "; no more attempts"
+        )
+        return f"{what} of step {d['step']} attempt {d['attempt']} {verb} ({_err(d.get('error'))}){tail}"
+    if type_ == "ActivityCancelled":
+        return f"attempt {d['attempt']} of step {d['step']} withdrawn before it started ({d['reason']})"
+    if type_ == "ResultIgnored":
+        res = d.get("result", {})
+        return (
+            f"late/duplicate {res.get('outcome', 'result')} for step {d['step']} attempt {d['attempt']} "
+            f"ignored: {d['reason']}"
+        )
+    if type_ == "ChoiceEvaluated":
+        cond = f"`{d['condition']}` is true" if d.get("condition") else "no condition matched (else)"
+        return f"choice {d['step']}: {cond} -> {d['next']}"
+    if type_ == "TimerScheduled":
+        delay = ""
+        if at:
+            delay = f" (in {format_duration(max(parse_iso(d['fire_at']) - parse_iso(at), timedelta(0)))})"
+        label = f"retry of step {d['step']}" if d["kind"] == "retry" else f"wait of step {d['step']}"
+        return f"durable timer set: {label} at {d['fire_at']}{delay}"
+    if type_ == "TimerFired":
+        return f"timer fired: {d['kind']} of step {d['step']}"
+    if type_ == "TimerCancelled":
+        return f"timer of step {d['step']} made stale ({d.get('reason', '')})"
+    if type_ == "StepFailed":
+        return f"step {d['step']} failed ({_err(d['error'])})"
+    if type_ == "NeedsAttention":
+        return f"NEEDS ATTENTION at step {d['step']}: {d['reason']}"
+    if type_ == "CancelRequested":
+        return f"cancellation requested by {d.get('actor') or 'someone'}: {d['reason']}"
+    if type_ == "CompensationStarted":
+        return f"compensating {', '.join(d['steps'])} (in this order) after the run {d['cause']}"
+    if type_ == "RunCompleted":
+        return "run completed"
+    if type_ == "RunFailed":
+        return f"run failed ({_err(d.get('error'))})"
+    if type_ == "RunCancelled":
+        return f"run cancelled ({d.get('reason')})"
+    return type_

@@ -1,0 +1,360 @@
+"""RunState, the fold of a run's events, and evolve(state, event) -> state.
+
+evolve never consults the definition: every event carries what it means, so a history replays alone.
+States are treated as immutable: evolve returns a new object and copies only what it changes.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .events import Event
+
+__all__ = ["TERMINAL", "Attempt", "RunState", "StepState", "Timer", "evolve", "fold"]
+
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True)
+class StepState:
+    status: str = "pending"
+    attempts: int = 0
+    output: Any = None
+    error: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    compensation: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The one activity attempt a run may have in flight (an action or a compensation)."""
+
+    step: str
+    attempt: int
+    task_id: str
+    activity: str
+    kind: str  # "action" | "compensation"
+    delivery: str
+    idempotency_key: str
+    scheduled_at: str
+    timeout_ms: int
+    fencing: int | None = None
+    worker: str | None = None
+    started_at: str | None = None
+    deadline: str | None = None
+
+
+@dataclass(frozen=True)
+class Timer:
+    key: str
+    generation: int
+    kind: str  # "wait" | "retry"
+    step: str
+    fire_at: str
+    scheduled_at: str
+
+
+@dataclass(frozen=True)
+class RunState:
+    run_id: str
+    tenant: str
+    definition: dict[str, Any]
+    status: str
+    seq: int
+    input: Any
+    started_at: str
+    updated_at: str
+    start_key: str | None = None
+    actor: str | None = None
+    output: Any = None
+    error: dict[str, Any] | None = None
+    current_step: str | None = None
+    steps: dict[str, StepState] = field(default_factory=dict)
+    active: Attempt | None = None
+    timers: dict[str, Timer] = field(default_factory=dict)
+    completed: tuple[str, ...] = ()
+    compensating: tuple[str, ...] | None = None
+    compensation_cause: str | None = None
+    cancel: dict[str, Any] | None = None
+    attention: dict[str, Any] | None = None
+    finished_at: str | None = None
+    ignored_results: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "tenant": self.tenant,
+            "definition": self.definition,
+            "status": self.status,
+            "seq": self.seq,
+            "input": self.input,
+            "started_at": self.started_at,
+            "updated_at": self.updated_at,
+            "start_key": self.start_key,
+            "actor": self.actor,
+            "output": self.output,
+            "error": self.error,
+            "current_step": self.current_step,
+            "steps": {k: _asdict(v) for k, v in self.steps.items()},
+            "active": _asdict(self.active) if self.active else None,
+            "timers": {k: _asdict(t) for k, t in self.timers.items()},
+            "completed": list(self.completed),
+            "compensating": list(self.compensating) if self.compensating is not None else None,
+            "compensation_cause": self.compensation_cause,
+            "cancel": self.cancel,
+            "attention": self.attention,
+            "finished_at": self.finished_at,
+            "ignored_results": self.ignored_results,
+        }
+
+    @staticmethod
+    def from_json(o: dict[str, Any]) -> RunState:
+        return RunState(
+            run_id=o["run_id"],
+            tenant=o["tenant"],
+            definition=o["definition"],
+            status=o["status"],
+            seq=o["seq"],
+            input=o["input"],
+            started_at=o["started_at"],
+            updated_at=o["updated_at"],
+            start_key=o["start_key"],
+            actor=o["actor"],
+            output=o["output"],
+            error=o["error"],
+            current_step=o["current_step"],
+            steps={k: StepState(**v) for k, v in o["steps"].items()},
+            active=Attempt(**o["active"]) if o["active"] else None,
+            timers={k: Timer(**t) for k, t in o["timers"].items()},
+            completed=tuple(o["completed"]),
+            compensating=tuple(o["compensating"]) if o["compensating"] is not None else None,
+            compensation_cause=o["compensation_cause"],
+            cancel=o["cancel"],
+            attention=o["attention"],
+            finished_at=o["finished_at"],
+            ignored_results=o["ignored_results"],
+        )
+
+
+def _asdict(obj: Any) -> dict[str, Any]:
+    return {k: copy.deepcopy(getattr(obj, k)) for k in obj.__dataclass_fields__}
+
+
+def _derive_status(s: RunState) -> str:
+    if s.status in TERMINAL:
+        return s.status
+    if s.attention is not None:
+        return "needs_attention"
+    if s.compensating is not None:
+        return "compensating"
+    if s.cancel is not None:
+        return "cancelling"
+    if s.active is not None:
+        return "running"
+    if s.timers:
+        return "waiting"
+    return "running"
+
+
+def _step(s: RunState, step_id: str, **changes: Any) -> dict[str, StepState]:
+    steps = dict(s.steps)
+    steps[step_id] = replace(steps.get(step_id, StepState()), **changes)
+    return steps
+
+
+def _comp(s: RunState, step_id: str, **changes: Any) -> dict[str, StepState]:
+    cur = s.steps.get(step_id, StepState()).compensation or {
+        "status": "pending",
+        "attempts": 0,
+        "error": None,
+    }
+    return _step(s, step_id, compensation={**cur, **changes})
+
+
+def _apply(s: RunState, e: Event) -> RunState:
+    d, t = e.data, e.type
+    is_comp = bool(d.get("compensation"))
+    if t in ("ActivityScheduled", "CompensationScheduled"):
+        active = Attempt(
+            step=d["step"],
+            attempt=d["attempt"],
+            task_id=d["task_id"],
+            activity=d["activity"],
+            kind="compensation" if t == "CompensationScheduled" else "action",
+            delivery=d["delivery"],
+            idempotency_key=d["idempotency_key"],
+            scheduled_at=e.at,
+            timeout_ms=d["timeout_ms"],
+        )
+        if t == "CompensationScheduled":
+            return replace(
+                s,
+                active=active,
+                current_step=d["step"],
+                steps=_comp(s, d["step"], status="scheduled", attempts=d["attempt"]),
+            )
+        started = s.steps.get(d["step"], StepState()).started_at or e.at
+        return replace(
+            s,
+            active=active,
+            current_step=d["step"],
+            steps=_step(
+                s,
+                d["step"],
+                status="scheduled",
+                attempts=d["attempt"],
+                started_at=started,
+                idempotency_key=d["idempotency_key"],
+            ),
+        )
+    if t == "ActivityStarted":
+        if s.active is None:
+            raise ValueError(f"ActivityStarted at seq {e.seq} without a scheduled attempt")
+        active = replace(
+            s.active, fencing=d["fencing"], worker=d["worker"], started_at=e.at, deadline=d["deadline"]
+        )
+        steps = _comp(s, d["step"], status="running") if is_comp else _step(s, d["step"], status="running")
+        return replace(s, active=active, steps=steps)
+    if t == "ActivitySucceeded":
+        if is_comp:
+            rest = s.compensating[1:] if s.compensating else ()
+            return replace(
+                s, active=None, compensating=rest, steps=_comp(s, d["step"], status="compensated", error=None)
+            )
+        completed = (*s.completed, d["step"]) if d.get("compensable") else s.completed
+        return replace(
+            s,
+            active=None,
+            completed=completed,
+            steps=_step(s, d["step"], status="succeeded", output=d["output"], error=None, finished_at=e.at),
+        )
+    if t in ("ActivityFailed", "ActivityTimedOut"):
+        err = d["error"]
+        status = "unknown" if d.get("outcome_unknown") else ("retrying" if d["will_retry"] else "failed")
+        if is_comp:
+            return replace(s, active=None, steps=_comp(s, d["step"], status=status, error=err))
+        fin = None if d["will_retry"] else e.at
+        return replace(s, active=None, steps=_step(s, d["step"], status=status, error=err, finished_at=fin))
+    if t == "ActivityCancelled":
+        return replace(s, active=None, steps=_step(s, d["step"], status="cancelled", finished_at=e.at))
+    if t == "ResultIgnored":
+        return replace(s, ignored_results=s.ignored_results + 1)
+    if t == "ChoiceEvaluated":
+        return replace(
+            s,
+            current_step=d["step"],
+            steps=_step(
+                s,
+                d["step"],
+                status="succeeded",
+                output={"next": d["next"]},
+                attempts=1,
+                started_at=e.at,
+                finished_at=e.at,
+            ),
+        )
+    if t == "TimerScheduled":
+        timers = {
+            **s.timers,
+            d["key"]: Timer(d["key"], d["generation"], d["kind"], d["step"], d["fire_at"], e.at),
+        }
+        if d["kind"] == "wait":
+            return replace(
+                s,
+                timers=timers,
+                current_step=d["step"],
+                steps=_step(s, d["step"], status="waiting", attempts=1, started_at=e.at),
+            )
+        return replace(s, timers=timers)
+    if t in ("TimerFired", "TimerCancelled"):
+        timers = {k: v for k, v in s.timers.items() if k != d["key"]}
+        if t == "TimerFired" and d["kind"] == "wait":
+            return replace(s, timers=timers, steps=_step(s, d["step"], status="succeeded", finished_at=e.at))
+        if t == "TimerCancelled" and d["kind"] == "wait":
+            return replace(s, timers=timers, steps=_step(s, d["step"], status="cancelled", finished_at=e.at))
+        if t == "TimerCancelled" and not d["key"].endswith(":compensation"):
+            # a retry that will never happen: the step ends cancelled (its last error stays visible)
+            return replace(s, timers=timers, steps=_step(s, d["step"], status="cancelled", finished_at=e.at))
+        return replace(s, timers=timers)
+    if t == "StepFailed":
+        return replace(
+            s,
+            current_step=d["step"],
+            error=d["error"],
+            steps=_step(
+                s,
+                d["step"],
+                status="failed",
+                error=d["error"],
+                attempts=max(1, s.steps[d["step"]].attempts),
+                started_at=s.steps[d["step"]].started_at or e.at,
+                finished_at=e.at,
+            ),
+        )
+    if t == "NeedsAttention":
+        return replace(
+            s, attention={"step": d["step"], "code": d["code"], "reason": d["reason"], "since": e.at}
+        )
+    if t == "CancelRequested":
+        return replace(s, cancel={"reason": d["reason"], "actor": d.get("actor"), "at": e.at}, attention=None)
+    if t == "CompensationStarted":
+        return replace(
+            s,
+            compensating=tuple(d["steps"]),
+            compensation_cause=d["cause"],
+            attention=None,
+            error=d.get("error") or s.error,
+        )
+    if t == "RunCompleted":
+        return replace(s, status="completed", output=d["output"], current_step=None, finished_at=e.at)
+    if t == "RunFailed":
+        return replace(
+            s, status="failed", error=d["error"], current_step=None, finished_at=e.at, compensating=None
+        )
+    if t == "RunCancelled":
+        return replace(s, status="cancelled", current_step=None, finished_at=e.at, compensating=None)
+    raise ValueError(f"unknown event type {t!r} at seq {e.seq}")
+
+
+def evolve(state: RunState | None, event: Event) -> RunState:
+    """Apply one event. RunStarted creates the state; every event advances seq by exactly one."""
+    if event.type == "RunStarted":
+        if state is not None:
+            raise ValueError("RunStarted on a run that already exists")
+        d = event.data
+        s = RunState(
+            run_id=d["run_id"],
+            tenant=d["tenant"],
+            definition=d["definition"],
+            status="running",
+            seq=event.seq,
+            input=d["input"],
+            started_at=event.at,
+            updated_at=event.at,
+            start_key=d.get("start_key"),
+            actor=d.get("actor"),
+            steps={sid: StepState() for sid in d["steps"]},
+        )
+        return s
+    if state is None:
+        raise ValueError(f"{event.type} before RunStarted")
+    if event.seq != state.seq + 1:
+        raise ValueError(f"event seq {event.seq} does not follow {state.seq}")
+    s = _apply(state, event)
+    s = replace(s, seq=event.seq, updated_at=event.at)
+    return replace(s, status=_derive_status(s))
+
+
+def fold(events: list[Event]) -> RunState | None:
+    state: RunState | None = None
+    for e in events:
+        state = evolve(state, e)
+    return state

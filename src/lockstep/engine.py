@@ -1,0 +1,163 @@
+"""The embedding API: `Engine.open(url)` and the handful of calls an application needs."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .core.definition import Limits
+from .errors import InvalidInput, LockstepError
+from .runtime.activity import Registry
+from .runtime.scheduler import Scheduler
+from .runtime.worker import Worker
+from .service import Service, utcnow
+from .store import SchemaError, StoreUnavailable, open_store
+
+__all__ = ["DEFAULT_DB", "Engine", "load_document"]
+
+DEFAULT_DB = "sqlite:///lockstep.db"
+
+
+def load_document(source: str | Path | dict[str, Any]) -> dict[str, Any]:
+    """A definition from a dict, a file path, or YAML/JSON text; errors name the line and column."""
+    if isinstance(source, dict):
+        return source
+    text = str(source)
+    where = "definition text"
+    if isinstance(source, Path) or ("\n" not in text and text.endswith((".yaml", ".yml", ".json"))):
+        path = Path(text)
+        if not path.is_file():
+            raise InvalidInput(f"definition file {path} does not exist")
+        text, where = path.read_text(), str(path)
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        loc = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InvalidInput(f"{where}: not valid YAML/JSON{loc}: {problem}") from None
+    if not isinstance(doc, dict):
+        raise InvalidInput(f"{where}: a definition must be a mapping with name and steps")
+    return doc
+
+
+class Engine:
+    """A lockstep engine over one database. Thread-safe; open one per process."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    @classmethod
+    def open(
+        cls,
+        url: str = DEFAULT_DB,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        limits: Limits | None = None,
+        synchronous: str = "FULL",
+        busy_timeout: timedelta = timedelta(seconds=30),
+    ) -> Engine:
+        try:
+            store = open_store(url, synchronous=synchronous, busy_timeout_s=busy_timeout.total_seconds())
+        except (SchemaError, StoreUnavailable) as exc:
+            raise LockstepError(str(exc), code="database") from None
+        return cls(Service(store, clock=clock, limits=limits))
+
+    def close(self) -> None:
+        self.service.store.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- definitions and runs ------------------------------------------------------------------
+    def publish(self, source: str | Path | dict[str, Any], *, tenant: str = "default") -> dict[str, Any]:
+        """Publish a definition; identical content returns the existing version."""
+        out = self.service.publish(tenant, load_document(source))
+        return {"name": out["name"], "version": out["version"], "digest": out["digest"]}
+
+    def start(
+        self,
+        name: str,
+        *,
+        input: Any = None,
+        key: str | None = None,
+        version: int | None = None,
+        tenant: str = "default",
+        actor: str | None = None,
+    ) -> str:
+        """Start a run and return its id; the same `key` returns the same run."""
+        return str(
+            self.service.start(tenant, name, input=input, key=key, version=version, actor=actor)["run_id"]
+        )
+
+    def show(self, run_id: str, *, tenant: str = "default") -> dict[str, Any]:
+        return self.service.show(tenant, run_id)
+
+    def events(self, run_id: str, *, tenant: str = "default") -> list[dict[str, Any]]:
+        return self.service.events(tenant, run_id)
+
+    def runs(
+        self, *, status: str | None = None, tenant: str = "default", limit: int = 100
+    ) -> list[dict[str, Any]]:
+        return self.service.runs(tenant, status=status, limit=limit)
+
+    def cancel(
+        self, run_id: str, *, reason: str, tenant: str = "default", actor: str | None = None
+    ) -> dict[str, Any]:
+        return self.service.cancel(tenant, run_id, reason, actor)
+
+    def verify(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        return self.service.verify(run_id)
+
+    # --- running work in-process ---------------------------------------------------------------
+    def worker(
+        self,
+        registry: Registry | None = None,
+        *,
+        concurrency: int = 4,
+        lease_ttl: timedelta = timedelta(seconds=10),
+        scheduler: bool = True,
+        poll_interval: timedelta = timedelta(milliseconds=50),
+    ) -> Worker:
+        """A worker (and by default the scheduler) in this process; call .start() and later .stop()."""
+        return Worker(
+            self.service,
+            registry,
+            concurrency=concurrency,
+            lease_ttl=lease_ttl,
+            scheduler=scheduler,
+            poll_interval=poll_interval,
+        )
+
+    def scheduler(self, poll_interval: timedelta = timedelta(milliseconds=200)) -> Scheduler:
+        return Scheduler(self.service, poll_interval=poll_interval)
+
+    def wait_for(
+        self,
+        run_id: str,
+        statuses: tuple[str, ...] = ("completed", "failed", "cancelled", "needs_attention"),
+        *,
+        timeout: float = 30.0,
+        tenant: str = "default",
+    ) -> dict[str, Any]:
+        """Poll until the run reaches one of `statuses` (default: terminal or needs_attention)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            shown = self.show(run_id, tenant=tenant)
+            if shown["status"] in statuses:
+                return shown
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"run {run_id} still {shown['status']} after {timeout}s: "
+                    f"{json.dumps(shown['wait_reason'])}"
+                )
+            time.sleep(0.02)

@@ -1,0 +1,44 @@
+"""Errors a user of the engine sees: each says what went wrong, where, and how to fix it."""
+
+from __future__ import annotations
+
+__all__ = ["Conflict", "InvalidInput", "LockstepError", "NotFound", "Refused", "Unavailable"]
+
+
+class LockstepError(Exception):
+    """Base class; `code` is stable for machines, the message is one line for people."""
+
+    code = "error"
+    exit_code = 1
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code:
+            self.code = code
+
+
+class InvalidInput(LockstepError):
+    code = "invalid_input"
+    exit_code = 2
+
+
+class NotFound(LockstepError):
+    code = "not_found"
+    exit_code = 3
+
+
+class Conflict(LockstepError):
+    code = "conflict"
+    exit_code = 4
+
+
+class Refused(LockstepError):
+    """The state machine refused the command (e.g. cancelling a finished run); nothing was written."""
+
+    code = "refused"
+    exit_code = 5
+
+
+class Unavailable(LockstepError):
+    code = "unavailable"
+    exit_code = 6

@@ -1,0 +1,1 @@
+"""The imperative shell: workers that run activities, the scheduler that fires timers and expires leases."""

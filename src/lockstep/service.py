@@ -1,0 +1,485 @@
+"""The application service: every state change is one command in one transaction.
+
+load -> decide (pure) -> append events with the expected sequence + snapshot + outbox rows -> commit.
+Entry points (CLI, Python API, workers, scheduler) call only this layer.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .core.canonical import canonical_json, digest
+from .core.commands import (
+    CancelRun,
+    ClaimTask,
+    Command,
+    ExpireLease,
+    FireTimer,
+    Rejected,
+    ReportFailure,
+    ReportSuccess,
+    StartRun,
+)
+from .core.decide import decide
+from .core.definition import Definition, DefinitionError, Limits, parse_definition
+from .core.effects import effects_of
+from .core.events import Event, chain_hash
+from .core.explain import explain
+from .core.state import RunState, evolve, fold
+from .core.timeutil import iso
+from .errors import Conflict, InvalidInput, NotFound, Refused, Unavailable
+from .store import ConcurrencyError, DefinitionRow, LoadedRun, Store, StoreUnavailable, Tx
+
+__all__ = ["Service", "TaskLease", "new_run_id", "utcnow"]
+
+log = logging.getLogger("lockstep.service")
+GENESIS = "0" * 64
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_run_id(now: datetime) -> str:
+    """Time-ordered and unguessable: 48 bits of milliseconds then 80 random bits, as hex."""
+    return f"{int(now.timestamp() * 1000):012x}{secrets.token_hex(10)}"
+
+
+def _ms(dt: datetime) -> int:
+    return int(dt.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class TaskLease:
+    """What a worker receives: enough to run the activity and to report with the right fencing token."""
+
+    task_id: str
+    tenant: str
+    run_id: str
+    step: str
+    attempt: int
+    kind: str
+    activity: str
+    input: Any
+    idempotency_key: str
+    definition: str
+    version: int
+    delivery: str
+    fencing: int
+    deadline: datetime
+
+
+class Service:
+    def __init__(
+        self, store: Store, *, clock: Callable[[], datetime] = utcnow, limits: Limits | None = None
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.limits = limits or Limits()
+        self._defs: dict[tuple[str, str, int], Definition] = {}
+
+    # --- plumbing ------------------------------------------------------------------------------
+    def _write(self) -> AbstractContextManager[Tx]:
+        try:
+            return self.store.write()
+        except StoreUnavailable as exc:
+            raise Unavailable(str(exc)) from None
+
+    def _read(self) -> AbstractContextManager[Tx]:
+        try:
+            return self.store.read()
+        except StoreUnavailable as exc:
+            raise Unavailable(str(exc)) from None
+
+    def definition_for(self, tx: Tx, tenant: str, name: str, version: int) -> Definition:
+        key = (tenant, name, version)
+        d = self._defs.get(key)
+        if d is None:
+            row = tx.definition(tenant, name, version)
+            if row is None:
+                raise NotFound(f"definition {name} version {version} not found in tenant {tenant}")
+            # Versions are immutable, so a compiled definition can be cached forever.
+            d = parse_definition(row.document, Limits(max_steps=10_000))
+            self._defs[key] = d
+        return d
+
+    def _apply(
+        self,
+        tx: Tx,
+        loaded: LoadedRun | None,
+        command: Command,
+        now: datetime,
+        definition: Definition,
+        request_digest: str | None = None,
+    ) -> tuple[RunState | None, list[Event]]:
+        before = loaded.state if loaded else None
+        events = decide(before, command, now, definition)
+        if not events:
+            return before, []
+        after = before
+        for e in events:
+            after = evolve(after, e)
+        if after is None:  # pragma: no cover - events always create or keep a state
+            raise RuntimeError("decide produced events but no state")
+        tx.append(loaded, after, events, effects_of(events), now_ms=_ms(now), request_digest=request_digest)
+        return after, events
+
+    def _command(
+        self, run_id: str, command: Command, tenant: str | None = None
+    ) -> tuple[RunState, list[Event]]:
+        """Run one command on one run, retrying a lost optimistic race a few times."""
+        for _ in range(5):
+            now = self.clock()
+            try:
+                with self._write() as tx:
+                    loaded = tx.load_run(run_id)
+                    if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
+                        raise NotFound(f"run {run_id} not found" + (f" in tenant {tenant}" if tenant else ""))
+                    d = self.definition_for(
+                        tx,
+                        loaded.state.tenant,
+                        loaded.state.definition["name"],
+                        loaded.state.definition["version"],
+                    )
+                    after, events = self._apply(tx, loaded, command, now, d)
+                    return after or loaded.state, events
+            except ConcurrencyError:
+                continue
+            except Rejected as r:
+                raise Refused(r.reason, code=r.code) from None
+        raise Conflict(f"run {run_id} is being changed by other writers; try again")
+
+    # --- definitions ---------------------------------------------------------------------------
+    def publish(self, tenant: str, document: Any) -> dict[str, Any]:
+        try:
+            d = parse_definition(document, self.limits)
+        except DefinitionError as exc:
+            raise InvalidInput(str(exc)) from None
+        for _ in range(3):
+            try:
+                with self._write() as tx:
+                    same = tx.definition_by_digest(tenant, d.name, d.digest)
+                    if same is not None:
+                        return {"name": d.name, "version": same.version, "digest": d.digest, "created": False}
+                    latest = tx.definition(tenant, d.name, None)
+                    version = (latest.version if latest else 0) + 1
+                    tx.insert_definition(
+                        tenant, DefinitionRow(d.name, version, d.digest, d.document), iso(self.clock())
+                    )
+                    return {"name": d.name, "version": version, "digest": d.digest, "created": True}
+            except ConcurrencyError:
+                continue
+        raise Conflict(f"definition {d.name} is being published concurrently; try again")
+
+    def definitions(self, tenant: str) -> list[dict[str, Any]]:
+        with self._read() as tx:
+            return tx.definitions(tenant)
+
+    # --- runs ----------------------------------------------------------------------------------
+    def start(
+        self,
+        tenant: str,
+        name: str,
+        *,
+        input: Any = None,
+        key: str | None = None,
+        version: int | None = None,
+        actor: str | None = None,
+    ) -> dict[str, Any]:
+        """Start a run; with `key`, the same key returns the same run (and a different request is refused)."""
+        payload = {} if input is None else input
+        request = digest({"definition": name, "version": version, "input": payload})
+        for _ in range(5):
+            now = self.clock()
+            try:
+                with self._write() as tx:
+                    if key is not None:
+                        found = tx.run_by_key(tenant, key)
+                        if found is not None:
+                            if found[1] != request:
+                                raise Conflict(
+                                    f"start key {key!r} was already used for a different request "
+                                    f"(run {found[0]}); use a new key",
+                                    code="key_reused",
+                                )
+                            return {"run_id": found[0], "created": False}
+                    row = tx.definition(tenant, name, version)
+                    if row is None:
+                        known = [x["name"] for x in tx.definitions(tenant)]
+                        what = f"{name} version {version}" if version else name
+                        hint = (
+                            f" (published: {', '.join(sorted(set(known)))})" if known else " (none published)"
+                        )
+                        raise NotFound(
+                            f"no definition {what} in tenant {tenant}{hint}; "
+                            f"publish it first with `lockstep publish FILE`"
+                        )
+                    d = self.definition_for(tx, tenant, name, row.version)
+                    run_id = new_run_id(now)
+                    cmd = StartRun(run_id, tenant, row.version, payload, key, actor)
+                    self._apply(tx, None, cmd, now, d, request_digest=request)
+                    return {"run_id": run_id, "created": True}
+            except ConcurrencyError:
+                continue
+            except Rejected as r:
+                raise InvalidInput(r.reason, code=r.code) from None
+        raise Conflict("could not start the run because of concurrent writers; try again")
+
+    def cancel(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
+        if not reason or not reason.strip():
+            raise InvalidInput("a reason is required to cancel a run (--reason TEXT)")
+        state, events = self._command(run_id, CancelRun(reason.strip(), actor), tenant)
+        return {"run_id": run_id, "status": state.status, "accepted": bool(events)}
+
+    def state(self, tenant: str | None, run_id: str) -> RunState:
+        with self._read() as tx:
+            loaded = tx.load_run(run_id)
+        if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
+            raise NotFound(f"run {run_id} not found" + (f" in tenant {tenant}" if tenant else ""))
+        return loaded.state
+
+    def show(self, tenant: str | None, run_id: str) -> dict[str, Any]:
+        return self.describe(self.state(tenant, run_id))
+
+    def describe(self, s: RunState) -> dict[str, Any]:
+        now = self.clock()
+        why = explain(s, now)
+        steps = {}
+        for sid, st in s.steps.items():
+            steps[sid] = {
+                "status": st.status,
+                "attempts": st.attempts,
+                "output": st.output,
+                "error": st.error,
+                "started_at": st.started_at,
+                "finished_at": st.finished_at,
+            }
+            if st.compensation is not None:
+                steps[sid]["compensation"] = st.compensation
+        return {
+            "run_id": s.run_id,
+            "tenant": s.tenant,
+            "status": s.status,
+            "definition": s.definition,
+            "current_step": s.current_step,
+            **why,
+            "input": s.input,
+            "output": s.output,
+            "error": s.error,
+            "steps": steps,
+            "started_at": s.started_at,
+            "updated_at": s.updated_at,
+            "finished_at": s.finished_at,
+            "cancel": s.cancel,
+            "attention": s.attention,
+            "seq": s.seq,
+            "start_key": s.start_key,
+            "ignored_results": s.ignored_results,
+        }
+
+    def events(self, tenant: str | None, run_id: str) -> list[dict[str, Any]]:
+        self.state(tenant, run_id)
+        with self._read() as tx:
+            rows = tx.events(run_id)
+        out = []
+        for e, _h in rows:
+            item: dict[str, Any] = {"seq": e.seq, "type": e.type, "at": e.at}
+            if "step" in e.data:
+                item["step"] = e.data["step"]
+            if "attempt" in e.data:
+                item["attempt"] = e.data["attempt"]
+            item["data"] = e.data
+            out.append(item)
+        return out
+
+    def runs(
+        self,
+        tenant: str,
+        *,
+        status: str | None = None,
+        definition: str | None = None,
+        after: str = "",
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        with self._read() as tx:
+            states = tx.runs(tenant, status=status, definition=definition, after=after, limit=limit)
+        return [self.describe(s) for s in states]
+
+    # --- workers -------------------------------------------------------------------------------
+    def claim(
+        self, worker: str, activities: Sequence[str], *, limit: int, lease_ttl: timedelta
+    ) -> list[TaskLease]:
+        """Lease up to `limit` ready tasks in one transaction; each lease appends ActivityStarted."""
+        if not activities or limit <= 0:
+            return []
+        now = self.clock()
+        out: list[TaskLease] = []
+        with self._write() as tx:
+            for t in tx.ready_tasks(activities, _ms(now), limit):
+                loaded = tx.load_run(t.run_id)
+                if loaded is None:
+                    tx.close_task(t.task_id, "stale")
+                    continue
+                deadline = now + timedelta(milliseconds=t.timeout_ms)
+                try:
+                    d = self.definition_for(tx, t.tenant, t.definition, t.version)
+                    _after, events = self._apply(
+                        tx, loaded, ClaimTask(t.task_id, worker, iso(deadline)), now, d
+                    )
+                except Rejected:
+                    tx.close_task(t.task_id, "stale")
+                    continue
+                tx.set_lease(t.task_id, _ms(now + lease_ttl))
+                out.append(
+                    TaskLease(
+                        t.task_id,
+                        t.tenant,
+                        t.run_id,
+                        t.step,
+                        t.attempt,
+                        t.kind,
+                        t.activity,
+                        t.input,
+                        t.idempotency_key,
+                        t.definition,
+                        t.version,
+                        t.delivery,
+                        events[0].data["fencing"],
+                        deadline,
+                    )
+                )
+        return out
+
+    def heartbeat(self, task_id: str, fencing: int, lease_ttl: timedelta) -> bool:
+        """Extend a lease (never past the attempt's deadline); False if the lease is no longer ours."""
+        with self._write() as tx:
+            return tx.heartbeat(task_id, fencing, _ms(self.clock() + lease_ttl))
+
+    def _report(self, task_id: str, command: ReportSuccess | ReportFailure) -> str:
+        with self._read() as tx:
+            t = tx.task(task_id)
+        if t is None:
+            raise NotFound(f"task {task_id} not found")
+        _state, events = self._command(t.run_id, command)
+        return "ignored" if events and events[0].type == "ResultIgnored" else "accepted"
+
+    def complete(self, task_id: str, attempt: int, fencing: int, output: Any) -> str:
+        """Report success: "accepted", or "ignored" when the result is stale (recorded as evidence)."""
+        try:
+            canonical_json(output)
+        except (TypeError, ValueError) as exc:
+            return self.fail(
+                task_id,
+                attempt,
+                fencing,
+                "InvalidOutput",
+                f"activity output is not JSON: {exc}",
+                retryable=False,
+            )
+        return self._report(task_id, ReportSuccess(task_id, attempt, fencing, output))
+
+    def fail(
+        self,
+        task_id: str,
+        attempt: int,
+        fencing: int,
+        code: str,
+        message: str,
+        *,
+        retryable: bool = True,
+        unexpected: bool = False,
+    ) -> str:
+        return self._report(
+            task_id, ReportFailure(task_id, attempt, fencing, code, message[:2000], retryable, unexpected)
+        )
+
+    # --- scheduler duties ----------------------------------------------------------------------
+    def fire_due_timers(self, limit: int = 200) -> int:
+        now = self.clock()
+        fired = 0
+        with self._write() as tx:
+            for t in tx.due_timers(_ms(now), limit):
+                loaded = tx.load_run(t.run_id)
+                if loaded is None:
+                    tx.close_timer(t.run_id, t.key, t.generation, "stale")
+                    continue
+                s = loaded.state
+                try:
+                    d = self.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
+                    self._apply(tx, loaded, FireTimer(t.key, t.generation), now, d)
+                    fired += 1
+                except Rejected:
+                    # A duplicate or superseded timer: the generation check turns it into a no-op.
+                    tx.close_timer(t.run_id, t.key, t.generation, "stale")
+        return fired
+
+    def expire_leases(self, limit: int = 200) -> int:
+        now = self.clock()
+        expired = 0
+        with self._write() as tx:
+            for lease in tx.expired_leases(_ms(now), limit):
+                loaded = tx.load_run(lease.run_id)
+                if loaded is None:
+                    tx.close_task(lease.task_id, "stale")
+                    continue
+                if _ms(now) >= lease.deadline:
+                    reason = "the attempt did not finish within its timeout"
+                else:
+                    reason = f"worker {lease.worker} stopped renewing its lease (crashed, hung or cut off)"
+                s = loaded.state
+                try:
+                    d = self.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
+                    self._apply(
+                        tx, loaded, ExpireLease(lease.task_id, lease.attempt, lease.fencing, reason), now, d
+                    )
+                    expired += 1
+                except Rejected:
+                    tx.close_task(lease.task_id, "stale")
+        return expired
+
+    def next_wakeup(self) -> datetime | None:
+        with self._read() as tx:
+            ms = tx.next_wakeup_ms()
+        return datetime.fromtimestamp(ms / 1000, UTC) if ms is not None else None
+
+    # --- verification --------------------------------------------------------------------------
+    def verify(self, run_id: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Replay every run's events, compare with its snapshot, check seq and the hash chain."""
+        with self._read() as tx:
+            ids = [run_id] if run_id else tx.run_ids(tenant)
+        report = []
+        for rid in ids:
+            with self._read() as tx:
+                loaded = tx.load_run(rid)
+                rows = tx.events(rid)
+            if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
+                raise NotFound(f"run {rid} not found")
+            problems = []
+            h = GENESIS
+            for i, (e, stored) in enumerate(rows):
+                if e.seq != i + 1:
+                    problems.append(f"sequence gap: event #{i + 1} has seq {e.seq}")
+                h = chain_hash(h, rid, e)
+                if h != stored:
+                    problems.append(f"hash chain broken at seq {e.seq} ({e.type})")
+                    h = stored
+            if h != loaded.last_hash:
+                problems.append("the run's last hash does not match its last event")
+            try:
+                replayed = fold([e for e, _ in rows])
+            except ValueError as exc:
+                problems.append(f"replay failed: {exc}")
+                replayed = None
+            if replayed is not None and canonical_json(replayed.to_json()) != canonical_json(
+                loaded.state.to_json()
+            ):
+                diff = [k for k, v in replayed.to_json().items() if loaded.state.to_json().get(k) != v]
+                problems.append(f"snapshot differs from replay in: {', '.join(diff)}")
+            report.append({"run_id": rid, "events": len(rows), "ok": not problems, "problems": problems})
+        return report

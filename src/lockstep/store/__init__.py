@@ -1,0 +1,29 @@
+"""Storage: the port (what the service needs) and its adapters. Only this package speaks SQL."""
+
+from .port import (
+    ConcurrencyError,
+    DefinitionRow,
+    DueTimer,
+    ExpiredLease,
+    LoadedRun,
+    SchemaError,
+    Store,
+    StoreUnavailable,
+    TaskRow,
+    Tx,
+    open_store,
+)
+
+__all__ = [
+    "ConcurrencyError",
+    "DefinitionRow",
+    "DueTimer",
+    "ExpiredLease",
+    "LoadedRun",
+    "SchemaError",
+    "Store",
+    "StoreUnavailable",
+    "TaskRow",
+    "Tx",
+    "open_store",
+]

@@ -1,0 +1,152 @@
+"""The storage port: a small contract every backend implements and one test suite checks.
+
+One write transaction per command: load the run, decide, then `append` the events with the expected
+sequence, the new snapshot and the outbox effects. A lost race raises ConcurrencyError (retry it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..core.effects import Effect
+from ..core.events import Event
+from ..core.state import RunState
+
+__all__ = [
+    "ConcurrencyError",
+    "DefinitionRow",
+    "DueTimer",
+    "ExpiredLease",
+    "LoadedRun",
+    "SchemaError",
+    "Store",
+    "StoreUnavailable",
+    "TaskRow",
+    "Tx",
+    "open_store",
+]
+
+
+class ConcurrencyError(Exception):
+    """Another writer appended first (expected sequence did not match, or a unique key was taken)."""
+
+
+class StoreUnavailable(Exception):
+    """The database cannot be reached or stayed locked past the busy timeout."""
+
+
+class SchemaError(Exception):
+    """The database schema is not the one this build needs (message says what to run)."""
+
+
+@dataclass(frozen=True)
+class DefinitionRow:
+    name: str
+    version: int
+    digest: str
+    document: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    state: RunState
+    last_hash: str
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    task_id: str
+    tenant: str
+    run_id: str
+    step: str
+    attempt: int
+    kind: str
+    activity: str
+    queue: str
+    input: Any
+    idempotency_key: str
+    definition: str
+    version: int
+    delivery: str
+    timeout_ms: int
+    status: str
+    fencing: int | None
+    lease_owner: str | None
+    lease_expires_at: int | None
+    deadline: int | None
+
+
+@dataclass(frozen=True)
+class DueTimer:
+    run_id: str
+    key: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    task_id: str
+    run_id: str
+    attempt: int
+    fencing: int
+    worker: str
+    deadline: int
+
+
+class Tx(Protocol):
+    """Operations inside one transaction."""
+
+    def definition(self, tenant: str, name: str, version: int | None) -> DefinitionRow | None: ...
+    def definition_by_digest(self, tenant: str, name: str, digest: str) -> DefinitionRow | None: ...
+    def insert_definition(self, tenant: str, row: DefinitionRow, created_at: str) -> None: ...
+    def definitions(self, tenant: str) -> list[dict[str, Any]]: ...
+
+    def load_run(self, run_id: str) -> LoadedRun | None: ...
+    def run_by_key(self, tenant: str, start_key: str) -> tuple[str, str | None] | None: ...
+    def append(
+        self,
+        before: LoadedRun | None,
+        after: RunState,
+        events: Sequence[Event],
+        effects: Sequence[Effect],
+        *,
+        now_ms: int,
+        request_digest: str | None = None,
+    ) -> None: ...
+    def runs(
+        self, tenant: str, *, status: str | None, definition: str | None, after: str, limit: int
+    ) -> list[RunState]: ...
+    def run_ids(self, tenant: str | None) -> list[str]: ...
+    def events(self, run_id: str) -> list[tuple[Event, str]]: ...
+
+    def ready_tasks(self, activities: Sequence[str], now_ms: int, limit: int) -> list[TaskRow]: ...
+    def task(self, task_id: str) -> TaskRow | None: ...
+    def set_lease(self, task_id: str, lease_expires_at: int) -> None: ...
+    def heartbeat(self, task_id: str, fencing: int, lease_until_ms: int) -> bool: ...
+    def close_task(self, task_id: str, status: str) -> None: ...
+    def expired_leases(self, now_ms: int, limit: int) -> list[ExpiredLease]: ...
+    def due_timers(self, now_ms: int, limit: int) -> list[DueTimer]: ...
+    def close_timer(self, run_id: str, key: str, generation: int, status: str) -> None: ...
+    def next_wakeup_ms(self) -> int | None: ...
+    def task_counts(self) -> dict[str, int]: ...
+
+
+class Store(Protocol):
+    url: str
+
+    def write(self) -> AbstractContextManager[Tx]: ...
+    def read(self) -> AbstractContextManager[Tx]: ...
+    def upgrade(self) -> list[str]: ...
+    def close(self) -> None: ...
+
+
+def open_store(url: str, *, busy_timeout_s: float = 30.0, synchronous: str = "FULL") -> Store:
+    """Open a store from a URL: `sqlite:///path.db` (PostgreSQL arrives in its own adapter)."""
+    if url.startswith("sqlite:///") or url == "sqlite://:memory:":
+        from .sqlite.adapter import SqliteStore  # noqa: PLC0415 - adapters load only when their URL is used
+
+        return SqliteStore(url, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+    raise SchemaError(f"unsupported database URL {url!r}: use sqlite:///path/to/file.db")

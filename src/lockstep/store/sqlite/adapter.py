@@ -1,0 +1,443 @@
+"""SQLite adapter: WAL, synchronous=FULL by default, writers serialised by BEGIN IMMEDIATE.
+
+A transition is acknowledged only after COMMIT returns, and with synchronous=FULL the WAL is fsynced
+by then, so an acknowledged transition survives a process crash or power loss.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ...core.canonical import canonical_json
+from ...core.effects import CloseTask, CloseTimer, CreateTask, CreateTimer, Effect, LeaseTask
+from ...core.events import Event, chain_hash
+from ...core.state import RunState
+from ...core.timeutil import iso, parse_iso
+from ..migrate import migrations
+from ..port import (
+    ConcurrencyError,
+    DefinitionRow,
+    DueTimer,
+    ExpiredLease,
+    LoadedRun,
+    SchemaError,
+    StoreUnavailable,
+    TaskRow,
+)
+from ..sql import load_queries
+
+__all__ = ["SqliteStore"]
+
+Q = load_queries(__package__ or "lockstep.store.sqlite", "queries.sql")
+GENESIS = "0" * 64
+
+
+def _ms(text: str) -> int:
+    return int(parse_iso(text).timestamp() * 1000)
+
+
+class SqliteTx:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.c = conn
+
+    def _one(self, query: str, **params: Any) -> Any:
+        return self.c.execute(Q[query], params).fetchone()
+
+    # --- definitions ---------------------------------------------------------------------------
+    def _def(self, name: str, row: Any) -> DefinitionRow | None:
+        return DefinitionRow(name, row[0], row[1], json.loads(row[2])) if row else None
+
+    def definition(self, tenant: str, name: str, version: int | None) -> DefinitionRow | None:
+        if version is None:
+            return self._def(name, self._one("definition_latest", tenant=tenant, name=name))
+        return self._def(name, self._one("definition_by_version", tenant=tenant, name=name, version=version))
+
+    def definition_by_digest(self, tenant: str, name: str, digest: str) -> DefinitionRow | None:
+        return self._def(name, self._one("definition_by_digest", tenant=tenant, name=name, digest=digest))
+
+    def insert_definition(self, tenant: str, row: DefinitionRow, created_at: str) -> None:
+        try:
+            self.c.execute(
+                Q["definition_insert"],
+                {
+                    "tenant": tenant,
+                    "name": row.name,
+                    "version": row.version,
+                    "digest": row.digest,
+                    "document": canonical_json(row.document),
+                    "created_at": created_at,
+                },
+            )
+        except sqlite3.IntegrityError as exc:
+            raise ConcurrencyError(str(exc)) from None
+
+    def definitions(self, tenant: str) -> list[dict[str, Any]]:
+        rows = self.c.execute(Q["definitions_list"], {"tenant": tenant}).fetchall()
+        return [{"name": r[0], "version": r[1], "digest": r[2], "created_at": r[3]} for r in rows]
+
+    # --- runs and events -----------------------------------------------------------------------
+    def load_run(self, run_id: str) -> LoadedRun | None:
+        row = self._one("run_load", run_id=run_id)
+        if row is None:
+            return None
+        return LoadedRun(RunState.from_json(json.loads(row[1])), row[2])
+
+    def run_by_key(self, tenant: str, start_key: str) -> tuple[str, str | None] | None:
+        row = self._one("run_by_key", tenant=tenant, start_key=start_key)
+        return (row[0], row[1]) if row else None
+
+    def append(
+        self,
+        before: LoadedRun | None,
+        after: RunState,
+        events: Sequence[Event],
+        effects: Sequence[Effect],
+        *,
+        now_ms: int,
+        request_digest: str | None = None,
+    ) -> None:
+        expected = before.state.seq if before else 0
+        h = before.last_hash if before else GENESIS
+        for i, e in enumerate(events):
+            if e.seq != expected + i + 1:
+                raise ConcurrencyError(f"event seq {e.seq} does not follow {expected + i}")
+            h = chain_hash(h, after.run_id, e)
+            try:
+                self.c.execute(
+                    Q["event_insert"],
+                    {
+                        "run_id": after.run_id,
+                        "seq": e.seq,
+                        "type": e.type,
+                        "at": e.at,
+                        "v": e.v,
+                        "data": canonical_json(e.data),
+                        "hash": h,
+                    },
+                )
+            except sqlite3.IntegrityError:
+                raise ConcurrencyError(f"run {after.run_id} already has event {e.seq}") from None
+        row = {
+            "run_id": after.run_id,
+            "status": after.status,
+            "seq": after.seq,
+            "current_step": after.current_step,
+            "snapshot": canonical_json(after.to_json()),
+            "last_hash": h,
+            "updated_at": after.updated_at,
+        }
+        if before is None:
+            try:
+                self.c.execute(
+                    Q["run_insert"],
+                    {
+                        **row,
+                        "tenant": after.tenant,
+                        "definition": after.definition["name"],
+                        "version": after.definition["version"],
+                        "start_key": after.start_key,
+                        "request_digest": request_digest,
+                        "created_at": after.started_at,
+                    },
+                )
+            except sqlite3.IntegrityError:
+                raise ConcurrencyError(f"run {after.run_id} or its start key already exists") from None
+        elif self.c.execute(Q["run_update"], {**row, "expected_seq": expected}).rowcount != 1:
+            raise ConcurrencyError(f"run {after.run_id} moved past seq {expected}")
+        self._apply(after, effects, now_ms)
+
+    def _apply(self, run: RunState, effects: Sequence[Effect], now_ms: int) -> None:
+        for fx in effects:
+            if isinstance(fx, CreateTask):
+                self.c.execute(
+                    Q["task_insert"],
+                    {
+                        "task_id": fx.task_id,
+                        "tenant": run.tenant,
+                        "run_id": run.run_id,
+                        "step": fx.step,
+                        "attempt": fx.attempt,
+                        "kind": fx.kind,
+                        "activity": fx.activity,
+                        "queue": fx.queue or "default",
+                        "input": canonical_json(fx.input),
+                        "idempotency_key": fx.idempotency_key,
+                        "definition": run.definition["name"],
+                        "version": run.definition["version"],
+                        "delivery": fx.delivery,
+                        "timeout_ms": fx.timeout_ms,
+                        "now": now_ms,
+                    },
+                )
+            elif isinstance(fx, LeaseTask):
+                deadline = _ms(fx.deadline)
+                self.c.execute(
+                    Q["task_lease"],
+                    {
+                        "task_id": fx.task_id,
+                        "fencing": fx.fencing,
+                        "worker": fx.worker,
+                        "lease_expires_at": deadline,
+                        "deadline": deadline,
+                    },
+                )
+            elif isinstance(fx, CloseTask):
+                self.close_task(fx.task_id, fx.status)
+            elif isinstance(fx, CreateTimer):
+                self.c.execute(
+                    Q["timer_insert"],
+                    {
+                        "run_id": run.run_id,
+                        "key": fx.key,
+                        "generation": fx.generation,
+                        "tenant": run.tenant,
+                        "fire_at": _ms(fx.fire_at),
+                    },
+                )
+            elif isinstance(fx, CloseTimer):
+                self.close_timer(run.run_id, fx.key, fx.generation, fx.status)
+
+    def runs(
+        self, tenant: str, *, status: str | None, definition: str | None, after: str, limit: int
+    ) -> list[RunState]:
+        rows = self.c.execute(
+            Q["runs_list"],
+            {"tenant": tenant, "status": status, "definition": definition, "after": after, "limit": limit},
+        ).fetchall()
+        return [RunState.from_json(json.loads(r[0])) for r in rows]
+
+    def run_ids(self, tenant: str | None) -> list[str]:
+        return [r[0] for r in self.c.execute(Q["runs_all_ids"], {"tenant": tenant})]
+
+    def events(self, run_id: str) -> list[tuple[Event, str]]:
+        rows = self.c.execute(Q["events_of_run"], {"run_id": run_id}).fetchall()
+        return [(Event(type=r[1], at=r[2], v=r[3], data=json.loads(r[4]), seq=r[0]), r[5]) for r in rows]
+
+    # --- tasks and timers ----------------------------------------------------------------------
+    def _task(self, r: Any) -> TaskRow:
+        return TaskRow(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            r[6],
+            r[7],
+            json.loads(r[8]),
+            r[9],
+            r[10],
+            r[11],
+            r[12],
+            r[13],
+            r[14],
+            r[15],
+            r[16],
+            r[17],
+            r[18],
+        )
+
+    def ready_tasks(self, activities: Sequence[str], now_ms: int, limit: int) -> list[TaskRow]:
+        marks = ",".join("?" * len(activities))
+        sql = (
+            f"SELECT task_id FROM tasks WHERE status = 'ready' AND activity IN ({marks}) "
+            f"AND available_at <= ? ORDER BY available_at LIMIT ?"
+        )
+        ids = [r[0] for r in self.c.execute(sql, [*activities, now_ms, limit])]
+        return [t for t in (self.task(i) for i in ids) if t is not None]
+
+    def task(self, task_id: str) -> TaskRow | None:
+        r = self._one("task_get", task_id=task_id)
+        return self._task(r) if r else None
+
+    def set_lease(self, task_id: str, lease_expires_at: int) -> None:
+        self.c.execute(
+            "UPDATE tasks SET lease_expires_at = MIN(?, deadline) WHERE task_id = ?",
+            (lease_expires_at, task_id),
+        )
+
+    def heartbeat(self, task_id: str, fencing: int, lease_until_ms: int) -> bool:
+        cur = self.c.execute(
+            Q["task_heartbeat"], {"task_id": task_id, "fencing": fencing, "lease_until": lease_until_ms}
+        )
+        return cur.rowcount == 1
+
+    def close_task(self, task_id: str, status: str) -> None:
+        self.c.execute(Q["task_close"], {"task_id": task_id, "status": status})
+
+    def expired_leases(self, now_ms: int, limit: int) -> list[ExpiredLease]:
+        rows = self.c.execute(Q["leases_expired"], {"now": now_ms, "limit": limit}).fetchall()
+        return [ExpiredLease(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+
+    def due_timers(self, now_ms: int, limit: int) -> list[DueTimer]:
+        rows = self.c.execute(Q["timers_due"], {"now": now_ms, "limit": limit}).fetchall()
+        return [DueTimer(r[0], r[1], r[2]) for r in rows]
+
+    def close_timer(self, run_id: str, key: str, generation: int, status: str) -> None:
+        self.c.execute(
+            Q["timer_close"], {"run_id": run_id, "key": key, "generation": generation, "status": status}
+        )
+
+    def next_wakeup_ms(self) -> int | None:
+        a = self._one("next_timer")[0]
+        b = self._one("next_lease_expiry")[0]
+        vals = [v for v in (a, b) if v is not None]
+        return min(vals) if vals else None
+
+    def task_counts(self) -> dict[str, int]:
+        return {r[0]: r[1] for r in self.c.execute(Q["task_counts"])}
+
+
+class SqliteStore:
+    """One connection per thread; the file is the database."""
+
+    def __init__(self, url: str, *, busy_timeout_s: float = 30.0, synchronous: str = "FULL") -> None:
+        self.url = url
+        self.path = ":memory:" if url == "sqlite://:memory:" else url[len("sqlite:///") :]
+        if synchronous not in ("FULL", "NORMAL", "EXTRA"):
+            raise SchemaError(f"synchronous must be FULL, EXTRA or NORMAL, not {synchronous!r}")
+        self.busy_timeout_s = busy_timeout_s
+        self.synchronous = synchronous
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        if self.path != ":memory:":
+            parent = Path(self.path).expanduser().resolve().parent
+            if not parent.is_dir():
+                raise StoreUnavailable(f"cannot open {self.path}: directory {parent} does not exist")
+        self._check_schema()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(
+                    self.path, isolation_level=None, timeout=self.busy_timeout_s, check_same_thread=False
+                )
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA synchronous={self.synchronous}")
+                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+                conn.execute("PRAGMA foreign_keys=ON")
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"cannot open SQLite database {self.path}: {exc}") from None
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _tx(self, begin: str) -> Iterator[SqliteTx]:
+        conn = self._conn()
+        try:
+            conn.execute(begin)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(f"database is busy or unavailable: {exc}") from None
+        try:
+            yield SqliteTx(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            conn.execute("ROLLBACK")
+            raise StoreUnavailable(f"commit failed: {exc}") from None
+
+    def write(self) -> AbstractContextManager[SqliteTx]:
+        return self._tx("BEGIN IMMEDIATE")
+
+    def read(self) -> AbstractContextManager[SqliteTx]:
+        return self._tx("BEGIN")
+
+    # --- schema --------------------------------------------------------------------------------
+    def _applied(self, conn: sqlite3.Connection) -> dict[int, str]:
+        has = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'")
+        if has.fetchone() is None:
+            return {}
+        return {r[0]: r[1] for r in conn.execute("SELECT version, checksum FROM schema_migrations")}
+
+    def _check_schema(self) -> None:
+        conn = self._conn()
+        wanted = migrations("lockstep.store.sqlite")
+        applied = self._applied(conn)
+        if not applied:
+            self.upgrade()
+            return
+        for m in wanted:
+            if m.version in applied and applied[m.version] != m.checksum:
+                raise SchemaError(
+                    f"migration {m.version:04d}_{m.name} was changed after it was applied "
+                    f"to {self.path}; restore the original file"
+                )
+        missing = [m for m in wanted if m.version not in applied]
+        if missing:
+            raise SchemaError(
+                f"database {self.path} is at schema version {max(applied)}, this lockstep needs "
+                f"{wanted[-1].version}: run `lockstep db upgrade` first"
+            )
+        if max(applied) > wanted[-1].version:
+            raise SchemaError(
+                f"database {self.path} has schema version {max(applied)}, newer than this "
+                f"lockstep ({wanted[-1].version}): upgrade lockstep"
+            )
+
+    def upgrade(self) -> list[str]:
+        """Apply pending migrations; safe when several processes run it at once (BEGIN IMMEDIATE)."""
+        conn = self._conn()
+        done = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                "name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            applied = self._applied(conn)
+            for m in migrations("lockstep.store.sqlite"):
+                if m.version in applied:
+                    continue
+                for stmt in _statements(m.sql):
+                    conn.execute(stmt)
+                conn.execute(
+                    "INSERT INTO schema_migrations VALUES (?, ?, ?, ?)",
+                    (m.version, m.name, m.checksum, iso_now()),
+                )
+                done.append(f"{m.version:04d}_{m.name}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return done
+
+    def close(self) -> None:
+        with self._lock:
+            for c in self._all:
+                c.close()
+            self._all.clear()
+        self._local = threading.local()
+
+
+def iso_now() -> str:
+    """Migration bookkeeping only; engine time always comes from the service's clock."""
+    return iso(datetime.now(UTC))
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a migration into statements; sqlite3.complete_statement keeps triggers whole."""
+    out, buf = [], ""
+    for line in sql.splitlines(keepends=True):
+        if not buf and line.strip().startswith("--"):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        out.append(buf.strip())
+    return out

@@ -1,0 +1,102 @@
+-- Named queries for the SQLite adapter. Each block starts with `-- name: NAME`.
+
+-- name: definition_latest
+SELECT version, digest, document FROM definitions
+WHERE tenant = :tenant AND name = :name ORDER BY version DESC LIMIT 1;
+
+-- name: definition_by_version
+SELECT version, digest, document FROM definitions
+WHERE tenant = :tenant AND name = :name AND version = :version;
+
+-- name: definition_by_digest
+SELECT version, digest, document FROM definitions
+WHERE tenant = :tenant AND name = :name AND digest = :digest;
+
+-- name: definition_insert
+INSERT INTO definitions (tenant, name, version, digest, document, created_at)
+VALUES (:tenant, :name, :version, :digest, :document, :created_at);
+
+-- name: definitions_list
+SELECT name, version, digest, created_at FROM definitions
+WHERE tenant = :tenant ORDER BY name, version;
+
+-- name: run_load
+SELECT tenant, snapshot, last_hash, seq FROM runs WHERE run_id = :run_id;
+
+-- name: run_by_key
+SELECT run_id, request_digest FROM runs WHERE tenant = :tenant AND start_key = :start_key;
+
+-- name: run_insert
+INSERT INTO runs (run_id, tenant, definition, version, status, seq, current_step, snapshot, last_hash,
+                  start_key, request_digest, created_at, updated_at)
+VALUES (:run_id, :tenant, :definition, :version, :status, :seq, :current_step, :snapshot, :last_hash,
+        :start_key, :request_digest, :created_at, :updated_at);
+
+-- name: run_update
+UPDATE runs SET status = :status, seq = :seq, current_step = :current_step, snapshot = :snapshot,
+                last_hash = :last_hash, updated_at = :updated_at
+WHERE run_id = :run_id AND seq = :expected_seq;
+
+-- name: runs_list
+SELECT snapshot FROM runs
+WHERE tenant = :tenant AND (:status IS NULL OR status = :status)
+  AND (:definition IS NULL OR definition = :definition) AND run_id > :after
+ORDER BY run_id LIMIT :limit;
+
+-- name: runs_all_ids
+SELECT run_id FROM runs WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY run_id;
+
+-- name: event_insert
+INSERT INTO events (run_id, seq, type, at, v, data, hash)
+VALUES (:run_id, :seq, :type, :at, :v, :data, :hash);
+
+-- name: events_of_run
+SELECT seq, type, at, v, data, hash FROM events WHERE run_id = :run_id ORDER BY seq;
+
+-- name: task_insert
+INSERT INTO tasks (task_id, tenant, run_id, step, attempt, kind, activity, queue, input, idempotency_key,
+                   definition, version, delivery, timeout_ms, status, available_at, created_at)
+VALUES (:task_id, :tenant, :run_id, :step, :attempt, :kind, :activity, :queue, :input, :idempotency_key,
+        :definition, :version, :delivery, :timeout_ms, 'ready', :now, :now);
+
+-- name: task_lease
+UPDATE tasks SET status = 'leased', fencing = :fencing, lease_owner = :worker,
+                 lease_expires_at = :lease_expires_at, deadline = :deadline
+WHERE task_id = :task_id AND status = 'ready';
+
+-- name: task_close
+UPDATE tasks SET status = :status WHERE task_id = :task_id AND status IN ('ready', 'leased');
+
+-- name: task_get
+SELECT task_id, tenant, run_id, step, attempt, kind, activity, queue, input, idempotency_key, definition,
+       version, delivery, timeout_ms, status, fencing, lease_owner, lease_expires_at, deadline
+FROM tasks WHERE task_id = :task_id;
+
+-- name: task_heartbeat
+UPDATE tasks SET lease_expires_at = MIN(:lease_until, deadline)
+WHERE task_id = :task_id AND fencing = :fencing AND status = 'leased';
+
+-- name: timer_insert
+INSERT INTO timers (run_id, key, generation, tenant, fire_at, status)
+VALUES (:run_id, :key, :generation, :tenant, :fire_at, 'scheduled');
+
+-- name: timer_close
+UPDATE timers SET status = :status
+WHERE run_id = :run_id AND key = :key AND generation = :generation AND status = 'scheduled';
+
+-- name: timers_due
+SELECT run_id, key, generation FROM timers
+WHERE status = 'scheduled' AND fire_at <= :now ORDER BY fire_at LIMIT :limit;
+
+-- name: leases_expired
+SELECT task_id, run_id, attempt, fencing, lease_owner, deadline FROM tasks
+WHERE status = 'leased' AND lease_expires_at <= :now ORDER BY lease_expires_at LIMIT :limit;
+
+-- name: next_timer
+SELECT MIN(fire_at) FROM timers WHERE status = 'scheduled';
+
+-- name: next_lease_expiry
+SELECT MIN(lease_expires_at) FROM tasks WHERE status = 'leased';
+
+-- name: task_counts
+SELECT status, COUNT(*) FROM tasks GROUP BY status;
