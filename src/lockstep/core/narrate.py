@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -34,7 +35,9 @@ def narrate(type_: str, data: dict[str, Any], at: str | None = None) -> str:
             f"(fencing token {d['fencing']})"
         )
     if type_ == "ActivitySucceeded":
-        return f"{what} of step {d['step']} attempt {d['attempt']} succeeded"
+        shown = json.dumps(d.get("output"), ensure_ascii=False, sort_keys=True)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        return f"{what} of step {d['step']} attempt {d['attempt']} succeeded: {shown}"
     if type_ in ("ActivityFailed", "ActivityTimedOut"):
         verb = "timed out" if type_ == "ActivityTimedOut" else "failed"
         tail = (

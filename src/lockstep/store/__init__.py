@@ -12,6 +12,7 @@ from .port import (
     TaskRow,
     Tx,
     open_store,
+    upgrade_store,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "TaskRow",
     "Tx",
     "open_store",
+    "upgrade_store",
 ]

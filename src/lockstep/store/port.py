@@ -27,6 +27,7 @@ __all__ = [
     "TaskRow",
     "Tx",
     "open_store",
+    "upgrade_store",
 ]
 
 
@@ -143,10 +144,26 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-def open_store(url: str, *, busy_timeout_s: float = 30.0, synchronous: str = "FULL") -> Store:
-    """Open a store from a URL: `sqlite:///path.db` (PostgreSQL arrives in its own adapter)."""
+def open_store(
+    url: str, *, busy_timeout_s: float = 30.0, synchronous: str = "FULL", check_schema: bool = True
+) -> Store:
+    """Open a store from a URL: `sqlite:///path.db` (PostgreSQL arrives in its own adapter).
+
+    An empty database is set up on first use; one whose schema is behind is refused (see upgrade_store).
+    """
     if url.startswith("sqlite:///") or url == "sqlite://:memory:":
         from .sqlite.adapter import SqliteStore  # noqa: PLC0415 - adapters load only when their URL is used
 
-        return SqliteStore(url, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+        return SqliteStore(
+            url, busy_timeout_s=busy_timeout_s, synchronous=synchronous, check_schema=check_schema
+        )
     raise SchemaError(f"unsupported database URL {url!r}: use sqlite:///path/to/file.db")
+
+
+def upgrade_store(url: str) -> list[str]:
+    """Apply pending migrations; returns the names applied (empty when already current)."""
+    store = open_store(url, check_schema=False)
+    try:
+        return store.upgrade()
+    finally:
+        store.close()

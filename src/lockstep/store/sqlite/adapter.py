@@ -298,7 +298,9 @@ class SqliteTx:
 class SqliteStore:
     """One connection per thread; the file is the database."""
 
-    def __init__(self, url: str, *, busy_timeout_s: float = 30.0, synchronous: str = "FULL") -> None:
+    def __init__(
+        self, url: str, *, busy_timeout_s: float = 30.0, synchronous: str = "FULL", check_schema: bool = True
+    ) -> None:
         self.url = url
         self.path = ":memory:" if url == "sqlite://:memory:" else url[len("sqlite:///") :]
         if synchronous not in ("FULL", "NORMAL", "EXTRA"):
@@ -312,7 +314,8 @@ class SqliteStore:
             parent = Path(self.path).expanduser().resolve().parent
             if not parent.is_dir():
                 raise StoreUnavailable(f"cannot open {self.path}: directory {parent} does not exist")
-        self._check_schema()
+        if check_schema:
+            self._check_schema()
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)

@@ -1,0 +1,455 @@
+"""The `lockstep` command line: thin commands over the Engine/Service, `--json` on every read.
+
+Every failure is one line on stderr and a non-zero exit; no traceback reaches the user unless
+LOCKSTEP_DEBUG=1 is set.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .core.narrate import narrate
+from .core.timeutil import parse_duration
+from .engine import DEFAULT_DB, Engine
+from .errors import InvalidInput, LockstepError
+from .runtime.activity import REGISTRY
+
+__all__ = ["main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+STATUS_STYLE = {
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "yellow",
+    "needs_attention": "bold magenta",
+    "waiting": "cyan",
+    "running": "blue",
+    "cancelling": "yellow",
+    "compensating": "yellow",
+}
+
+
+class Ctx:
+    def __init__(self, db: str, tenant: str) -> None:
+        self.db = db
+        self.tenant = tenant
+        self._engine: Engine | None = None
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = Engine.open(self.db)
+        return self._engine
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    sys.exit(code)
+
+
+def _json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _parse_json(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    if text.startswith("@"):
+        try:
+            with open(text[1:]) as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise InvalidInput(f"{what}: cannot read {text[1:]}: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(
+            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+
+
+def _duration(text: str, what: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise InvalidInput(f"{what}: {exc}") from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--db",
+    envvar="LOCKSTEP_DB",
+    default=DEFAULT_DB,
+    show_default=True,
+    help="Database URL (env LOCKSTEP_DB).",
+)
+@click.option(
+    "--tenant",
+    envvar="LOCKSTEP_TENANT",
+    default="default",
+    show_default=True,
+    help="Tenant whose definitions and runs to use (env LOCKSTEP_TENANT).",
+)
+@click.version_option(package_name="lockstep")
+@click.pass_context
+def cli(ctx: click.Context, db: str, tenant: str) -> None:
+    """lockstep: durable workflows for tenant-defined processes.
+
+    Publish a definition, start runs, run workers; every run survives crashes and explains its waits.
+    """
+    ctx.obj = Ctx(db, tenant)
+
+    def _close() -> None:
+        if ctx.obj._engine is not None:
+            ctx.obj._engine.close()
+
+    ctx.call_on_close(_close)
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@pass_ctx
+def publish(c: Ctx, file: str) -> None:
+    """Publish a definition (YAML or JSON). Identical content returns the existing version."""
+    if not os.path.isfile(file):
+        raise InvalidInput(f"definition file {file} does not exist")
+    with open(file) as fh:
+        text = fh.read()
+    _json(c.engine.publish(text if "\n" in text else text + "\n", tenant=c.tenant))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def definitions(c: Ctx, as_json: bool) -> None:
+    """List published definitions and their versions."""
+    rows = c.engine.service.definitions(c.tenant)
+    if as_json:
+        _json(rows)
+        return
+    t = Table("name", "version", "digest", "published")
+    for r in rows:
+        t.add_row(r["name"], str(r["version"]), r["digest"][:19] + "…", r["created_at"])
+    out.print(t)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--version", "version", type=int, help="Definition version (default: latest).")
+@click.option("--input", "input_", help="Run input as JSON, or @file.json.")
+@click.option("--key", help="Start key: the same key returns the same run.")
+@pass_ctx
+def start(c: Ctx, name: str, version: int | None, input_: str | None, key: str | None) -> None:
+    """Start a run of definition NAME; prints {"run_id"}."""
+    payload = _parse_json(input_, "--input")
+    run_id = c.engine.start(
+        name, input=payload, key=key, version=version, tenant=c.tenant, actor=os.environ.get("USER")
+    )
+    _json({"run_id": run_id})
+
+
+def _print_run(s: dict[str, Any]) -> None:
+    style = STATUS_STYLE.get(s["status"], "")
+    d = s["definition"]
+    out.print(
+        f"[bold]{s['run_id']}[/bold]  [{style}]{s['status']}[/{style}]  "
+        f"{d['name']} v{d['version']}  tenant {s['tenant']}"
+    )
+    if s["current_step"]:
+        out.print(f"current step: {s['current_step']}")
+    if s["wait_reason"]:
+        out.print(f"[bold]why:[/bold]  {s['wait_reason']}")
+        out.print(f"[bold]next:[/bold] {s['next_action']}")
+    if s["error"]:
+        out.print(f"[red]error:[/red] {s['error'].get('code')}: {s['error'].get('message')}")
+    if s["status"] == "completed":
+        out.print(f"output: {json.dumps(s['output'])}")
+    t = Table("step", "status", "attempts", "detail")
+    for sid, st in s["steps"].items():
+        detail = ""
+        if st.get("error"):
+            detail = f"{st['error'].get('code')}: {st['error'].get('message')}"
+        comp = st.get("compensation")
+        if comp:
+            detail = (
+                detail + "; " if detail else ""
+            ) + f"compensation {comp['status']} ({comp['attempts']} attempt(s))"
+        t.add_row(sid, st["status"], str(st["attempts"]), detail)
+    out.print(t)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def show(c: Ctx, run_id: str, as_json: bool) -> None:
+    """Show a run: status, current step, why it waits and what happens next."""
+    s = c.engine.show(run_id, tenant=c.tenant)
+    if as_json:
+        _json(s)
+    else:
+        _print_run(s)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def events(c: Ctx, run_id: str, as_json: bool) -> None:
+    """The run's event history (append-only, hash-chained)."""
+    rows = c.engine.events(run_id, tenant=c.tenant)
+    if as_json:
+        _json(rows)
+        return
+    t = Table("seq", "at", "type", "what happened")
+    for e in rows:
+        t.add_row(str(e["seq"]), e["at"], e["type"], narrate(e["type"], e["data"], e["at"]))
+    out.print(t)
+
+
+@cli.command()
+@click.option(
+    "--status",
+    type=click.Choice(
+        [
+            "running",
+            "waiting",
+            "needs_attention",
+            "cancelling",
+            "compensating",
+            "completed",
+            "failed",
+            "cancelled",
+        ]
+    ),
+)
+@click.option("--definition", help="Only runs of this definition.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--after", default="", help="Cursor: list runs after this run id.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def runs(c: Ctx, status: str | None, definition: str | None, limit: int, after: str, as_json: bool) -> None:
+    """List runs (oldest first), with filters and a cursor."""
+    rows = c.engine.service.runs(c.tenant, status=status, definition=definition, after=after, limit=limit)
+    if as_json:
+        _json(
+            [
+                {
+                    k: r[k]
+                    for k in (
+                        "run_id",
+                        "status",
+                        "definition",
+                        "current_step",
+                        "wait_reason",
+                        "started_at",
+                        "updated_at",
+                    )
+                }
+                for r in rows
+            ]
+        )
+        return
+    t = Table("run", "status", "definition", "step", "why / next")
+    for r in rows:
+        style = STATUS_STYLE.get(r["status"], "")
+        t.add_row(
+            r["run_id"],
+            f"[{style}]{r['status']}[/{style}]",
+            f"{r['definition']['name']} v{r['definition']['version']}",
+            r["current_step"] or "",
+            r["wait_reason"] or "",
+        )
+    out.print(t)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--reason", required=True, help="Why (recorded in the audit trail).")
+@pass_ctx
+def cancel(c: Ctx, run_id: str, reason: str) -> None:
+    """Cancel a run: start nothing new, wait for in-flight work, compensate, end cancelled."""
+    _json(c.engine.cancel(run_id, reason=reason, tenant=c.tenant, actor=os.environ.get("USER")))
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def verify(c: Ctx, run_id: str | None, as_json: bool) -> None:
+    """Replay events and compare with snapshots; check sequences and the hash chain. Exit 1 on mismatch."""
+    report = c.engine.service.verify(run_id, tenant=c.tenant)
+    bad = [r for r in report if not r["ok"]]
+    if as_json:
+        _json({"runs": len(report), "ok": not bad, "problems": bad})
+    else:
+        for r in bad:
+            out.print(f"[red]MISMATCH[/red] {r['run_id']}: " + "; ".join(r["problems"]))
+        out.print(
+            f"verified {len(report)} run(s), {sum(r['events'] for r in report)} event(s): "
+            + ("[green]all consistent[/green]" if not bad else f"[red]{len(bad)} inconsistent[/red]")
+        )
+    if bad:
+        sys.exit(1)
+
+
+def _import_activities(modules: tuple[str, ...]) -> None:
+    sys.path.insert(0, os.getcwd())
+    for m in modules:
+        try:
+            importlib.import_module(m)
+        except ImportError as exc:
+            raise InvalidInput(f"cannot import activity module {m!r}: {exc}") from None
+
+
+def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: Any) -> None:
+        err.print(f"received {signal.Signals(signum).name}: {on_stop}")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    stop.wait()
+    for s in stoppers:
+        s()
+
+
+@cli.command()
+@click.option(
+    "--activities",
+    "modules",
+    multiple=True,
+    required=True,
+    help="Python module that registers activities with @lockstep.activity (repeatable).",
+)
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True)
+@click.option(
+    "--lease-ttl",
+    default="10s",
+    show_default=True,
+    help="Lease length; the worker renews it while an activity runs. A dead worker's tasks are "
+    "retried after this.",
+)
+@click.option("--poll-interval", default="200ms", show_default=True)
+@click.option("--only", "only", multiple=True, help="Serve only these activity types (repeatable).")
+@click.option("--no-scheduler", is_flag=True, help="Do not also fire timers and expire leases here.")
+@click.option("--worker-id", help="Name in leases and events (default host:pid).")
+@pass_ctx
+def worker(
+    c: Ctx,
+    modules: tuple[str, ...],
+    concurrency: int,
+    lease_ttl: str,
+    poll_interval: str,
+    only: tuple[str, ...],
+    no_scheduler: bool,
+    worker_id: str | None,
+) -> None:
+    """Run activities from MODULE. SIGTERM drains gracefully; SIGKILL loses nothing."""
+    _import_activities(modules)
+    from .runtime.worker import Worker  # noqa: PLC0415 - keep `lockstep show` fast
+
+    names = list(only) or REGISTRY.names()
+    if not names:
+        raise InvalidInput(
+            f"module(s) {', '.join(modules)} registered no activities (use @lockstep.activity)"
+        )
+    w = Worker(
+        c.engine.service,
+        REGISTRY,
+        activities=names,
+        concurrency=concurrency,
+        lease_ttl=_duration(lease_ttl, "--lease-ttl"),
+        poll_interval=_duration(poll_interval, "--poll-interval"),
+        scheduler=not no_scheduler,
+        worker_id=worker_id,
+    )
+    w.start()
+    err.print(f"worker {w.worker_id} serving {', '.join(names)}" + ("" if no_scheduler else " (+ scheduler)"))
+    _run_until_signal([w.stop], "draining in-flight activities, then exiting")
+
+
+@cli.command()
+@click.option("--poll-interval", default="200ms", show_default=True)
+@pass_ctx
+def scheduler(c: Ctx, poll_interval: str) -> None:
+    """Fire due timers and expire lost leases (any number may run at once)."""
+    stop = threading.Event()
+    s = c.engine.scheduler(_duration(poll_interval, "--poll-interval"))
+    t = threading.Thread(target=s.run, args=(stop,), daemon=True)
+    t.start()
+    err.print("scheduler running")
+
+    def halt() -> None:
+        stop.set()
+        s.wake.set()
+        t.join(10)
+
+    _run_until_signal([halt], "stopping")
+
+
+@cli.group()
+def db() -> None:
+    """Database schema management."""
+
+
+@db.command("upgrade")
+@pass_ctx
+def db_upgrade(c: Ctx) -> None:
+    """Apply pending schema migrations (safe to run from several processes at once)."""
+    from .store import upgrade_store  # noqa: PLC0415
+
+    _json({"applied": upgrade_store(c.db)})
+
+
+@cli.command()
+@click.option("--db", "db_url", default=None, help="Where to run the tour (default: a fresh temporary file).")
+@click.option("--keep", is_flag=True, help="Keep the temporary database afterwards.")
+def demo(db_url: str | None, keep: bool) -> None:
+    """A scripted tour: retries, a lost response, a durable timer, a cancellation with compensation."""
+    from .examples.tour import run_tour  # noqa: PLC0415
+
+    sys.exit(run_tour(db_url, keep=keep, console=out))
+
+
+def main() -> None:
+    debug = os.environ.get("LOCKSTEP_DEBUG") == "1"
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except LockstepError as exc:
+        _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except Exception as exc:
+        if debug:
+            raise
+        _fail(f"internal error: {type(exc).__name__}: {exc} (set LOCKSTEP_DEBUG=1 for a traceback)", 70)

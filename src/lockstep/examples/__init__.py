@@ -1,0 +1,1 @@
+"""The example process used by `lockstep demo` and `lockstep serve --example`."""
