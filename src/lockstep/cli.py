@@ -30,7 +30,8 @@ from .runtime.activity import REGISTRY
 __all__ = ["main"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-out = Console(highlight=False, soft_wrap=True)
+# Piped output (scripts, tests, CI logs) gets a wide console so run ids and reasons are not wrapped.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 STATUS_STYLE = {
     "completed": "green",

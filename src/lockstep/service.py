@@ -251,7 +251,7 @@ class Service:
         now = self.clock()
         why = explain(s, now)
         steps = {}
-        for sid, st in s.steps.items():
+        for sid, st in sorted(s.steps.items(), key=lambda kv: self._step_rank(s, kv[0])):
             steps[sid] = {
                 "status": st.status,
                 "attempts": st.attempts,
@@ -282,6 +282,15 @@ class Service:
             "start_key": s.start_key,
             "ignored_results": s.ignored_results,
         }
+
+    def _step_rank(self, s: RunState, step_id: str) -> int:
+        """Steps are shown in definition order (snapshots store them keyed, hence unordered)."""
+        key = (s.tenant, s.definition["name"], s.definition["version"])
+        d = self._defs.get(key)
+        if d is None:
+            with self._read() as tx:
+                d = self.definition_for(tx, *key)
+        return d.index.get(step_id, len(d.index))
 
     def events(self, tenant: str | None, run_id: str) -> list[dict[str, Any]]:
         self.state(tenant, run_id)

@@ -92,6 +92,9 @@ class Worker:
         self.wake.set()
         if self.scheduler is not None:
             self.scheduler.wake.set()
+        # The claim loop must be gone before the pool closes, or a last claim could not be submitted.
+        if self._threads:
+            self._threads[0].join(timeout)
         self._pool.shutdown(wait=True, cancel_futures=False)
         for t in self._threads:
             t.join(timeout)

@@ -1,0 +1,537 @@
+"""The storage contract: what every backend must guarantee to the service (run once per backend)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from lockstep.core.commands import ClaimTask, FireTimer, ReportSuccess, StartRun
+from lockstep.core.decide import decide
+from lockstep.core.definition import parse_definition
+from lockstep.core.effects import effects_of
+from lockstep.core.events import chain_hash
+from lockstep.core.state import fold
+from lockstep.core.timeutil import iso
+from lockstep.store import (
+    ConcurrencyError,
+    DefinitionRow,
+    DueTimer,
+    ExpiredLease,
+    SchemaError,
+    open_store,
+)
+from lockstep.store.migrate import migrations
+
+from .conftest import ACTIVITY_DOC, T0, WAIT_DOC, Backend, Driver, ms
+
+GENESIS = "0" * 64
+
+
+def task_of(run_id: str, attempt: int = 1) -> str:
+    return f"{run_id}/work/a{attempt}"
+
+
+def snapshot_row(backend: Backend, url: str, run_id: str) -> tuple:
+    return backend.fetch(url, "SELECT seq, status, snapshot, last_hash FROM runs WHERE run_id = ?", [run_id])[0]
+
+
+def task_row(backend: Backend, url: str, task_id: str) -> tuple:
+    return backend.fetch(
+        url,
+        "SELECT status, fencing, lease_owner, lease_expires_at, deadline FROM tasks WHERE task_id = ?",
+        [task_id],
+    )[0]
+
+
+def event_rows(backend: Backend, url: str, run_id: str) -> list[tuple]:
+    return backend.fetch(
+        url, "SELECT seq, type, data, hash FROM events WHERE run_id = ? ORDER BY seq", [run_id]
+    )
+
+
+# --- appending events --------------------------------------------------------------------------
+
+
+def test_first_append_creates_run_events_and_snapshot(store, driver: Driver):
+    """A first append stores the events from seq 1, the snapshot at the last seq and the hash chain head."""
+    events = driver.start("r1")
+    loaded = driver.load("r1")
+    assert loaded.state.seq == len(events) == 2
+    with store.read() as tx:
+        stored = tx.events("r1")
+    assert [(e.seq, e.type) for e, _ in stored] == [(1, "RunStarted"), (2, "ActivityScheduled")]
+    h = GENESIS
+    for e, stored_hash in stored:
+        h = chain_hash(h, "r1", e)
+        assert stored_hash == h
+    assert loaded.last_hash == h
+
+
+def test_append_with_expected_seq_advances_the_run(driver: Driver):
+    """Appending with the current seq as expected seq adds the next events and moves the snapshot on."""
+    driver.start("r1")
+    driver.claim("r1")
+    loaded = driver.load("r1")
+    assert loaded.state.seq == 3
+    assert loaded.state.active is not None
+    assert loaded.state.active.worker == "w1"
+
+
+def test_second_append_with_same_expected_seq_is_refused_and_writes_nothing(store, backend, url, driver):
+    """Two writers from the same seq: the second gets ConcurrencyError; events, snapshot, tasks stay put."""
+    driver.start("r1")
+    task = task_of("r1")
+    first = driver.plan("r1", ClaimTask(task, "w1", iso(T0 + timedelta(seconds=30))))
+    second = driver.plan("r1", ClaimTask(task, "w2", iso(T0 + timedelta(seconds=30))))
+    with store.write() as tx:
+        tx.append(first[0], first[1], first[2], effects_of(first[2]), now_ms=ms(T0))
+    events_before = event_rows(backend, url, "r1")
+    run_before = snapshot_row(backend, url, "r1")
+    task_before = task_row(backend, url, task)
+
+    with pytest.raises(ConcurrencyError), store.write() as tx:
+        tx.append(second[0], second[1], second[2], effects_of(second[2]), now_ms=ms(T0))
+
+    assert event_rows(backend, url, "r1") == events_before
+    assert snapshot_row(backend, url, "r1") == run_before
+    assert task_row(backend, url, task) == task_before
+    assert task_before[2] == "w1"
+
+
+def test_stale_snapshot_write_without_events_is_refused(store, driver: Driver):
+    """The snapshot update is conditional on the expected seq even when no event collides."""
+    driver.start("r1")
+    stale = driver.load("r1")
+    driver.claim("r1")
+    with pytest.raises(ConcurrencyError), store.write() as tx:
+        tx.append(stale, stale.state, [], [], now_ms=ms(T0))
+    assert driver.load("r1").state.seq == 3
+
+
+def test_events_must_follow_the_expected_seq(store, driver: Driver):
+    """Events whose seq does not follow the expected seq contiguously are refused."""
+    driver.start("r1")
+    before, after, events = driver.plan("r1", ClaimTask(task_of("r1"), "w1", iso(T0)))
+    gap = [replace(e, seq=e.seq + 1) for e in events]
+    with pytest.raises(ConcurrencyError), store.write() as tx:
+        tx.append(before, replace(after, seq=after.seq + 1), gap, [], now_ms=ms(T0))
+    assert driver.load("r1").state.seq == 2
+
+
+def test_starting_the_same_run_twice_is_refused(store, driver: Driver):
+    """A second first-append for an existing run id raises ConcurrencyError and keeps one history."""
+    driver.start("r1")
+    with pytest.raises(ConcurrencyError):
+        driver.start("r1")
+    with store.read() as tx:
+        assert len(tx.events("r1")) == 2
+
+
+def test_events_are_unique_per_run_and_seq(backend, url, driver: Driver):
+    """The database itself refuses a second event with the same (run, seq)."""
+    driver.start("r1")
+    with pytest.raises(backend.error):
+        backend.execute(
+            url,
+            "INSERT INTO events (run_id, seq, type, at, v, data, hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ["r1", 1, "RunStarted", iso(T0), 1, "{}", "x"],
+        )
+
+
+def test_events_table_is_append_only(backend, url, driver: Driver):
+    """UPDATE and DELETE on events are refused by the database, not just avoided by the code."""
+    driver.start("r1")
+    before = event_rows(backend, url, "r1")
+    with pytest.raises(backend.error, match="append-only"):
+        backend.execute(url, "UPDATE events SET data = '{}' WHERE run_id = ? AND seq = 1", ["r1"])
+    with pytest.raises(backend.error, match="append-only"):
+        backend.execute(url, "DELETE FROM events WHERE run_id = ?", ["r1"])
+    assert event_rows(backend, url, "r1") == before
+
+
+# --- the outbox ----------------------------------------------------------------------------------
+
+
+def test_activity_scheduled_writes_its_task_row_in_the_same_transaction(store, driver: Driver):
+    """ActivityScheduled and its ready task row are committed together (the outbox)."""
+    events = driver.start("r1")
+    scheduled = events[-1].data
+    with store.read() as tx:
+        t = tx.task(task_of("r1"))
+    assert t is not None
+    assert (t.run_id, t.tenant, t.step, t.attempt, t.kind) == ("r1", "t1", "work", 1, "action")
+    assert (t.activity, t.queue, t.status, t.fencing, t.lease_owner) == (
+        "demo.work",
+        "default",
+        "ready",
+        None,
+        None,
+    )
+    assert t.idempotency_key == scheduled["idempotency_key"]
+    assert (t.definition, t.version, t.timeout_ms, t.delivery) == ("flow", 1, 30_000, "idempotent")
+
+
+def test_rollback_leaves_neither_events_nor_tasks(store, driver: Driver):
+    """An exception inside the write transaction rolls back the run, its events and its task row."""
+    with pytest.raises(RuntimeError, match="boom"), store.write() as tx:
+        tx.append(None, *_start_parts(), now_ms=ms(T0))
+        assert tx.task(task_of("r1")) is not None  # visible inside the transaction...
+        raise RuntimeError("boom")
+    with store.read() as tx:  # ...and gone after the rollback
+        assert tx.load_run("r1") is None
+        assert tx.events("r1") == []
+        assert tx.task(task_of("r1")) is None
+        assert tx.run_ids(None) == []
+        assert tx.task_counts() == {}
+
+
+def _start_parts():
+    events = decide(None, StartRun("r1", "t1", 1, {}), T0, parse_definition(ACTIVITY_DOC))
+    return fold(events), events, effects_of(events)
+
+
+def test_rollback_of_a_later_command_keeps_the_task_ready(store, backend, url, driver: Driver):
+    """A rolled-back claim leaves the run at its old seq and the task ready for someone else."""
+    driver.start("r1")
+    before, after, events = driver.plan("r1", ClaimTask(task_of("r1"), "w1", iso(T0)))
+    with pytest.raises(RuntimeError), store.write() as tx:
+        tx.append(before, after, events, effects_of(events), now_ms=ms(T0))
+        raise RuntimeError("crash before commit")
+    assert driver.load("r1").state.seq == 2
+    assert task_row(backend, url, task_of("r1"))[:3] == ("ready", None, None)
+
+
+# --- tasks and leases ----------------------------------------------------------------------------
+
+
+def test_ready_tasks_filters_by_activity_and_availability(store, driver: Driver):
+    """ready_tasks returns only ready tasks of the asked activity types that are available by now."""
+    driver.start("r1")
+    with store.read() as tx:
+        assert [t.task_id for t in tx.ready_tasks(["demo.work"], ms(T0), 10)] == [task_of("r1")]
+        assert tx.ready_tasks(["other.thing"], ms(T0), 10) == []
+        assert tx.ready_tasks(["demo.work"], ms(T0) - 1, 10) == []
+        assert tx.ready_tasks(["demo.work"], ms(T0), 0) == []
+
+
+def test_ready_tasks_respects_the_limit_in_availability_order(store, driver: Driver):
+    """ready_tasks hands out at most `limit` tasks, oldest first."""
+    for i in range(3):
+        driver.start(f"r{i}", now=T0 + timedelta(seconds=3 - i))
+    with store.read() as tx:
+        got = [t.run_id for t in tx.ready_tasks(["demo.work"], ms(T0 + timedelta(minutes=1)), 2)]
+    assert got == ["r2", "r1"]
+
+
+def test_claim_leases_the_task_to_one_worker(store, driver: Driver):
+    """Appending ActivityStarted leases the task: fencing, owner and deadline set; no longer ready."""
+    driver.start("r1")
+    fencing = driver.claim("r1", worker="w1", timeout_s=30)
+    with store.read() as tx:
+        t = tx.task(task_of("r1"))
+        assert tx.ready_tasks(["demo.work"], ms(T0), 10) == []
+    assert t is not None
+    assert (t.status, t.fencing, t.lease_owner) == ("leased", fencing, "w1")
+    assert t.deadline == ms(T0 + timedelta(seconds=30))
+    assert t.lease_expires_at == t.deadline
+
+
+def test_set_lease_is_capped_at_the_deadline(store, driver: Driver):
+    """set_lease shortens the lease to the given time but never sets it past the attempt's deadline."""
+    driver.start("r1")
+    driver.claim("r1", timeout_s=30)
+    with store.write() as tx:
+        tx.set_lease(task_of("r1"), ms(T0 + timedelta(seconds=5)))
+        assert tx.task(task_of("r1")).lease_expires_at == ms(T0 + timedelta(seconds=5))
+        tx.set_lease(task_of("r1"), ms(T0 + timedelta(hours=1)))
+        assert tx.task(task_of("r1")).lease_expires_at == ms(T0 + timedelta(seconds=30))
+
+
+def test_heartbeat_needs_the_current_fencing_token(store, driver: Driver):
+    """A heartbeat with a stale fencing token is refused and leaves the lease alone."""
+    driver.start("r1")
+    fencing = driver.claim("r1")
+    task = task_of("r1")
+    with store.write() as tx:
+        tx.set_lease(task, ms(T0 + timedelta(seconds=5)))
+    with store.write() as tx:
+        assert tx.heartbeat(task, fencing + 1, ms(T0 + timedelta(seconds=20))) is False
+        assert tx.task(task).lease_expires_at == ms(T0 + timedelta(seconds=5))
+        assert tx.heartbeat(task, fencing, ms(T0 + timedelta(seconds=20))) is True
+        assert tx.task(task).lease_expires_at == ms(T0 + timedelta(seconds=20))
+
+
+def test_heartbeat_never_extends_past_the_deadline(store, driver: Driver):
+    """A heartbeat asking for more time than the attempt has gets exactly the deadline."""
+    driver.start("r1")
+    fencing = driver.claim("r1", timeout_s=30)
+    with store.write() as tx:
+        assert tx.heartbeat(task_of("r1"), fencing, ms(T0 + timedelta(days=1))) is True
+        assert tx.task(task_of("r1")).lease_expires_at == ms(T0 + timedelta(seconds=30))
+
+
+def test_heartbeat_on_a_closed_task_is_refused(store, driver: Driver):
+    """Once the result is recorded (task done), the old lease cannot be renewed."""
+    driver.start("r1")
+    fencing = driver.claim("r1")
+    driver.command("r1", ReportSuccess(task_of("r1"), 1, fencing, {"ok": True}))
+    with store.write() as tx:
+        assert tx.task(task_of("r1")).status == "done"
+        assert tx.heartbeat(task_of("r1"), fencing, ms(T0 + timedelta(seconds=5))) is False
+
+
+def test_close_task_is_conditional(store, driver: Driver):
+    """Closing an already closed task changes nothing (done stays done)."""
+    driver.start("r1")
+    with store.write() as tx:
+        tx.close_task(task_of("r1"), "done")
+        tx.close_task(task_of("r1"), "cancelled")
+        assert tx.task(task_of("r1")).status == "done"
+        assert tx.task_counts() == {"done": 1}
+
+
+def test_expired_leases_lists_leases_past_their_expiry(store, driver: Driver):
+    """expired_leases returns a leased task once lease_expires_at <= now, with its fencing and worker."""
+    driver.start("r1")
+    fencing = driver.claim("r1", worker="w9", timeout_s=30)
+    with store.write() as tx:
+        tx.set_lease(task_of("r1"), ms(T0 + timedelta(seconds=5)))
+    with store.read() as tx:
+        assert tx.expired_leases(ms(T0 + timedelta(milliseconds=4999)), 10) == []
+        got = tx.expired_leases(ms(T0 + timedelta(seconds=5)), 10)
+        assert tx.next_wakeup_ms() == ms(T0 + timedelta(seconds=5))
+    assert got == [ExpiredLease(task_of("r1"), "r1", 1, fencing, "w9", ms(T0 + timedelta(seconds=30)))]
+    with store.write() as tx:
+        tx.close_task(task_of("r1"), "done")
+        assert tx.expired_leases(ms(T0 + timedelta(days=1)), 10) == []
+        assert tx.next_wakeup_ms() is None
+
+
+# --- timers --------------------------------------------------------------------------------------
+
+
+def test_due_timers_are_found_by_fire_time(store, driver: Driver):
+    """A scheduled timer is due from its fire_at on, and is the next wakeup."""
+    events = driver.start("r1", doc=WAIT_DOC)
+    gen = events[-1].data["generation"]
+    with store.read() as tx:
+        assert tx.due_timers(ms(T0 + timedelta(milliseconds=9999)), 10) == []
+        assert tx.due_timers(ms(T0 + timedelta(seconds=10)), 10) == [DueTimer("r1", "wait:nap", gen)]
+        assert tx.next_wakeup_ms() == ms(T0 + timedelta(seconds=10))
+
+
+def test_close_timer_is_conditional(store, backend, url, driver: Driver):
+    """Closing a timer takes it off the due list; closing it again (any status) changes nothing."""
+    gen = driver.start("r1", doc=WAIT_DOC)[-1].data["generation"]
+    later = ms(T0 + timedelta(minutes=1))
+    with store.write() as tx:
+        tx.close_timer("r1", "wait:nap", gen, "fired")
+        assert tx.due_timers(later, 10) == []
+    with store.write() as tx:
+        tx.close_timer("r1", "wait:nap", gen, "cancelled")
+        tx.close_timer("r1", "wait:nap", gen, "fired")
+        assert tx.next_wakeup_ms() is None
+    rows = backend.fetch(url, "SELECT generation, status FROM timers WHERE run_id = ?", ["r1"])
+    assert rows == [(gen, "fired")]
+
+
+def test_firing_a_timer_closes_its_row_in_the_same_transaction(store, backend, url, driver: Driver):
+    """Appending TimerFired marks the timer row fired, so it is never due again."""
+    gen = driver.start("r1", doc=WAIT_DOC)[-1].data["generation"]
+    at = T0 + timedelta(seconds=10)
+    driver.command("r1", FireTimer("wait:nap", gen), doc=WAIT_DOC, now=at)
+    assert driver.load("r1").state.status == "completed"
+    with store.read() as tx:
+        assert tx.due_timers(ms(at + timedelta(days=1)), 10) == []
+    assert backend.fetch(url, "SELECT status FROM timers WHERE run_id = ?", ["r1"]) == [("fired",)]
+
+
+# --- definitions and start keys ------------------------------------------------------------------
+
+
+def test_definition_rows_are_unique_per_tenant_name_and_digest(store):
+    """The same digest cannot get a second version, a version cannot be reused, other tenants are separate."""
+    doc = {"name": "flow", "steps": []}
+    with store.write() as tx:
+        tx.insert_definition("t1", DefinitionRow("flow", 1, "sha256:a", doc), iso(T0))
+    with pytest.raises(ConcurrencyError), store.write() as tx:
+        tx.insert_definition("t1", DefinitionRow("flow", 2, "sha256:a", doc), iso(T0))
+    with pytest.raises(ConcurrencyError), store.write() as tx:
+        tx.insert_definition("t1", DefinitionRow("flow", 1, "sha256:b", doc), iso(T0))
+    with store.write() as tx:
+        tx.insert_definition("t1", DefinitionRow("flow", 2, "sha256:b", {**doc, "x": 1}), iso(T0))
+        tx.insert_definition("t2", DefinitionRow("flow", 1, "sha256:a", doc), iso(T0))
+    with store.read() as tx:
+        assert tx.definition("t1", "flow", None) == DefinitionRow("flow", 2, "sha256:b", {**doc, "x": 1})
+        assert tx.definition("t1", "flow", 1) == DefinitionRow("flow", 1, "sha256:a", doc)
+        assert tx.definition("t1", "flow", 3) is None
+        assert tx.definition_by_digest("t1", "flow", "sha256:b").version == 2
+        assert tx.definition_by_digest("t3", "flow", "sha256:a") is None
+        assert [(d["name"], d["version"]) for d in tx.definitions("t1")] == [("flow", 1), ("flow", 2)]
+        assert [(d["name"], d["version"]) for d in tx.definitions("t2")] == [("flow", 1)]
+
+
+def test_start_key_is_unique_per_tenant(store, driver: Driver):
+    """run_by_key finds a run by (tenant, key); a second run with the key in that tenant is refused."""
+    driver.start("r1", tenant="t1", key="order-42", request_digest="sha256:req")
+    with pytest.raises(ConcurrencyError):
+        driver.start("r2", tenant="t1", key="order-42")
+    driver.start("r3", tenant="t2", key="order-42")
+    with store.read() as tx:
+        assert tx.run_by_key("t1", "order-42") == ("r1", "sha256:req")
+        assert tx.run_by_key("t2", "order-42") == ("r3", None)
+        assert tx.run_by_key("t1", "other") is None
+        assert tx.load_run("r2") is None
+        assert tx.events("r2") == []
+
+
+def test_runs_are_listed_per_tenant_with_filters_and_paging(store, driver: Driver):
+    """runs() lists only the tenant's runs, filtered by status/definition, paged by run id."""
+    driver.start("a1", tenant="t1")
+    driver.start("a2", tenant="t1", doc=WAIT_DOC)
+    driver.start("a3", tenant="t1")
+    driver.start("b1", tenant="t2")
+    with store.read() as tx:
+
+        def ids(tenant="t1", status=None, definition=None, after="", limit=100):
+            found = tx.runs(tenant, status=status, definition=definition, after=after, limit=limit)
+            return [s.run_id for s in found]
+
+        assert ids() == ["a1", "a2", "a3"]
+        assert ids(tenant="t2") == ["b1"]
+        assert ids(status="waiting") == ["a2"]
+        assert ids(definition="flow") == ["a1", "a3"]
+        assert ids(after="a1", limit=1) == ["a2"]
+        assert tx.run_ids("t1") == ["a1", "a2", "a3"]
+        assert tx.run_ids(None) == ["a1", "a2", "a3", "b1"]
+
+
+# --- schema and migrations -----------------------------------------------------------------------
+
+
+def test_fresh_database_is_migrated_on_open(backend, url, store):
+    """Opening a new database applies every migration and records each with its checksum."""
+    assert backend.schema_objects(url) == backend.expected_schema()
+    rows = backend.fetch(url, "SELECT version, name, checksum FROM schema_migrations ORDER BY version")
+    shipped = migrations(f"lockstep.store.{backend.name}")
+    assert rows == [(m.version, m.name, m.checksum) for m in shipped]
+    assert store.upgrade() == []
+
+
+def test_reopening_keeps_data_and_does_not_migrate_again(backend, url, store, driver: Driver):
+    """A second open of a current database applies nothing and sees the committed runs."""
+    driver.start("r1")
+    again = open_store(url)
+    try:
+        with again.read() as tx:
+            assert tx.load_run("r1") is not None
+        assert again.upgrade() == []
+    finally:
+        again.close()
+    assert len(backend.fetch(url, "SELECT version FROM schema_migrations")) == len(
+        migrations(f"lockstep.store.{backend.name}")
+    )
+
+
+def _reopen_refused(url: str) -> SchemaError:
+    with pytest.raises(SchemaError) as info:
+        open_store(url).close()
+    return info.value
+
+
+def test_older_schema_is_refused_with_the_upgrade_command(backend, url, store):
+    """A database whose recorded schema is behind this build is refused, naming `lockstep db upgrade`."""
+    store.close()
+    backend.execute(url, "UPDATE schema_migrations SET version = 0 WHERE version = 1")
+    err = _reopen_refused(url)
+    assert "lockstep db upgrade" in str(err)
+    assert "version 0" in str(err)
+
+
+def test_newer_schema_is_refused(backend, url, store):
+    """A database migrated by a newer lockstep is refused (the fix is a newer lockstep, not db upgrade)."""
+    store.close()
+    backend.execute(
+        url, "INSERT INTO schema_migrations VALUES (?, ?, ?, ?)", [9999, "future", "0" * 64, iso(T0)]
+    )
+    err = _reopen_refused(url)
+    assert "9999" in str(err)
+    assert "newer" in str(err)
+    assert "upgrade lockstep" in str(err)
+
+
+def test_changed_migration_checksum_is_refused(backend, url, store):
+    """A database whose applied migration has a different checksum than the shipped file is refused."""
+    store.close()
+    backend.execute(url, "UPDATE schema_migrations SET checksum = ? WHERE version = 1", ["f" * 64])
+    err = _reopen_refused(url)
+    assert "0001_initial" in str(err)
+    assert "changed" in str(err)
+
+
+def test_concurrent_open_from_threads_applies_each_migration_once(backend, url):
+    """Eight threads opening the same fresh database at once migrate it exactly once, without errors."""
+    n = 8
+    barrier = threading.Barrier(n)
+    opened, errors = [], []
+    lock = threading.Lock()
+
+    def open_it() -> None:
+        barrier.wait()
+        try:
+            s = open_store(url)
+            with lock:
+                opened.append(s)
+            s.upgrade()
+        except Exception as exc:  # collected and asserted below
+            with lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for s in opened:
+        s.close()
+    assert errors == []
+    assert len(opened) == n
+    rows = backend.fetch(url, "SELECT version FROM schema_migrations")
+    assert sorted(r[0] for r in rows) == [m.version for m in migrations(f"lockstep.store.{backend.name}")]
+    assert backend.schema_objects(url) == backend.expected_schema()
+
+
+UPGRADE_SCRIPT = """
+import sys
+from lockstep.store import open_store
+s = open_store(sys.argv[1])
+try:
+    print(",".join(s.upgrade()))
+finally:
+    s.close()
+"""
+
+
+def test_concurrent_upgrade_from_processes_applies_each_migration_once(backend, url):
+    """Four processes opening and upgrading the same fresh database at once all succeed, migrating once."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", UPGRADE_SCRIPT, url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    results = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in results]
+    # open_store already migrates a fresh file, so each explicit upgrade() finds nothing left to do
+    assert [out.strip() for out, _ in results] == ["", "", "", ""]
+    rows = backend.fetch(url, "SELECT version FROM schema_migrations")
+    assert sorted(r[0] for r in rows) == [m.version for m in migrations(f"lockstep.store.{backend.name}")]
+    assert backend.schema_objects(url) == backend.expected_schema()
