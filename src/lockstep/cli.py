@@ -454,3 +454,188 @@ def main() -> None:
         if debug:
             raise
         _fail(f"internal error: {type(exc).__name__}: {exc} (set LOCKSTEP_DEBUG=1 for a traceback)", 70)
+
+
+# --- tenants, users, serve (the service surface) ---------------------------------------------------
+
+
+def _principals(c: Ctx) -> Any:
+    from .principals import Principals  # noqa: PLC0415
+
+    return Principals(c.engine.service)
+
+
+def _csv(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+@cli.group()
+def tenants() -> None:
+    """Tenants and their limits."""
+
+
+@tenants.command("create")
+@click.argument("name")
+@pass_ctx
+def tenants_create(c: Ctx, name: str) -> None:
+    """Create tenant NAME."""
+    _json(_principals(c).create_tenant(name))
+
+
+@tenants.command("set")
+@click.argument("name")
+@click.option("--max-active-runs", type=click.IntRange(1), help="Non-terminal runs allowed at once.")
+@click.option(
+    "--starts-per-second", type=click.FloatRange(min=0.001), help="Sustained run starts per second."
+)
+@click.option("--max-steps", type=click.IntRange(1, 1000), help="Steps allowed per definition.")
+@pass_ctx
+def tenants_set(
+    c: Ctx, name: str, max_active_runs: int | None, starts_per_second: float | None, max_steps: int | None
+) -> None:
+    """Change tenant NAME's limits (only the options given)."""
+    changes = {
+        k: v
+        for k, v in {
+            "max_active_runs": max_active_runs,
+            "starts_per_second": starts_per_second,
+            "max_steps": max_steps,
+        }.items()
+        if v is not None
+    }
+    if not changes:
+        raise InvalidInput("give at least one of --max-active-runs, --starts-per-second, --max-steps")
+    _json(_principals(c).set_tenant(name, **changes))
+
+
+@tenants.command("list")
+@pass_ctx
+def tenants_list(c: Ctx) -> None:
+    """List tenants and their settings."""
+    _json(_principals(c).tenants())
+
+
+@cli.group()
+def users() -> None:
+    """Users (people and services) of a tenant, their roles, groups and keys."""
+
+
+tenant_opt = click.option("--tenant", "tenant", help="Tenant (default: the global --tenant).")
+
+
+@users.command("create")
+@click.argument("name")
+@tenant_opt
+@click.option("--roles", required=True, help="Comma-separated: admin, operator, approver, viewer, worker.")
+@click.option("--groups", default="", help="Comma-separated group names, e.g. finance,managers.")
+@pass_ctx
+def users_create(c: Ctx, name: str, tenant: str | None, roles: str, groups: str) -> None:
+    """Create a user; prints its API key ONCE (only a hash is stored)."""
+    _json(_principals(c).create_user(tenant or c.tenant, name, _csv(roles), _csv(groups)))
+
+
+@users.command("disable")
+@click.argument("name")
+@tenant_opt
+@pass_ctx
+def users_disable(c: Ctx, name: str, tenant: str | None) -> None:
+    """Disable a user: their key, sessions and links stop working at once."""
+    _json(_principals(c).disable_user(tenant or c.tenant, name))
+
+
+@users.command("enable")
+@click.argument("name")
+@tenant_opt
+@pass_ctx
+def users_enable(c: Ctx, name: str, tenant: str | None) -> None:
+    """Enable a disabled user again."""
+    _json(_principals(c).enable_user(tenant or c.tenant, name))
+
+
+@users.command("set-password")
+@click.argument("name")
+@tenant_opt
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@pass_ctx
+def users_set_password(c: Ctx, name: str, tenant: str | None, password_stdin: bool) -> None:
+    """Set the password used to log in to the web UI."""
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    _json(_principals(c).set_password(tenant or c.tenant, name, password))
+
+
+@users.command("rotate-key")
+@click.argument("name")
+@tenant_opt
+@pass_ctx
+def users_rotate_key(c: Ctx, name: str, tenant: str | None) -> None:
+    """Replace a user's API key; prints the new key once, the old one stops working."""
+    _json(_principals(c).rotate_key(tenant or c.tenant, name))
+
+
+@users.command("set")
+@click.argument("name")
+@tenant_opt
+@click.option("--roles", help="Replace the roles (comma-separated).")
+@click.option("--groups", help="Replace the groups (comma-separated; empty string for none).")
+@pass_ctx
+def users_set(c: Ctx, name: str, tenant: str | None, roles: str | None, groups: str | None) -> None:
+    """Change a user's roles or groups."""
+    _json(
+        _principals(c).set_membership(
+            tenant or c.tenant,
+            name,
+            roles=_csv(roles) if roles is not None else None,
+            groups=_csv(groups) if groups is not None else None,
+        )
+    )
+
+
+@users.command("list")
+@tenant_opt
+@pass_ctx
+def users_list(c: Ctx, tenant: str | None) -> None:
+    """List a tenant's users (never their keys)."""
+    _json(_principals(c).users(tenant or c.tenant))
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("--activities", "modules", multiple=True, help="Also run an in-process worker for MODULE.")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True)
+@click.option("--example", is_flag=True, help="Publish the example processes and start a few example runs.")
+@click.option(
+    "--metrics-token", envvar="LOCKSTEP_METRICS_TOKEN", help="Require this bearer token on /metrics."
+)
+@click.option("--secure-cookies", is_flag=True, help="Mark UI cookies Secure (when served over HTTPS).")
+@click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
+@pass_ctx
+def serve(
+    c: Ctx,
+    host: str,
+    port: int,
+    modules: tuple[str, ...],
+    concurrency: int,
+    example: bool,
+    metrics_token: str | None,
+    secure_cookies: bool,
+    log_format: str,
+) -> None:
+    """Serve the HTTP API (/v1), the web UI (/ui) and /metrics; also do the scheduler's duties."""
+    from .serve import run_server  # noqa: PLC0415 - web stack loads only for `serve`
+
+    run_server(
+        c.engine,
+        host=host,
+        port=port,
+        modules=modules,
+        concurrency=concurrency,
+        example=example,
+        metrics_token=metrics_token,
+        secure_cookies=secure_cookies,
+        log_format=log_format,
+        console=err,
+    )

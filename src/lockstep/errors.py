@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-__all__ = ["Conflict", "InvalidInput", "LockstepError", "NotFound", "Refused", "Unavailable"]
+__all__ = [
+    "Conflict",
+    "Forbidden",
+    "InvalidInput",
+    "LockstepError",
+    "NotFound",
+    "RateLimited",
+    "Refused",
+    "Unauthenticated",
+    "Unavailable",
+]
 
 
 class LockstepError(Exception):
@@ -42,3 +52,24 @@ class Refused(LockstepError):
 class Unavailable(LockstepError):
     code = "unavailable"
     exit_code = 6
+
+
+class Unauthenticated(LockstepError):
+    code = "unauthenticated"
+    exit_code = 7
+
+
+class Forbidden(LockstepError):
+    code = "forbidden"
+    exit_code = 7
+
+
+class RateLimited(LockstepError):
+    """Over a tenant limit; `retry_after` seconds says when trying again can succeed."""
+
+    code = "rate_limited"
+    exit_code = 8
+
+    def __init__(self, message: str, *, retry_after: float, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after

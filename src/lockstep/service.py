@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,8 +34,8 @@ from .core.events import Event, chain_hash
 from .core.explain import explain
 from .core.state import RunState, evolve, fold
 from .core.timeutil import iso
-from .errors import Conflict, InvalidInput, NotFound, Refused, Unavailable
-from .store import ConcurrencyError, DefinitionRow, LoadedRun, Store, StoreUnavailable, Tx
+from .errors import Conflict, InvalidInput, NotFound, RateLimited, Refused, Unavailable
+from .store import ConcurrencyError, DefinitionRow, LoadedRun, Store, StoreUnavailable, TaskRow, Tx
 
 __all__ = ["Service", "TaskLease", "new_run_id", "utcnow"]
 
@@ -83,17 +84,36 @@ class Service:
         self.clock = clock
         self.limits = limits or Limits()
         self._defs: dict[tuple[str, str, int], Definition] = {}
+        # Called with (state after, events) for every committed command (metrics, logs).
+        self.listeners: list[Callable[[RunState, list[Event]], None]] = []
+        self._local = threading.local()
 
     # --- plumbing ------------------------------------------------------------------------------
-    def _write(self) -> AbstractContextManager[Tx]:
+    @contextmanager
+    def write(self) -> Iterator[Tx]:
+        """A write transaction; listeners see the events only after the commit succeeded."""
+        committed: list[tuple[RunState, list[Event]]] = []
+        previous = getattr(self._local, "buffer", None)
+        self._local.buffer = committed
         try:
-            return self.store.write()
+            with self.store.write() as tx:
+                yield tx
         except StoreUnavailable as exc:
             raise Unavailable(str(exc)) from None
+        finally:
+            self._local.buffer = previous
+        for state, events in committed:
+            for listener in self.listeners:
+                try:
+                    listener(state, events)
+                except Exception:  # an observer must never break a committed transition
+                    log.exception("event listener failed")
 
-    def _read(self) -> AbstractContextManager[Tx]:
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
         try:
-            return self.store.read()
+            with self.store.read() as tx:
+                yield tx
         except StoreUnavailable as exc:
             raise Unavailable(str(exc)) from None
 
@@ -128,6 +148,9 @@ class Service:
         if after is None:  # pragma: no cover - events always create or keep a state
             raise RuntimeError("decide produced events but no state")
         tx.append(loaded, after, events, effects_of(events), now_ms=_ms(now), request_digest=request_digest)
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is not None:
+            buffer.append((after, events))
         return after, events
 
     def _command(
@@ -137,7 +160,7 @@ class Service:
         for _ in range(5):
             now = self.clock()
             try:
-                with self._write() as tx:
+                with self.write() as tx:
                     loaded = tx.load_run(run_id)
                     if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
                         raise NotFound(f"run {run_id} not found" + (f" in tenant {tenant}" if tenant else ""))
@@ -157,13 +180,18 @@ class Service:
 
     # --- definitions ---------------------------------------------------------------------------
     def publish(self, tenant: str, document: Any) -> dict[str, Any]:
+        limits = self.limits
+        with self.read() as tx:
+            row = tx.tenant(tenant)
+        if row is not None and "max_steps" in row.settings:
+            limits = replace(limits, max_steps=int(row.settings["max_steps"]))
         try:
-            d = parse_definition(document, self.limits)
+            d = parse_definition(document, limits)
         except DefinitionError as exc:
             raise InvalidInput(str(exc)) from None
         for _ in range(3):
             try:
-                with self._write() as tx:
+                with self.write() as tx:
                     same = tx.definition_by_digest(tenant, d.name, d.digest)
                     if same is not None:
                         return {"name": d.name, "version": same.version, "digest": d.digest, "created": False}
@@ -177,8 +205,15 @@ class Service:
                 continue
         raise Conflict(f"definition {d.name} is being published concurrently; try again")
 
+    def definition_document(self, tenant: str, name: str, version: int) -> dict[str, Any]:
+        with self.read() as tx:
+            row = tx.definition(tenant, name, version)
+        if row is None:
+            raise NotFound(f"no definition {name} version {version} in tenant {tenant}")
+        return {"name": row.name, "version": row.version, "digest": row.digest, "document": row.document}
+
     def definitions(self, tenant: str) -> list[dict[str, Any]]:
-        with self._read() as tx:
+        with self.read() as tx:
             return tx.definitions(tenant)
 
     # --- runs ----------------------------------------------------------------------------------
@@ -198,7 +233,7 @@ class Service:
         for _ in range(5):
             now = self.clock()
             try:
-                with self._write() as tx:
+                with self.write() as tx:
                     if key is not None:
                         found = tx.run_by_key(tenant, key)
                         if found is not None:
@@ -221,6 +256,7 @@ class Service:
                             f"publish it first with `lockstep publish FILE`"
                         )
                     d = self.definition_for(tx, tenant, name, row.version)
+                    self._admit(tx, tenant, now)
                     run_id = new_run_id(now)
                     cmd = StartRun(run_id, tenant, row.version, payload, key, actor)
                     self._apply(tx, None, cmd, now, d, request_digest=request)
@@ -231,6 +267,36 @@ class Service:
                 raise InvalidInput(r.reason, code=r.code) from None
         raise Conflict("could not start the run because of concurrent writers; try again")
 
+    def _admit(self, tx: Tx, tenant: str, now: datetime) -> None:
+        """Tenant limits at the edge, inside the start transaction: refused starts write nothing."""
+        row = tx.tenant(tenant)
+        if row is None:
+            return
+        cap = row.settings.get("max_active_runs")
+        if cap is not None:
+            active = tx.active_runs(tenant)
+            if active >= cap:
+                raise RateLimited(
+                    f"tenant {tenant} has {active} active runs, its limit (max_active_runs={cap}); "
+                    f"start again when some have finished",
+                    retry_after=5.0,
+                    code="too_many_active_runs",
+                )
+        rate = row.settings.get("starts_per_second")
+        if rate is not None:
+            capacity = max(1.0, 2.0 * rate)
+            now_ms = _ms(now)
+            tokens = capacity if row.bucket_tokens is None else row.bucket_tokens
+            if row.bucket_at_ms is not None:
+                tokens = min(capacity, tokens + max(0, now_ms - row.bucket_at_ms) / 1000 * rate)
+            if tokens < 1.0:
+                raise RateLimited(
+                    f"tenant {tenant} is starting runs faster than its limit (starts_per_second={rate})",
+                    retry_after=(1.0 - tokens) / rate,
+                    code="start_rate_exceeded",
+                )
+            tx.update_tenant_bucket(tenant, tokens - 1.0, now_ms)
+
     def cancel(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
         if not reason or not reason.strip():
             raise InvalidInput("a reason is required to cancel a run (--reason TEXT)")
@@ -238,7 +304,7 @@ class Service:
         return {"run_id": run_id, "status": state.status, "accepted": bool(events)}
 
     def state(self, tenant: str | None, run_id: str) -> RunState:
-        with self._read() as tx:
+        with self.read() as tx:
             loaded = tx.load_run(run_id)
         if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
             raise NotFound(f"run {run_id} not found" + (f" in tenant {tenant}" if tenant else ""))
@@ -288,13 +354,13 @@ class Service:
         key = (s.tenant, s.definition["name"], s.definition["version"])
         d = self._defs.get(key)
         if d is None:
-            with self._read() as tx:
+            with self.read() as tx:
                 d = self.definition_for(tx, *key)
         return d.index.get(step_id, len(d.index))
 
     def events(self, tenant: str | None, run_id: str) -> list[dict[str, Any]]:
         self.state(tenant, run_id)
-        with self._read() as tx:
+        with self.read() as tx:
             rows = tx.events(run_id)
         out = []
         for e, _h in rows:
@@ -315,22 +381,53 @@ class Service:
         definition: str | None = None,
         after: str = "",
         limit: int = 100,
+        before: str | None = None,
+        wait_kind: str | None = None,
     ) -> list[dict[str, Any]]:
-        with self._read() as tx:
-            states = tx.runs(tenant, status=status, definition=definition, after=after, limit=limit)
-        return [self.describe(s) for s in states]
+        """Runs of a tenant: ascending after `after`, or newest first below `before` ("" = from the top).
+
+        `wait_kind` filters on why a run waits (queued, running, timer, retry, attention, ...)."""
+        out: list[dict[str, Any]] = []
+        cursor_after, cursor_before = after, before
+        while len(out) < limit:
+            with self.read() as tx:
+                page = tx.runs(
+                    tenant,
+                    status=status,
+                    definition=definition,
+                    after=cursor_after,
+                    limit=limit,
+                    before=cursor_before,
+                )
+            for s in page:
+                shown = self.describe(s)
+                if wait_kind is None or shown["wait_kind"] == wait_kind:
+                    out.append(shown)
+            if len(page) < limit or wait_kind is None:
+                break
+            if cursor_before is not None:
+                cursor_before = page[-1].run_id
+            else:
+                cursor_after = page[-1].run_id
+        return out[:limit]
 
     # --- workers -------------------------------------------------------------------------------
     def claim(
-        self, worker: str, activities: Sequence[str], *, limit: int, lease_ttl: timedelta
+        self,
+        worker: str,
+        activities: Sequence[str],
+        *,
+        limit: int,
+        lease_ttl: timedelta,
+        tenant: str | None = None,
     ) -> list[TaskLease]:
         """Lease up to `limit` ready tasks in one transaction; each lease appends ActivityStarted."""
         if not activities or limit <= 0:
             return []
         now = self.clock()
         out: list[TaskLease] = []
-        with self._write() as tx:
-            for t in tx.ready_tasks(activities, _ms(now), limit):
+        with self.write() as tx:
+            for t in tx.ready_tasks(activities, _ms(now), limit, tenant):
                 loaded = tx.load_run(t.run_id)
                 if loaded is None:
                     tx.close_task(t.task_id, "stale")
@@ -367,18 +464,24 @@ class Service:
 
     def heartbeat(self, task_id: str, fencing: int, lease_ttl: timedelta) -> bool:
         """Extend a lease (never past the attempt's deadline); False if the lease is no longer ours."""
-        with self._write() as tx:
+        with self.write() as tx:
             return tx.heartbeat(task_id, fencing, _ms(self.clock() + lease_ttl))
 
-    def _report(self, task_id: str, command: ReportSuccess | ReportFailure) -> str:
-        with self._read() as tx:
+    def task(self, task_id: str, tenant: str | None = None) -> TaskRow:
+        with self.read() as tx:
             t = tx.task(task_id)
-        if t is None:
+        if t is None or (tenant is not None and t.tenant != tenant):
             raise NotFound(f"task {task_id} not found")
+        return t
+
+    def _report(self, task_id: str, command: ReportSuccess | ReportFailure, tenant: str | None = None) -> str:
+        t = self.task(task_id, tenant)
         _state, events = self._command(t.run_id, command)
         return "ignored" if events and events[0].type == "ResultIgnored" else "accepted"
 
-    def complete(self, task_id: str, attempt: int, fencing: int, output: Any) -> str:
+    def complete(
+        self, task_id: str, attempt: int, fencing: int, output: Any, *, tenant: str | None = None
+    ) -> str:
         """Report success: "accepted", or "ignored" when the result is stale (recorded as evidence)."""
         try:
             canonical_json(output)
@@ -390,8 +493,9 @@ class Service:
                 "InvalidOutput",
                 f"activity output is not JSON: {exc}",
                 retryable=False,
+                tenant=tenant,
             )
-        return self._report(task_id, ReportSuccess(task_id, attempt, fencing, output))
+        return self._report(task_id, ReportSuccess(task_id, attempt, fencing, output), tenant)
 
     def fail(
         self,
@@ -403,16 +507,19 @@ class Service:
         *,
         retryable: bool = True,
         unexpected: bool = False,
+        tenant: str | None = None,
     ) -> str:
         return self._report(
-            task_id, ReportFailure(task_id, attempt, fencing, code, message[:2000], retryable, unexpected)
+            task_id,
+            ReportFailure(task_id, attempt, fencing, code, message[:2000], retryable, unexpected),
+            tenant,
         )
 
     # --- scheduler duties ----------------------------------------------------------------------
     def fire_due_timers(self, limit: int = 200) -> int:
         now = self.clock()
         fired = 0
-        with self._write() as tx:
+        with self.write() as tx:
             for t in tx.due_timers(_ms(now), limit):
                 loaded = tx.load_run(t.run_id)
                 if loaded is None:
@@ -431,7 +538,7 @@ class Service:
     def expire_leases(self, limit: int = 200) -> int:
         now = self.clock()
         expired = 0
-        with self._write() as tx:
+        with self.write() as tx:
             for lease in tx.expired_leases(_ms(now), limit):
                 loaded = tx.load_run(lease.run_id)
                 if loaded is None:
@@ -453,18 +560,18 @@ class Service:
         return expired
 
     def next_wakeup(self) -> datetime | None:
-        with self._read() as tx:
+        with self.read() as tx:
             ms = tx.next_wakeup_ms()
         return datetime.fromtimestamp(ms / 1000, UTC) if ms is not None else None
 
     # --- verification --------------------------------------------------------------------------
     def verify(self, run_id: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
         """Replay every run's events, compare with its snapshot, check seq and the hash chain."""
-        with self._read() as tx:
+        with self.read() as tx:
             ids = [run_id] if run_id else tx.run_ids(tenant)
         report = []
         for rid in ids:
-            with self._read() as tx:
+            with self.read() as tx:
                 loaded = tx.load_run(rid)
                 rows = tx.events(rid)
             if loaded is None or (tenant is not None and loaded.state.tenant != tenant):

@@ -459,6 +459,7 @@ def _after_failure(
         step=a.step,
         task_id=a.task_id,
         attempt=a.attempt,
+        activity=a.activity,
         error=error,
         will_retry=will_retry,
         outcome_unknown=unknown,
@@ -505,7 +506,7 @@ def _fire(tx: _Tx, c: FireTimer) -> None:
     t = tx.s.timers.get(c.key)
     if tx.s.terminal or t is None or t.generation != c.generation:
         raise Rejected("stale_timer", f"timer {c.key} generation {c.generation} is no longer armed")
-    tx.emit("TimerFired", key=t.key, generation=t.generation, kind=t.kind, step=t.step)
+    tx.emit("TimerFired", key=t.key, generation=t.generation, kind=t.kind, step=t.step, fire_at=t.fire_at)
     if t.kind == "wait":
         _advance_after(tx, t.step)
         return

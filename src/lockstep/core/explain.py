@@ -8,7 +8,7 @@ from typing import Any
 from .state import RunState
 from .timeutil import format_duration, parse_iso
 
-__all__ = ["explain"]
+__all__ = ["WAIT_KINDS", "explain", "wait_kind"]
 
 
 def _ago(at: str, now: datetime) -> str:
@@ -24,8 +24,32 @@ def _in(at: str, now: datetime) -> str:
     )
 
 
+WAIT_KINDS = ("queued", "running", "timer", "retry", "attention", "cancelling", "compensating", "transition")
+
+
+def wait_kind(s: RunState) -> str | None:
+    """A short category of what the run waits for (filterable); None for a finished run."""
+    if s.terminal:
+        return None
+    if s.attention is not None:
+        return "attention"
+    if s.compensating is not None:
+        return "compensating"
+    if s.cancel is not None:
+        return "cancelling"
+    if s.active is not None:
+        return "queued" if s.active.fencing is None else "running"
+    if s.timers:
+        return "timer" if any(t.kind == "wait" for t in s.timers.values()) else "retry"
+    return "transition"
+
+
 def explain(s: RunState, now: datetime) -> dict[str, Any]:
-    """{"wait_reason", "waiting_since", "waiting_until", "next_action"}; all None for a finished run."""
+    """wait_kind, wait_reason, waiting_since, waiting_until and next_action; all None when finished."""
+    return {"wait_kind": wait_kind(s), **_explain(s, now)}
+
+
+def _explain(s: RunState, now: datetime) -> dict[str, Any]:
     none: dict[str, Any] = {
         "wait_reason": None,
         "waiting_since": None,

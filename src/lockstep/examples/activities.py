@@ -94,3 +94,14 @@ def refund(input: dict[str, Any], ctx: ActivityContext) -> dict[str, Any]:
 async def ship(input: dict[str, Any], ctx: ActivityContext) -> dict[str, Any]:
     ref, _ = _effect("ship", ctx, f"TRK-{input['order_id']}", input["order_id"])
     return {"tracking": ref}
+
+
+@activity("compliance.check")
+def compliance_check(input: dict[str, Any], ctx: ActivityContext) -> dict[str, Any]:
+    return {"vendor": input["vendor"], "sanctioned": False}
+
+
+@activity("erp.activate-vendor")
+def activate_vendor(input: dict[str, Any], ctx: ActivityContext) -> dict[str, Any]:
+    ref, _ = _effect("activate", ctx, f"vendor-{input['vendor']}")
+    return {"erp_id": ref}

@@ -10,7 +10,9 @@ from .port import (
     Store,
     StoreUnavailable,
     TaskRow,
+    TenantRow,
     Tx,
+    UserRow,
     open_store,
     upgrade_store,
 )
@@ -25,7 +27,9 @@ __all__ = [
     "Store",
     "StoreUnavailable",
     "TaskRow",
+    "TenantRow",
     "Tx",
+    "UserRow",
     "open_store",
     "upgrade_store",
 ]

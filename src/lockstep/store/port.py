@@ -25,7 +25,9 @@ __all__ = [
     "Store",
     "StoreUnavailable",
     "TaskRow",
+    "TenantRow",
     "Tx",
+    "UserRow",
     "open_store",
     "upgrade_store",
 ]
@@ -97,6 +99,27 @@ class ExpiredLease:
     deadline: int
 
 
+@dataclass(frozen=True)
+class TenantRow:
+    name: str
+    settings: dict[str, Any]
+    bucket_tokens: float | None
+    bucket_at_ms: int | None
+    created_at: str
+
+
+@dataclass(frozen=True)
+class UserRow:
+    tenant: str
+    name: str
+    roles: tuple[str, ...]
+    groups: tuple[str, ...]
+    key_hash: str | None
+    password_hash: str | None
+    disabled: bool
+    created_at: str
+
+
 class Tx(Protocol):
     """Operations inside one transaction."""
 
@@ -118,12 +141,21 @@ class Tx(Protocol):
         request_digest: str | None = None,
     ) -> None: ...
     def runs(
-        self, tenant: str, *, status: str | None, definition: str | None, after: str, limit: int
+        self,
+        tenant: str,
+        *,
+        status: str | None,
+        definition: str | None,
+        after: str,
+        limit: int,
+        before: str | None = None,
     ) -> list[RunState]: ...
     def run_ids(self, tenant: str | None) -> list[str]: ...
     def events(self, run_id: str) -> list[tuple[Event, str]]: ...
 
-    def ready_tasks(self, activities: Sequence[str], now_ms: int, limit: int) -> list[TaskRow]: ...
+    def ready_tasks(
+        self, activities: Sequence[str], now_ms: int, limit: int, tenant: str | None = None
+    ) -> list[TaskRow]: ...
     def task(self, task_id: str) -> TaskRow | None: ...
     def set_lease(self, task_id: str, lease_expires_at: int) -> None: ...
     def heartbeat(self, task_id: str, fencing: int, lease_until_ms: int) -> bool: ...
@@ -133,6 +165,35 @@ class Tx(Protocol):
     def close_timer(self, run_id: str, key: str, generation: int, status: str) -> None: ...
     def next_wakeup_ms(self) -> int | None: ...
     def task_counts(self) -> dict[str, int]: ...
+
+    def tenant(self, name: str) -> TenantRow | None: ...
+    def tenants(self) -> list[TenantRow]: ...
+    def insert_tenant(self, name: str, settings: dict[str, Any], created_at: str) -> None: ...
+    def update_tenant_settings(self, name: str, settings: dict[str, Any]) -> None: ...
+    def update_tenant_bucket(self, name: str, tokens: float, at_ms: int) -> None: ...
+    def user(self, tenant: str, name: str) -> UserRow | None: ...
+    def user_by_key(self, key_hash: str) -> UserRow | None: ...
+    def users(self, tenant: str) -> list[UserRow]: ...
+    def insert_user(self, u: UserRow) -> None: ...
+    def update_user(self, u: UserRow) -> None: ...
+    def insert_session(
+        self, id_hash: str, tenant: str, user: str, csrf: str, created_ms: int, expires_ms: int
+    ) -> None: ...
+    def session(self, id_hash: str) -> tuple[str, str, str, int] | None: ...
+    def delete_session(self, id_hash: str, now_ms: int) -> None: ...
+    def audit(
+        self,
+        at: str,
+        tenant: str | None,
+        actor: str | None,
+        action: str,
+        target: str | None,
+        outcome: str,
+        detail: dict[str, Any],
+    ) -> None: ...
+    def audit_log(self, tenant: str, limit: int) -> list[dict[str, Any]]: ...
+    def active_runs(self, tenant: str) -> int: ...
+    def stats(self, now_ms: int) -> dict[str, Any]: ...
 
 
 class Store(Protocol):

@@ -30,6 +30,8 @@ from ..port import (
     SchemaError,
     StoreUnavailable,
     TaskRow,
+    TenantRow,
+    UserRow,
 )
 from ..sql import load_queries
 
@@ -205,12 +207,21 @@ class SqliteTx:
                 self.close_timer(run.run_id, fx.key, fx.generation, fx.status)
 
     def runs(
-        self, tenant: str, *, status: str | None, definition: str | None, after: str, limit: int
+        self,
+        tenant: str,
+        *,
+        status: str | None,
+        definition: str | None,
+        after: str,
+        limit: int,
+        before: str | None = None,
     ) -> list[RunState]:
-        rows = self.c.execute(
-            Q["runs_list"],
-            {"tenant": tenant, "status": status, "definition": definition, "after": after, "limit": limit},
-        ).fetchall()
+        """Ascending after `after`, or (with `before`) descending, newest first, below `before`."""
+        params = {"tenant": tenant, "status": status, "definition": definition, "limit": limit}
+        if before is not None:
+            rows = self.c.execute(Q["runs_list_desc"], {**params, "before": before or "~"}).fetchall()
+        else:
+            rows = self.c.execute(Q["runs_list"], {**params, "after": after}).fetchall()
         return [RunState.from_json(json.loads(r[0])) for r in rows]
 
     def run_ids(self, tenant: str | None) -> list[str]:
@@ -244,13 +255,15 @@ class SqliteTx:
             r[18],
         )
 
-    def ready_tasks(self, activities: Sequence[str], now_ms: int, limit: int) -> list[TaskRow]:
+    def ready_tasks(
+        self, activities: Sequence[str], now_ms: int, limit: int, tenant: str | None = None
+    ) -> list[TaskRow]:
         marks = ",".join("?" * len(activities))
         sql = (
             f"SELECT task_id FROM tasks WHERE status = 'ready' AND activity IN ({marks}) "
-            f"AND available_at <= ? ORDER BY available_at LIMIT ?"
+            f"AND available_at <= ? AND (? IS NULL OR tenant = ?) ORDER BY available_at LIMIT ?"
         )
-        ids = [r[0] for r in self.c.execute(sql, [*activities, now_ms, limit])]
+        ids = [r[0] for r in self.c.execute(sql, [*activities, now_ms, tenant, tenant, limit])]
         return [t for t in (self.task(i) for i in ids) if t is not None]
 
     def task(self, task_id: str) -> TaskRow | None:
@@ -293,6 +306,149 @@ class SqliteTx:
 
     def task_counts(self) -> dict[str, int]:
         return {r[0]: r[1] for r in self.c.execute(Q["task_counts"])}
+
+    # --- tenants, users, sessions, audit ------------------------------------------------------
+    def tenant(self, name: str) -> TenantRow | None:
+        r = self._one("tenant_get", name=name)
+        return TenantRow(r[0], json.loads(r[1]), r[2], r[3], r[4]) if r else None
+
+    def tenants(self) -> list[TenantRow]:
+        return [
+            TenantRow(r[0], json.loads(r[1]), r[2], r[3], r[4]) for r in self.c.execute(Q["tenants_list"])
+        ]
+
+    def insert_tenant(self, name: str, settings: dict[str, Any], created_at: str) -> None:
+        try:
+            self.c.execute(
+                Q["tenant_insert"],
+                {"name": name, "settings": canonical_json(settings), "created_at": created_at},
+            )
+        except sqlite3.IntegrityError:
+            raise ConcurrencyError(f"tenant {name} already exists") from None
+
+    def update_tenant_settings(self, name: str, settings: dict[str, Any]) -> None:
+        self.c.execute(Q["tenant_update_settings"], {"name": name, "settings": canonical_json(settings)})
+
+    def update_tenant_bucket(self, name: str, tokens: float, at_ms: int) -> None:
+        self.c.execute(Q["tenant_update_bucket"], {"name": name, "tokens": tokens, "at_ms": at_ms})
+
+    def _user(self, r: Any) -> UserRow:
+        return UserRow(
+            r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])), r[4], r[5], bool(r[6]), r[7]
+        )
+
+    def user(self, tenant: str, name: str) -> UserRow | None:
+        r = self._one("user_get", tenant=tenant, name=name)
+        return self._user(r) if r else None
+
+    def user_by_key(self, key_hash: str) -> UserRow | None:
+        r = self._one("user_by_key", key_hash=key_hash)
+        return self._user(r) if r else None
+
+    def users(self, tenant: str) -> list[UserRow]:
+        return [self._user(r) for r in self.c.execute(Q["users_list"], {"tenant": tenant})]
+
+    def insert_user(self, u: UserRow) -> None:
+        try:
+            self.c.execute(
+                Q["user_insert"],
+                {
+                    "tenant": u.tenant,
+                    "name": u.name,
+                    "roles": json.dumps(list(u.roles)),
+                    "groups": json.dumps(list(u.groups)),
+                    "key_hash": u.key_hash,
+                    "created_at": u.created_at,
+                },
+            )
+        except sqlite3.IntegrityError:
+            raise ConcurrencyError(f"user {u.name} already exists in tenant {u.tenant}") from None
+
+    def update_user(self, u: UserRow) -> None:
+        self.c.execute(
+            Q["user_update"],
+            {
+                "tenant": u.tenant,
+                "name": u.name,
+                "roles": json.dumps(list(u.roles)),
+                "groups": json.dumps(list(u.groups)),
+                "key_hash": u.key_hash,
+                "password_hash": u.password_hash,
+                "disabled": int(u.disabled),
+            },
+        )
+
+    def insert_session(
+        self, id_hash: str, tenant: str, user: str, csrf: str, created_ms: int, expires_ms: int
+    ) -> None:
+        self.c.execute(
+            Q["session_insert"],
+            {
+                "id_hash": id_hash,
+                "tenant": tenant,
+                "user": user,
+                "csrf": csrf,
+                "created_at": created_ms,
+                "expires_at": expires_ms,
+            },
+        )
+
+    def session(self, id_hash: str) -> tuple[str, str, str, int] | None:
+        r = self._one("session_get", id_hash=id_hash)
+        return (r[0], r[1], r[2], r[3]) if r else None
+
+    def delete_session(self, id_hash: str, now_ms: int) -> None:
+        self.c.execute(Q["session_delete"], {"id_hash": id_hash, "now": now_ms})
+
+    def audit(
+        self,
+        at: str,
+        tenant: str | None,
+        actor: str | None,
+        action: str,
+        target: str | None,
+        outcome: str,
+        detail: dict[str, Any],
+    ) -> None:
+        self.c.execute(
+            Q["audit_insert"],
+            {
+                "at": at,
+                "tenant": tenant,
+                "actor": actor,
+                "action": action,
+                "target": target,
+                "outcome": outcome,
+                "detail": canonical_json(detail),
+            },
+        )
+
+    def audit_log(self, tenant: str, limit: int) -> list[dict[str, Any]]:
+        rows = self.c.execute(Q["audit_list"], {"tenant": tenant, "limit": limit}).fetchall()
+        return [
+            {
+                "id": r[0],
+                "at": r[1],
+                "tenant": r[2],
+                "actor": r[3],
+                "action": r[4],
+                "target": r[5],
+                "outcome": r[6],
+                "detail": json.loads(r[7]),
+            }
+            for r in rows
+        ]
+
+    def active_runs(self, tenant: str) -> int:
+        return int(self._one("active_runs_count", tenant=tenant)[0])
+
+    def stats(self, now_ms: int) -> dict[str, Any]:
+        """Aggregates for metrics: runs by status, ready-queue depth/age, overdue timers (by tenant)."""
+        return {
+            "runs": [tuple(r) for r in self.c.execute(Q["runs_by_status"])],
+            "queues": [tuple(r) for r in self.c.execute(Q["queue_stats"])],
+            "timers": [tuple(r) for r in self.c.execute(Q["timer_lag"], {"now": now_ms})],
+        }
 
 
 class SqliteStore:

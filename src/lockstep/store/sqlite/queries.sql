@@ -43,6 +43,12 @@ WHERE tenant = :tenant AND (:status IS NULL OR status = :status)
   AND (:definition IS NULL OR definition = :definition) AND run_id > :after
 ORDER BY run_id LIMIT :limit;
 
+-- name: runs_list_desc
+SELECT snapshot FROM runs
+WHERE tenant = :tenant AND (:status IS NULL OR status = :status)
+  AND (:definition IS NULL OR definition = :definition) AND run_id < :before
+ORDER BY run_id DESC LIMIT :limit;
+
 -- name: runs_all_ids
 SELECT run_id FROM runs WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY run_id;
 
@@ -100,3 +106,69 @@ SELECT MIN(lease_expires_at) FROM tasks WHERE status = 'leased';
 
 -- name: task_counts
 SELECT status, COUNT(*) FROM tasks GROUP BY status;
+
+-- name: tenant_get
+SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants WHERE name = :name;
+
+-- name: tenant_insert
+INSERT INTO tenants (name, settings, created_at) VALUES (:name, :settings, :created_at);
+
+-- name: tenant_update_settings
+UPDATE tenants SET settings = :settings WHERE name = :name;
+
+-- name: tenant_update_bucket
+UPDATE tenants SET bucket_tokens = :tokens, bucket_at_ms = :at_ms WHERE name = :name;
+
+-- name: tenants_list
+SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants ORDER BY name;
+
+-- name: user_get
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at
+FROM users WHERE tenant = :tenant AND name = :name;
+
+-- name: user_by_key
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at
+FROM users WHERE key_hash = :key_hash;
+
+-- name: user_insert
+INSERT INTO users (tenant, name, roles, groups, key_hash, password_hash, disabled, created_at)
+VALUES (:tenant, :name, :roles, :groups, :key_hash, NULL, 0, :created_at);
+
+-- name: user_update
+UPDATE users SET roles = :roles, groups = :groups, key_hash = :key_hash, password_hash = :password_hash,
+                 disabled = :disabled
+WHERE tenant = :tenant AND name = :name;
+
+-- name: users_list
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at
+FROM users WHERE tenant = :tenant ORDER BY name;
+
+-- name: session_insert
+INSERT INTO sessions (id_hash, tenant, user, csrf, created_at, expires_at)
+VALUES (:id_hash, :tenant, :user, :csrf, :created_at, :expires_at);
+
+-- name: session_get
+SELECT tenant, user, csrf, expires_at FROM sessions WHERE id_hash = :id_hash;
+
+-- name: session_delete
+DELETE FROM sessions WHERE id_hash = :id_hash OR expires_at < :now;
+
+-- name: audit_insert
+INSERT INTO audit (at, tenant, actor, action, target, outcome, detail)
+VALUES (:at, :tenant, :actor, :action, :target, :outcome, :detail);
+
+-- name: audit_list
+SELECT id, at, tenant, actor, action, target, outcome, detail FROM audit
+WHERE tenant = :tenant ORDER BY id DESC LIMIT :limit;
+
+-- name: active_runs_count
+SELECT COUNT(*) FROM runs WHERE tenant = :tenant AND status NOT IN ('completed', 'failed', 'cancelled');
+
+-- name: runs_by_status
+SELECT tenant, status, COUNT(*) FROM runs GROUP BY tenant, status;
+
+-- name: queue_stats
+SELECT tenant, activity, COUNT(*), MIN(available_at) FROM tasks WHERE status = 'ready' GROUP BY tenant, activity;
+
+-- name: timer_lag
+SELECT tenant, MIN(fire_at), COUNT(*) FROM timers WHERE status = 'scheduled' AND fire_at <= :now GROUP BY tenant;

@@ -1,0 +1,50 @@
+"""Request-scoped dependencies: the service, and the authenticated principal with a permission check."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ..errors import Unauthenticated
+from ..principals import Principal, Principals
+from ..service import Service
+
+__all__ = ["get_principals", "get_service", "need"]
+
+_bearer = HTTPBearer(auto_error=False, description="An API key from `lockstep users create`")
+
+
+def get_service(request: Request) -> Service:
+    svc: Service = request.app.state.service
+    return svc
+
+
+def get_principals(request: Request) -> Principals:
+    p: Principals = request.app.state.principals
+    return p
+
+
+def _principal(
+    request: Request,
+    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    if creds is None or creds.scheme.lower() != "bearer":
+        raise Unauthenticated("missing credentials: send `Authorization: Bearer <API key>`")
+    p = get_principals(request).authenticate_key(creds.credentials)
+    if p is None:
+        raise Unauthenticated("invalid or disabled API key")
+    request.state.principal = p
+    return p
+
+
+def need(permission: str) -> Callable[..., Principal]:
+    """A dependency: the caller, who must hold `permission` in their own tenant."""
+
+    def dep(p: Annotated[Principal, Depends(_principal)]) -> Principal:
+        p.require(permission)
+        return p
+
+    return dep

@@ -1,0 +1,130 @@
+"""RFC 9457 problem documents: every error is JSON with a stable `type`, never a traceback."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    LockstepError,
+    NotFound,
+    RateLimited,
+    Refused,
+    Unauthenticated,
+    Unavailable,
+)
+
+__all__ = ["PROBLEM_RESPONSES", "Problem", "install", "problem"]
+
+log = logging.getLogger("lockstep.api")
+MEDIA = "application/problem+json"
+TITLES = {
+    400: "Bad request",
+    401: "Unauthenticated",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    410: "Gone",
+    413: "Too large",
+    415: "Unsupported media type",
+    422: "Invalid request",
+    429: "Too many requests",
+    500: "Internal error",
+    503: "Unavailable",
+}
+
+
+class Problem(BaseModel):
+    """An error (RFC 9457). `type` is stable: branch on it, not on `detail`."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    code: str
+
+
+def _r(status: int, description: str) -> dict[str, Any]:
+    return {"model": Problem, "description": description, "content": {MEDIA: {}}}
+
+
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: _r(401, "Missing, invalid or disabled API key"),
+    403: _r(403, "The caller's role does not allow this"),
+    422: _r(422, "The request is malformed or fails validation"),
+    503: _r(503, "The database is unavailable; retry after Retry-After seconds"),
+}
+
+
+def problem(
+    status: int, code: str, detail: str, instance: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    body = {
+        "type": f"/problems/{code.replace('_', '-')}",
+        "title": TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+        "instance": instance,
+        "code": code,
+    }
+    return JSONResponse(body, status_code=status, media_type=MEDIA, headers=headers)
+
+
+def _status(exc: LockstepError) -> tuple[int, dict[str, str]]:
+    if isinstance(exc, Unauthenticated):
+        return 401, {"WWW-Authenticate": 'Bearer realm="lockstep"'}
+    if isinstance(exc, Forbidden):
+        return 403, {}
+    if isinstance(exc, NotFound):
+        return 404, {}
+    if isinstance(exc, RateLimited):
+        return 429, {"Retry-After": str(max(1, round(exc.retry_after + 0.5)))}
+    if isinstance(exc, Unavailable):
+        return 503, {"Retry-After": "1"}
+    if isinstance(exc, InvalidInput) or exc.code == "key_reused":
+        return 422, {}
+    if isinstance(exc, Conflict | Refused):
+        return 409, {}
+    return 400, {}
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(LockstepError)
+    async def _lockstep(request: Request, exc: LockstepError) -> JSONResponse:
+        status, headers = _status(exc)
+        return problem(status, exc.code, str(exc), request.url.path, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = []
+        for e in exc.errors()[:5]:
+            where = ".".join(str(x) for x in e.get("loc", ()))
+            parts.append(f"{where}: {e.get('msg')}")
+        return problem(422, "invalid_request", "; ".join(parts) or "invalid request", request.url.path)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return problem(
+            exc.status_code,
+            code,
+            str(exc.detail),
+            request.url.path,
+            dict(exc.headers) if exc.headers else None,
+        )
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem(500, "internal", "an internal error occurred; it was logged", request.url.path)

@@ -1,0 +1,182 @@
+"""/v1 definitions and runs. Every query is scoped to the caller's tenant: another tenant's run is 404."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+
+from ..core.explain import WAIT_KINDS
+from ..engine import load_document
+from ..errors import InvalidInput
+from ..principals import Principal
+from ..service import Service
+from .deps import get_service, need
+from .models import (
+    CancelRequest,
+    CancelResult,
+    DefinitionVersion,
+    EventView,
+    PublishResult,
+    RunList,
+    RunView,
+    StartRequest,
+    StartResult,
+)
+from .problems import PROBLEM_RESPONSES, _r
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1", responses=PROBLEM_RESPONSES)
+Svc = Annotated[Service, Depends(get_service)]
+MAX_DEFINITION_BYTES = 1 << 20
+STATUSES = (
+    "running",
+    "waiting",
+    "needs_attention",
+    "cancelling",
+    "compensating",
+    "completed",
+    "failed",
+    "cancelled",
+)
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: _r(404, "No such run in the caller's tenant")}
+
+
+@router.post(
+    "/definitions",
+    response_model=PublishResult,
+    status_code=201,
+    responses={200: {"model": PublishResult, "description": "Identical content: the existing version"}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/yaml": {"schema": {"type": "string"}},
+                "application/json": {"schema": {"type": "object"}},
+            },
+        }
+    },
+    summary="Publish a definition (YAML or JSON body)",
+)
+async def publish(
+    request: Request, response: Response, svc: Svc, p: Annotated[Principal, Depends(need("publish"))]
+) -> dict[str, Any]:
+    body = await request.body()
+    if len(body) > MAX_DEFINITION_BYTES:
+        raise InvalidInput(f"definition is {len(body)} bytes; the limit is {MAX_DEFINITION_BYTES}")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("the definition must be UTF-8 text (YAML or JSON)") from None
+    if not text.strip():
+        raise InvalidInput("empty body: send the definition as YAML or JSON")
+    doc = load_document(text if "\n" in text else text + "\n")
+    out = svc.publish(p.tenant, doc)
+    if not out["created"]:
+        response.status_code = 200
+    return out
+
+
+@router.get("/definitions", response_model=list[DefinitionVersion], summary="List definitions and versions")
+def list_definitions(svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> list[dict[str, Any]]:
+    return svc.definitions(p.tenant)
+
+
+@router.get(
+    "/definitions/{name}/versions/{version}",
+    summary="One definition version's document",
+    responses={404: _r(404, "No such definition version")},
+)
+def get_definition(
+    name: str,
+    version: Annotated[int, Path(ge=1, le=2**31)],
+    svc: Svc,
+    p: Annotated[Principal, Depends(need("read"))],
+) -> dict[str, Any]:
+    return svc.definition_document(p.tenant, name, version)
+
+
+@router.post(
+    "/runs",
+    response_model=StartResult,
+    status_code=201,
+    responses={
+        200: {"model": StartResult, "description": "Same Idempotency-Key: the existing run"},
+        404: _r(404, "No such definition"),
+        429: _r(429, "Over the tenant's run limits"),
+    },
+    summary="Start a run",
+)
+def start_run(
+    body: StartRequest,
+    response: Response,
+    svc: Svc,
+    p: Annotated[Principal, Depends(need("start"))],
+    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+) -> dict[str, Any]:
+    out = svc.start(
+        p.tenant,
+        body.definition,
+        input=body.input,
+        key=idempotency_key or None,
+        version=body.version,
+        actor=p.name,
+    )
+    if not out["created"]:
+        response.status_code = 200
+    return out
+
+
+@router.get("/runs", response_model=RunList, summary="List runs, newest first")
+def list_runs(
+    svc: Svc,
+    p: Annotated[Principal, Depends(need("read"))],
+    status: Annotated[str | None, Query(description=", ".join(STATUSES))] = None,
+    definition: Annotated[str | None, Query(max_length=64)] = None,
+    waiting: Annotated[str | None, Query(description="wait kind: " + ", ".join(WAIT_KINDS))] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+) -> dict[str, Any]:
+    if status is not None and status not in STATUSES:
+        raise InvalidInput(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
+    if waiting is not None and waiting not in WAIT_KINDS:
+        raise InvalidInput(f"unknown wait kind {waiting!r}; one of {', '.join(WAIT_KINDS)}")
+    items = svc.runs(
+        p.tenant, status=status, definition=definition, before=cursor or "", limit=limit, wait_kind=waiting
+    )
+    return {"items": items, "next_cursor": items[-1]["run_id"] if len(items) == limit else None}
+
+
+@router.get(
+    "/runs/{run_id}", response_model=RunView, responses=NOT_FOUND, summary="A run (as `lockstep show`)"
+)
+def get_run(run_id: str, svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> dict[str, Any]:
+    return svc.show(p.tenant, run_id)
+
+
+@router.get(
+    "/runs/{run_id}/events",
+    response_model=list[EventView],
+    responses=NOT_FOUND,
+    summary="The run's event history",
+)
+def get_events(
+    run_id: str,
+    svc: Svc,
+    p: Annotated[Principal, Depends(need("read"))],
+    after_seq: Annotated[int, Query(ge=0, le=2**31)] = 0,
+) -> list[dict[str, Any]]:
+    return [e for e in svc.events(p.tenant, run_id) if e["seq"] > after_seq]
+
+
+@router.post(
+    "/runs/{run_id}/cancel",
+    response_model=CancelResult,
+    responses={**NOT_FOUND, 409: _r(409, "The run already finished")},
+    summary="Cancel a run",
+)
+def cancel_run(
+    run_id: str, body: CancelRequest, svc: Svc, p: Annotated[Principal, Depends(need("cancel"))]
+) -> dict[str, Any]:
+    return svc.cancel(p.tenant, run_id, body.reason, actor=p.name)

@@ -1,0 +1,134 @@
+"""External workers over HTTP: long-poll for leased tasks, heartbeat, complete or fail with the fencing
+token. A stale report gets 409 and is recorded in the run's history as ResultIgnored (audit evidence)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from starlette.concurrency import run_in_threadpool
+
+from ..errors import Conflict
+from ..principals import Principal
+from ..service import Service
+from .deps import get_service, need
+from .models import (
+    CompleteRequest,
+    FailRequest,
+    HeartbeatRequest,
+    HeartbeatResult,
+    PollRequest,
+    PollResult,
+    ReportResult,
+)
+from .problems import PROBLEM_RESPONSES, _r
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/tasks", responses=PROBLEM_RESPONSES, tags=["workers"])
+Svc = Annotated[Service, Depends(get_service)]
+Worker = Annotated[Principal, Depends(need("work"))]
+STALE: dict[int | str, dict[str, Any]] = {
+    404: _r(404, "No such task in the caller's tenant"),
+    409: _r(409, "Stale attempt or fencing token (recorded as ResultIgnored), or lease lost"),
+}
+
+
+@router.post("/poll", response_model=PollResult, summary="Long-poll for tasks of the given activity types")
+async def poll(body: PollRequest, svc: Svc, p: Worker) -> dict[str, Any]:
+    worker = f"{p.name}/{body.worker_id}" if body.worker_id else p.name
+    deadline = time.monotonic() + body.wait_seconds
+    delay = 0.05
+    while True:
+        leases = await run_in_threadpool(
+            svc.claim,
+            worker,
+            body.activities,
+            limit=body.max_tasks,
+            lease_ttl=timedelta(seconds=body.lease_seconds),
+            tenant=p.tenant,
+        )
+        if leases or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.5)
+    return {
+        "tasks": [
+            {
+                "task_id": t.task_id,
+                "run_id": t.run_id,
+                "step": t.step,
+                "attempt": t.attempt,
+                "kind": t.kind,
+                "activity": t.activity,
+                "input": t.input,
+                "idempotency_key": t.idempotency_key,
+                "definition": t.definition,
+                "version": t.version,
+                "delivery": t.delivery,
+                "fencing_token": t.fencing,
+                "deadline": t.deadline.isoformat(),
+            }
+            for t in leases
+        ]
+    }
+
+
+@router.post(
+    "/{task_id:path}/heartbeat",
+    response_model=HeartbeatResult,
+    responses=STALE,
+    summary="Extend the lease of a task you hold",
+)
+def heartbeat(task_id: str, body: HeartbeatRequest, svc: Svc, p: Worker) -> dict[str, Any]:
+    svc.task(task_id, p.tenant)
+    if not svc.heartbeat(task_id, body.fencing_token, timedelta(seconds=body.lease_seconds)):
+        raise Conflict(
+            f"the lease of task {task_id} with fencing token {body.fencing_token} is no longer held; "
+            f"stop working on it",
+            code="lease_lost",
+        )
+    return {"ok": True}
+
+
+@router.post(
+    "/{task_id:path}/complete",
+    response_model=ReportResult,
+    responses=STALE,
+    summary="Report success of an attempt",
+)
+def complete(task_id: str, body: CompleteRequest, svc: Svc, p: Worker) -> dict[str, Any]:
+    verdict = svc.complete(task_id, body.attempt, body.fencing_token, body.output, tenant=p.tenant)
+    return _verdict(task_id, verdict)
+
+
+@router.post(
+    "/{task_id:path}/fail",
+    response_model=ReportResult,
+    responses=STALE,
+    summary="Report failure of an attempt",
+)
+def fail(task_id: str, body: FailRequest, svc: Svc, p: Worker) -> dict[str, Any]:
+    verdict = svc.fail(
+        task_id,
+        body.attempt,
+        body.fencing_token,
+        body.error.code,
+        body.error.message,
+        retryable=body.retryable,
+        tenant=p.tenant,
+    )
+    return _verdict(task_id, verdict)
+
+
+def _verdict(task_id: str, verdict: str) -> dict[str, Any]:
+    if verdict == "ignored":
+        raise Conflict(
+            f"the result for task {task_id} is stale (superseded attempt, stale fencing token or finished "
+            f"run); it was recorded as ResultIgnored and changed nothing",
+            code="stale_result",
+        )
+    return {"outcome": "accepted"}

@@ -1,0 +1,169 @@
+"""Metrics (Prometheus) and structured JSON logs, fed by the service's committed events.
+
+Gauges are read from the database at scrape time, so every process reports the same truth; counters
+count what this process committed (attempts, failures, lease expiries, timers).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .core.events import Event
+from .core.state import RunState
+from .core.timeutil import parse_iso
+from .service import Service
+
+__all__ = ["Metrics", "configure_logging", "log_events"]
+
+
+class _DatabaseCollector(Collector):
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = self.service.clock()
+        now_ms = int(now.timestamp() * 1000)
+        with self.service.read() as tx:
+            stats = tx.stats(now_ms)
+        runs = GaugeMetricFamily("lockstep_runs", "Runs by tenant and status", labels=["tenant", "status"])
+        for tenant, status, n in stats["runs"]:
+            runs.add_metric([tenant, status], n)
+        yield runs
+        depth = GaugeMetricFamily(
+            "lockstep_tasks_ready", "Activity tasks waiting for a worker", labels=["tenant", "activity"]
+        )
+        age = GaugeMetricFamily(
+            "lockstep_tasks_ready_oldest_age_seconds",
+            "Queue delay of the oldest ready task",
+            labels=["tenant", "activity"],
+        )
+        for tenant, activity, n, oldest in stats["queues"]:
+            depth.add_metric([tenant, activity], n)
+            age.add_metric([tenant, activity], max(0.0, (now_ms - oldest) / 1000))
+        yield depth
+        yield age
+        lag = GaugeMetricFamily(
+            "lockstep_timer_lag_seconds", "How late the most overdue unfired timer is", labels=["tenant"]
+        )
+        overdue = GaugeMetricFamily(
+            "lockstep_timers_overdue", "Timers due but not yet fired", labels=["tenant"]
+        )
+        for tenant, oldest, n in stats["timers"]:
+            lag.add_metric([tenant], max(0.0, (now_ms - oldest) / 1000))
+            overdue.add_metric([tenant], n)
+        yield lag
+        yield overdue
+
+
+class Metrics:
+    """A registry per app (tests create many apps; the global registry would collide)."""
+
+    def __init__(self, service: Service) -> None:
+        disable_created_metrics()  # `_created` series double the output and help nobody here
+        self.registry = CollectorRegistry()
+        self.registry.register(_DatabaseCollector(service))
+        labels = ["tenant", "activity"]
+        self.attempts = Counter(
+            "lockstep_activity_attempts", "Activity attempts started", labels, registry=self.registry
+        )
+        self.failures = Counter(
+            "lockstep_activity_failures",
+            "Activity attempts failed or timed out",
+            [*labels, "code"],
+            registry=self.registry,
+        )
+        self.lease_expiries = Counter(
+            "lockstep_lease_expiries",
+            "Leases that expired (worker lost or too slow)",
+            labels,
+            registry=self.registry,
+        )
+        self.ignored = Counter(
+            "lockstep_results_ignored",
+            "Late or duplicate results recorded as evidence",
+            ["tenant"],
+            registry=self.registry,
+        )
+        self.timer_lag = Histogram(
+            "lockstep_timer_fire_lag_seconds",
+            "Delay between fire_at and firing",
+            ["tenant"],
+            registry=self.registry,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+        )
+        self.runs_finished = Counter(
+            "lockstep_runs_finished",
+            "Runs that reached a terminal status",
+            ["tenant", "status"],
+            registry=self.registry,
+        )
+        service.listeners.append(self.observe)
+
+    def observe(self, state: RunState, events: list[Event]) -> None:
+        t = state.tenant
+        for e in events:
+            d = e.data
+            if e.type == "ActivityStarted":
+                self.attempts.labels(t, _activity(state, d)).inc()
+            elif e.type in ("ActivityFailed", "ActivityTimedOut"):
+                self.failures.labels(t, _activity(state, d), d["error"]["code"]).inc()
+                if e.type == "ActivityTimedOut":
+                    self.lease_expiries.labels(t, _activity(state, d)).inc()
+            elif e.type == "ResultIgnored":
+                self.ignored.labels(t).inc()
+            elif e.type == "TimerFired":
+                if "fire_at" in d:
+                    lag = (parse_iso(e.at) - parse_iso(d["fire_at"])).total_seconds()
+                    self.timer_lag.labels(t).observe(max(0.0, lag))
+            elif e.type in ("RunCompleted", "RunFailed", "RunCancelled"):
+                self.runs_finished.labels(t, e.type[3:].lower()).inc()
+
+
+def _activity(state: RunState, data: dict[str, Any]) -> str:
+    if state.active is not None and state.active.task_id == data.get("task_id"):
+        return state.active.activity
+    return str(data.get("activity") or data.get("step") or "?")
+
+
+def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
+    """JSON lines on stderr (one object per line, with run/step/attempt ids where they apply)."""
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer(colors=False),
+    ]
+    structlog.configure(
+        processors=processors,
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
+    )
+
+
+_events_log = structlog.get_logger("lockstep.events")
+
+
+def log_events(state: RunState, events: list[Event]) -> None:
+    """A listener for Service.listeners: one log line per committed event."""
+    for e in events:
+        fields: dict[str, Any] = {
+            "run_id": state.run_id,
+            "tenant": state.tenant,
+            "seq": e.seq,
+            "definition": state.definition["name"],
+            "version": state.definition["version"],
+        }
+        for k in ("step", "attempt", "task_id", "fencing", "worker"):
+            if k in e.data:
+                fields[k] = e.data[k]
+        if e.data.get("error"):
+            fields["error_code"] = e.data["error"].get("code")
+        _events_log.info(e.type, **fields)

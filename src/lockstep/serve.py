@@ -1,0 +1,84 @@
+"""`lockstep serve`: one process with the API, the UI, the scheduler and optionally a worker."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+from datetime import timedelta
+from typing import Any
+
+import uvicorn
+
+from .api import create_app
+from .engine import Engine
+from .errors import InvalidInput
+from .observability import configure_logging, log_events
+from .runtime.activity import REGISTRY
+from .runtime.scheduler import Scheduler
+from .runtime.worker import Worker
+
+__all__ = ["run_server"]
+
+
+def run_server(
+    engine: Engine,
+    *,
+    host: str,
+    port: int,
+    modules: tuple[str, ...],
+    concurrency: int,
+    example: bool,
+    metrics_token: str | None,
+    secure_cookies: bool,
+    log_format: str,
+    console: Any,
+) -> None:
+    configure_logging(json_logs=log_format == "json")
+    service = engine.service
+    service.listeners.append(log_events)
+    sys.path.insert(0, os.getcwd())
+    mods = list(modules)
+    if example:
+        mods.append("lockstep.examples.activities")
+    for m in mods:
+        try:
+            importlib.import_module(m)
+        except ImportError as exc:
+            raise InvalidInput(f"cannot import activity module {m!r}: {exc}") from None
+    if example:
+        from .examples.bootstrap import bootstrap  # noqa: PLC0415
+
+        db_dir = (
+            os.path.dirname(os.path.abspath(service.store.url.removeprefix("sqlite:///")))
+            if service.store.url.startswith("sqlite:///")
+            else os.getcwd()
+        )
+        info = bootstrap(engine, db_dir)
+        console.print(
+            f"example: tenant [bold]default[/bold], user [bold]admin[/bold], password "
+            f"[bold]{info['password']}[/bold]" + (f", API key {info['api_key']}" if "api_key" in info else "")
+        )
+    app = create_app(service, metrics_token=metrics_token, secure_cookies=secure_cookies)
+    stop = threading.Event()
+    scheduler = Scheduler(service, poll_interval=timedelta(milliseconds=200))
+    sched_thread = threading.Thread(
+        target=scheduler.run, args=(stop,), name="lockstep-scheduler", daemon=True
+    )
+    sched_thread.start()
+    worker = None
+    if mods:
+        worker = Worker(service, REGISTRY, concurrency=concurrency, scheduler=False).start()
+    console.print(f"lockstep serving on http://{host}:{port}  (UI: /ui/, API: /v1, OpenAPI: /openapi.json)")
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=10
+    )
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        stop.set()
+        scheduler.wake.set()
+        if worker is not None:
+            worker.stop()
+        sched_thread.join(5)

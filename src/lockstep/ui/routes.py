@@ -1,0 +1,334 @@
+"""UI routes. Pages read through the same service as the API; forms POST with a CSRF token."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from ..core.explain import WAIT_KINDS
+from ..core.narrate import narrate
+from ..core.timeutil import format_duration, parse_iso
+from ..errors import LockstepError, NotFound
+from ..principals import Principal, Principals
+from ..service import Service
+
+__all__ = ["mount"]
+
+HERE = Path(__file__).parent
+SESSION_COOKIE = "lockstep_session"
+LOGIN_CSRF_COOKIE = "lockstep_login_csrf"
+STATUSES = (
+    "running",
+    "waiting",
+    "needs_attention",
+    "cancelling",
+    "compensating",
+    "completed",
+    "failed",
+    "cancelled",
+)
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+class LoginRequired(Exception):
+    pass
+
+
+class CsrfRejected(Exception):
+    pass
+
+
+def _ago(at: str | None) -> str:
+    if not at:
+        return ""
+    return format_duration(datetime.now(UTC) - parse_iso(at)) + " ago"
+
+
+def _until(at: str | None) -> str:
+    if not at:
+        return ""
+    delta = parse_iso(at) - datetime.now(UTC)
+    return (
+        ("in " + format_duration(delta))
+        if delta.total_seconds() >= 0
+        else format_duration(-delta) + " overdue"
+    )
+
+
+templates.env.filters["ago"] = _ago
+templates.env.filters["until"] = _until
+templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, sort_keys=True)
+templates.env.globals["narrate"] = narrate
+
+
+def _svc(request: Request) -> Service:
+    s: Service = request.app.state.service
+    return s
+
+
+def _principals(request: Request) -> Principals:
+    p: Principals = request.app.state.principals
+    return p
+
+
+def _session(request: Request) -> tuple[Principal, str]:
+    cookie = request.cookies.get(SESSION_COOKIE)
+    found = _principals(request).session(cookie) if cookie else None
+    if found is None:
+        raise LoginRequired
+    return found
+
+
+Session = Annotated[tuple[Principal, str], Depends(_session)]
+
+
+def _check_csrf(expected: str, got: str) -> None:
+    if not got or not hmac.compare_digest(expected.encode(), got.encode()):
+        raise CsrfRejected("the form's CSRF token is missing or wrong: reload the page and try again")
+
+
+def _page(request: Request, name: str, ctx: dict[str, Any], status: int = 200) -> HTMLResponse:
+    resp = templates.TemplateResponse(request, name, ctx, status_code=status)
+    _harden(resp)
+    return resp
+
+
+def _harden(resp: Response) -> None:
+    resp.headers["Content-Security-Policy"] = (
+        "default-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    )
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    resp.headers["Referrer-Policy"] = "same-origin"
+    resp.headers["Cache-Control"] = "no-store"
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, error: str = "", next: str = "/ui/") -> HTMLResponse:
+    token = secrets.token_urlsafe(24)
+    resp = _page(request, "login.html", {"csrf": token, "error": error, "next": _safe_next(next), "me": None})
+    resp.set_cookie(
+        LOGIN_CSRF_COOKIE,
+        token,
+        httponly=True,
+        samesite="strict",
+        path="/ui",
+        secure=request.app.state.secure_cookies,
+        max_age=3600,
+    )
+    return resp
+
+
+def _safe_next(target: str) -> str:
+    """Only local UI paths: never redirect to another site after login."""
+    return target if target.startswith("/ui/") and not target.startswith("//") else "/ui/"
+
+
+@router.post("/login")
+def login(
+    request: Request,
+    csrf: Annotated[str, Form()] = "",
+    tenant: Annotated[str, Form()] = "",
+    user: Annotated[str, Form()] = "",
+    password: Annotated[str, Form()] = "",
+    api_key: Annotated[str, Form()] = "",
+    next: Annotated[str, Form()] = "/ui/",
+) -> Response:
+    expected = request.cookies.get(LOGIN_CSRF_COOKIE, "")
+    if not expected or not hmac.compare_digest(expected.encode(), csrf.encode()):
+        return RedirectResponse(
+            "/ui/login?" + urlencode({"error": "Your login form expired; please try again."}), status_code=303
+        )
+    principals = _principals(request)
+    p = None
+    if api_key.strip():
+        p = principals.authenticate_key(api_key.strip())
+    elif tenant and user and password:
+        p = principals.authenticate_password(tenant.strip(), user.strip(), password)
+    if p is None:
+        principals.audit(tenant or None, user or None, "ui.login", None, "refused")
+        return RedirectResponse(
+            "/ui/login?" + urlencode({"error": "Wrong tenant, user, password or key."}), status_code=303
+        )
+    principals.audit(p.tenant, p.name, "ui.login", None, "ok")
+    cookie, _csrf = principals.open_session(p)
+    resp = RedirectResponse(_safe_next(next), status_code=303)
+    resp.set_cookie(
+        SESSION_COOKIE,
+        cookie,
+        httponly=True,
+        samesite="lax",
+        path="/",
+        secure=request.app.state.secure_cookies,
+        max_age=12 * 3600,
+    )
+    resp.delete_cookie(LOGIN_CSRF_COOKIE, path="/ui")
+    return resp
+
+
+@router.post("/logout")
+def logout(request: Request, session: Session, csrf: Annotated[str, Form()] = "") -> Response:
+    _check_csrf(session[1], csrf)
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        _principals(request).close_session(cookie)
+    resp = RedirectResponse("/ui/login", status_code=303)
+    resp.delete_cookie(SESSION_COOKIE, path="/")
+    return resp
+
+
+@router.get("/", response_class=HTMLResponse)
+def runs_page(
+    request: Request,
+    session: Session,
+    status: str = "",
+    definition: str = "",
+    waiting: str = "",
+    cursor: str = "",
+) -> HTMLResponse:
+    me, csrf = session
+    if not me.can("read"):
+        return _page(
+            request,
+            "message.html",
+            {
+                "me": me,
+                "csrf": csrf,
+                "title": "Nothing to show",
+                "message": "Your roles do not include reading runs.",
+            },
+            403,
+        )
+    limit = 50
+    runs = _svc(request).runs(
+        me.tenant,
+        status=status or None,
+        definition=definition or None,
+        before=cursor,
+        limit=limit,
+        wait_kind=waiting or None,
+    )
+    counts: dict[str, int] = {}
+    with _svc(request).read() as tx:
+        for tenant, st, n in tx.stats(0)["runs"]:
+            if tenant == me.tenant:
+                counts[st] = n
+    return _page(
+        request,
+        "runs.html",
+        {
+            "me": me,
+            "csrf": csrf,
+            "runs": runs,
+            "statuses": STATUSES,
+            "wait_kinds": WAIT_KINDS,
+            "counts": counts,
+            "f": {"status": status, "definition": definition, "waiting": waiting},
+            "definitions": sorted({d["name"] for d in _svc(request).definitions(me.tenant)}),
+            "next_cursor": runs[-1]["run_id"] if len(runs) == limit else None,
+        },
+    )
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, run_id: str, session: Session, flash: str = "") -> HTMLResponse:
+    me, csrf = session
+    if not me.can("read"):
+        return _page(
+            request,
+            "message.html",
+            {
+                "me": me,
+                "csrf": csrf,
+                "title": "Not allowed",
+                "message": "Your roles do not include reading runs.",
+            },
+            403,
+        )
+    svc = _svc(request)
+    try:
+        run = svc.show(me.tenant, run_id)
+    except NotFound:
+        return _page(
+            request,
+            "message.html",
+            {
+                "me": me,
+                "csrf": csrf,
+                "title": "Run not found",
+                "message": f"There is no run {run_id} in tenant {me.tenant}.",
+            },
+            404,
+        )
+    events = svc.events(me.tenant, run_id)
+    return _page(
+        request,
+        "run.html",
+        {
+            "me": me,
+            "csrf": csrf,
+            "run": run,
+            "events": events,
+            "flash": flash,
+            "can_cancel": me.can("cancel"),
+        },
+    )
+
+
+@router.post("/runs/{run_id}/cancel")
+def cancel(
+    request: Request,
+    run_id: str,
+    session: Session,
+    csrf: Annotated[str, Form()] = "",
+    reason: Annotated[str, Form()] = "",
+) -> Response:
+    me, expected = session
+    _check_csrf(expected, csrf)
+    try:
+        me.require("cancel")
+        out = _svc(request).cancel(me.tenant, run_id, reason, actor=me.name)
+        msg = "Cancellation recorded." if out["accepted"] else "The run was already being cancelled."
+    except LockstepError as exc:
+        msg = f"Not cancelled: {exc}"
+    return RedirectResponse(f"/ui/runs/{run_id}?" + urlencode({"flash": msg}), status_code=303)
+
+
+@router.get("/definitions", response_class=HTMLResponse)
+def definitions_page(request: Request, session: Session) -> HTMLResponse:
+    me, csrf = session
+    me.require("read")
+    return _page(
+        request,
+        "definitions.html",
+        {"me": me, "csrf": csrf, "definitions": _svc(request).definitions(me.tenant)},
+    )
+
+
+def mount(app: FastAPI) -> None:
+    app.include_router(router)
+    app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
+
+    @app.exception_handler(LoginRequired)
+    async def _login(request: Request, exc: LoginRequired) -> Response:
+        return RedirectResponse("/ui/login?" + urlencode({"next": request.url.path}), status_code=303)
+
+    @app.exception_handler(CsrfRejected)
+    async def _csrf(request: Request, exc: CsrfRejected) -> Response:
+        return _page(
+            request,
+            "message.html",
+            {"me": None, "csrf": "", "title": "Request refused", "message": str(exc)},
+            403,
+        )
