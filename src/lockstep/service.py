@@ -43,6 +43,15 @@ log = logging.getLogger("lockstep.service")
 GENESIS = "0" * 64
 
 
+# Stored versions were valid when published; limits changed since must not make them unrunnable.
+STORED = Limits(
+    max_steps=10_000,
+    max_wait=timedelta(days=36_500),
+    max_timeout=timedelta(days=36_500),
+    max_attempts=1_000_000,
+)
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -125,7 +134,7 @@ class Service:
             if row is None:
                 raise NotFound(f"definition {name} version {version} not found in tenant {tenant}")
             # Versions are immutable, so a compiled definition can be cached forever.
-            d = parse_definition(row.document, Limits(max_steps=10_000))
+            d = parse_definition(row.document, STORED)
             self._defs[key] = d
         return d
 

@@ -13,6 +13,7 @@ translates them in `fetch`/`execute`.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -31,6 +32,7 @@ from lockstep.core.events import Event
 from lockstep.core.state import evolve
 from lockstep.core.timeutil import iso
 from lockstep.store import LoadedRun, Store, open_store
+from lockstep.store.migrate import Migration, migrations
 
 
 class Backend:
@@ -56,11 +58,45 @@ class Backend:
             conn.execute(sql, tuple(params))
 
     def schema_objects(self, url: str) -> set[tuple[str, str]]:
-        """(kind, name) of every table, index and trigger the migrations created."""
+        """(kind, name) of every table, index and trigger in the database."""
         raise NotImplementedError
 
-    def expected_schema(self) -> set[tuple[str, str]]:
+    def build_at(self, url: str, version: int) -> None:
+        """Create a database with only the migrations up to `version` applied (an older install)."""
         raise NotImplementedError
+
+    def migrations(self) -> list[Migration]:
+        return migrations(f"lockstep.store.{self.name}")
+
+    def declared_schema(self) -> set[tuple[str, str]]:
+        """Every object the shipped migrations create, plus the bookkeeping table."""
+        found = {("table", "schema_migrations")}
+        for m in self.migrations():
+            found |= {(kind.lower(), name) for kind, name in _CREATE.findall(m.sql)}
+        return found
+
+
+_CREATE = re.compile(
+    r"^\s*CREATE\s+(?:UNIQUE\s+)?(TABLE|INDEX|TRIGGER)\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+# The engine's own tables and the guards on them: whatever else later migrations add, these must exist.
+ENGINE_SCHEMA = {
+    ("table", "schema_migrations"),
+    ("table", "definitions"),
+    ("table", "runs"),
+    ("table", "events"),
+    ("table", "tasks"),
+    ("table", "timers"),
+    ("index", "runs_by_tenant_status"),
+    ("index", "runs_by_tenant"),
+    ("index", "tasks_ready"),
+    ("index", "tasks_leased"),
+    ("index", "timers_due"),
+    ("trigger", "events_append_only_update"),
+    ("trigger", "events_append_only_delete"),
+}
 
 
 class SqliteBackend(Backend):
@@ -90,22 +126,20 @@ class SqliteBackend(Backend):
         )
         return {(r[0], r[1]) for r in rows}
 
-    def expected_schema(self) -> set[tuple[str, str]]:
-        return {
-            ("table", "schema_migrations"),
-            ("table", "definitions"),
-            ("table", "runs"),
-            ("table", "events"),
-            ("table", "tasks"),
-            ("table", "timers"),
-            ("index", "runs_by_tenant_status"),
-            ("index", "runs_by_tenant"),
-            ("index", "tasks_ready"),
-            ("index", "tasks_leased"),
-            ("index", "timers_due"),
-            ("trigger", "events_append_only_update"),
-            ("trigger", "events_append_only_delete"),
-        }
+    def build_at(self, url: str, version: int) -> None:
+        with self.raw(url) as conn:
+            conn.execute(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                "checksum TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            for m in self.migrations():
+                if m.version > version:
+                    break
+                conn.executescript(m.sql)
+                conn.execute(
+                    "INSERT INTO schema_migrations VALUES (?, ?, ?, ?)",
+                    (m.version, m.name, m.checksum, "2025-01-01T00:00:00.000Z"),
+                )
 
 
 BACKENDS: dict[str, Backend] = {"sqlite": SqliteBackend()}
@@ -174,9 +208,7 @@ class Driver:
         events = decide(None, StartRun(run_id, tenant, 1, {}, key), now, d)
         after = _fold(None, events)
         with self.store.write() as tx:
-            tx.append(
-                None, after, events, effects_of(events), now_ms=ms(now), request_digest=request_digest
-            )
+            tx.append(None, after, events, effects_of(events), now_ms=ms(now), request_digest=request_digest)
         return events
 
     def load(self, run_id: str) -> LoadedRun:
@@ -204,7 +236,9 @@ class Driver:
     def claim(self, run_id: str, *, worker: str = "w1", now: datetime = T0, timeout_s: int = 30) -> int:
         """Lease the run's scheduled task; return the fencing token."""
         task = f"{run_id}/work/a{self.load(run_id).state.active.attempt}"  # type: ignore[union-attr]
-        events = self.command(run_id, ClaimTask(task, worker, iso(now + timedelta(seconds=timeout_s))), now=now)
+        events = self.command(
+            run_id, ClaimTask(task, worker, iso(now + timedelta(seconds=timeout_s))), now=now
+        )
         return int(events[0].data["fencing"])
 
 

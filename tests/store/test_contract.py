@@ -24,10 +24,10 @@ from lockstep.store import (
     ExpiredLease,
     SchemaError,
     open_store,
+    upgrade_store,
 )
-from lockstep.store.migrate import migrations
 
-from .conftest import ACTIVITY_DOC, T0, WAIT_DOC, Backend, Driver, ms
+from .conftest import ACTIVITY_DOC, ENGINE_SCHEMA, T0, WAIT_DOC, Backend, Driver, ms
 
 GENESIS = "0" * 64
 
@@ -37,7 +37,8 @@ def task_of(run_id: str, attempt: int = 1) -> str:
 
 
 def snapshot_row(backend: Backend, url: str, run_id: str) -> tuple:
-    return backend.fetch(url, "SELECT seq, status, snapshot, last_hash FROM runs WHERE run_id = ?", [run_id])[0]
+    sql = "SELECT seq, status, snapshot, last_hash FROM runs WHERE run_id = ?"
+    return backend.fetch(url, sql, [run_id])[0]
 
 
 def task_row(backend: Backend, url: str, task_id: str) -> tuple:
@@ -178,10 +179,17 @@ def test_activity_scheduled_writes_its_task_row_in_the_same_transaction(store, d
 
 def test_rollback_leaves_neither_events_nor_tasks(store, driver: Driver):
     """An exception inside the write transaction rolls back the run, its events and its task row."""
-    with pytest.raises(RuntimeError, match="boom"), store.write() as tx:
-        tx.append(None, *_start_parts(), now_ms=ms(T0))
-        assert tx.task(task_of("r1")) is not None  # visible inside the transaction...
-        raise RuntimeError("boom")
+    seen_inside = []
+
+    def start_then_crash() -> None:
+        with store.write() as tx:
+            tx.append(None, *_start_parts(), now_ms=ms(T0))
+            seen_inside.append(tx.task(task_of("r1")))
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        start_then_crash()
+    assert seen_inside[0] is not None  # the task row was visible inside the transaction...
     with store.read() as tx:  # ...and gone after the rollback
         assert tx.load_run("r1") is None
         assert tx.events("r1") == []
@@ -199,9 +207,14 @@ def test_rollback_of_a_later_command_keeps_the_task_ready(store, backend, url, d
     """A rolled-back claim leaves the run at its old seq and the task ready for someone else."""
     driver.start("r1")
     before, after, events = driver.plan("r1", ClaimTask(task_of("r1"), "w1", iso(T0)))
-    with pytest.raises(RuntimeError), store.write() as tx:
-        tx.append(before, after, events, effects_of(events), now_ms=ms(T0))
-        raise RuntimeError("crash before commit")
+
+    def claim_then_crash() -> None:
+        with store.write() as tx:
+            tx.append(before, after, events, effects_of(events), now_ms=ms(T0))
+            raise RuntimeError("crash before commit")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        claim_then_crash()
     assert driver.load("r1").state.seq == 2
     assert task_row(backend, url, task_of("r1"))[:3] == ("ready", None, None)
 
@@ -210,13 +223,15 @@ def test_rollback_of_a_later_command_keeps_the_task_ready(store, backend, url, d
 
 
 def test_ready_tasks_filters_by_activity_and_availability(store, driver: Driver):
-    """ready_tasks returns only ready tasks of the asked activity types that are available by now."""
+    """ready_tasks returns only ready tasks of the asked types (and tenant) that are available by now."""
     driver.start("r1")
     with store.read() as tx:
         assert [t.task_id for t in tx.ready_tasks(["demo.work"], ms(T0), 10)] == [task_of("r1")]
         assert tx.ready_tasks(["other.thing"], ms(T0), 10) == []
         assert tx.ready_tasks(["demo.work"], ms(T0) - 1, 10) == []
         assert tx.ready_tasks(["demo.work"], ms(T0), 0) == []
+        assert len(tx.ready_tasks(["demo.work"], ms(T0), 10, "t1")) == 1
+        assert tx.ready_tasks(["demo.work"], ms(T0), 10, "t2") == []
 
 
 def test_ready_tasks_respects_the_limit_in_availability_order(store, driver: Driver):
@@ -415,12 +430,14 @@ def test_runs_are_listed_per_tenant_with_filters_and_paging(store, driver: Drive
 
 
 def test_fresh_database_is_migrated_on_open(backend, url, store):
-    """Opening a new database applies every migration and records each with its checksum."""
-    assert backend.schema_objects(url) == backend.expected_schema()
+    """Opening a new database applies every migration, creating exactly the objects they declare."""
+    objects = backend.schema_objects(url)
+    assert objects == backend.declared_schema()
+    assert objects >= ENGINE_SCHEMA
     rows = backend.fetch(url, "SELECT version, name, checksum FROM schema_migrations ORDER BY version")
-    shipped = migrations(f"lockstep.store.{backend.name}")
-    assert rows == [(m.version, m.name, m.checksum) for m in shipped]
+    assert rows == [(m.version, m.name, m.checksum) for m in backend.migrations()]
     assert store.upgrade() == []
+    assert upgrade_store(url) == []
 
 
 def test_reopening_keeps_data_and_does_not_migrate_again(backend, url, store, driver: Driver):
@@ -433,24 +450,29 @@ def test_reopening_keeps_data_and_does_not_migrate_again(backend, url, store, dr
         assert again.upgrade() == []
     finally:
         again.close()
-    assert len(backend.fetch(url, "SELECT version FROM schema_migrations")) == len(
-        migrations(f"lockstep.store.{backend.name}")
-    )
+    assert len(backend.fetch(url, "SELECT version FROM schema_migrations")) == len(backend.migrations())
 
 
-def _reopen_refused(url: str) -> SchemaError:
+def _open_refused(url: str) -> SchemaError:
     with pytest.raises(SchemaError) as info:
         open_store(url).close()
     return info.value
 
 
-def test_older_schema_is_refused_with_the_upgrade_command(backend, url, store):
-    """A database whose recorded schema is behind this build is refused, naming `lockstep db upgrade`."""
-    store.close()
-    backend.execute(url, "UPDATE schema_migrations SET version = 0 WHERE version = 1")
-    err = _reopen_refused(url)
+def test_older_schema_is_refused_until_db_upgrade(backend, url):
+    """A database behind this build is refused naming `lockstep db upgrade`; upgrading makes it usable."""
+    shipped = backend.migrations()
+    if len(shipped) < 2:
+        pytest.skip("needs at least two migrations to build an older database")
+    backend.build_at(url, shipped[-2].version)
+    err = _open_refused(url)
     assert "lockstep db upgrade" in str(err)
-    assert "version 0" in str(err)
+    assert f"schema version {shipped[-2].version}" in str(err)
+    assert f"needs {shipped[-1].version}" in str(err)
+    assert upgrade_store(url) == [f"{shipped[-1].version:04d}_{shipped[-1].name}"]
+    open_store(url).close()
+    assert backend.schema_objects(url) == backend.declared_schema()
+    assert upgrade_store(url) == []
 
 
 def test_newer_schema_is_refused(backend, url, store):
@@ -459,7 +481,7 @@ def test_newer_schema_is_refused(backend, url, store):
     backend.execute(
         url, "INSERT INTO schema_migrations VALUES (?, ?, ?, ?)", [9999, "future", "0" * 64, iso(T0)]
     )
-    err = _reopen_refused(url)
+    err = _open_refused(url)
     assert "9999" in str(err)
     assert "newer" in str(err)
     assert "upgrade lockstep" in str(err)
@@ -469,56 +491,69 @@ def test_changed_migration_checksum_is_refused(backend, url, store):
     """A database whose applied migration has a different checksum than the shipped file is refused."""
     store.close()
     backend.execute(url, "UPDATE schema_migrations SET checksum = ? WHERE version = 1", ["f" * 64])
-    err = _reopen_refused(url)
+    err = _open_refused(url)
     assert "0001_initial" in str(err)
     assert "changed" in str(err)
 
 
-def test_concurrent_open_from_threads_applies_each_migration_once(backend, url):
-    """Eight threads opening the same fresh database at once migrate it exactly once, without errors."""
-    n = 8
+def _in_threads(n: int, fn) -> list:
+    """Run fn() in n threads released together; return results in any order, re-raise any error."""
     barrier = threading.Barrier(n)
-    opened, errors = [], []
+    results, errors = [], []
     lock = threading.Lock()
 
-    def open_it() -> None:
+    def run() -> None:
         barrier.wait()
         try:
-            s = open_store(url)
-            with lock:
-                opened.append(s)
-            s.upgrade()
-        except Exception as exc:  # collected and asserted below
+            out = fn()
+        except Exception as exc:  # collected and re-raised below
             with lock:
                 errors.append(exc)
+        else:
+            with lock:
+                results.append(out)
 
-    threads = [threading.Thread(target=open_it) for _ in range(n)]
+    threads = [threading.Thread(target=run) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=60)
-    for s in opened:
-        s.close()
     assert errors == []
-    assert len(opened) == n
+    assert len(results) == n
+    return results
+
+
+def _all_names(backend: Backend) -> list[str]:
+    return [f"{m.version:04d}_{m.name}" for m in backend.migrations()]
+
+
+def test_concurrent_upgrade_from_threads_applies_each_migration_once(backend, url):
+    """Eight threads upgrading the same fresh database at once: every migration is applied by exactly one."""
+    results = _in_threads(8, lambda: upgrade_store(url))
+    assert sorted(name for applied in results for name in applied) == _all_names(backend)
+    assert sum(1 for applied in results if applied) == 1  # one upgrade runs all, the rest find nothing
+    assert backend.schema_objects(url) == backend.declared_schema()
+
+
+def test_concurrent_open_from_threads_migrates_once_without_errors(backend, url):
+    """Eight threads opening the same fresh database at once all succeed and it is migrated once."""
+    stores = _in_threads(8, lambda: open_store(url))
+    for s in stores:
+        s.close()
     rows = backend.fetch(url, "SELECT version FROM schema_migrations")
-    assert sorted(r[0] for r in rows) == [m.version for m in migrations(f"lockstep.store.{backend.name}")]
-    assert backend.schema_objects(url) == backend.expected_schema()
+    assert sorted(r[0] for r in rows) == [m.version for m in backend.migrations()]
+    assert backend.schema_objects(url) == backend.declared_schema()
 
 
 UPGRADE_SCRIPT = """
 import sys
-from lockstep.store import open_store
-s = open_store(sys.argv[1])
-try:
-    print(",".join(s.upgrade()))
-finally:
-    s.close()
+from lockstep.store import upgrade_store
+print(",".join(upgrade_store(sys.argv[1])))
 """
 
 
 def test_concurrent_upgrade_from_processes_applies_each_migration_once(backend, url):
-    """Four processes opening and upgrading the same fresh database at once all succeed, migrating once."""
+    """Four processes upgrading the same fresh database at once: each migration is applied exactly once."""
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", UPGRADE_SCRIPT, url],
@@ -530,8 +565,8 @@ def test_concurrent_upgrade_from_processes_applies_each_migration_once(backend, 
     ]
     results = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in results]
-    # open_store already migrates a fresh file, so each explicit upgrade() finds nothing left to do
-    assert [out.strip() for out, _ in results] == ["", "", "", ""]
+    applied = [name for out, _ in results for name in out.strip().split(",") if name]
+    assert sorted(applied) == _all_names(backend)
     rows = backend.fetch(url, "SELECT version FROM schema_migrations")
-    assert sorted(r[0] for r in rows) == [m.version for m in migrations(f"lockstep.store.{backend.name}")]
-    assert backend.schema_objects(url) == backend.expected_schema()
+    assert sorted(r[0] for r in rows) == [m.version for m in backend.migrations()]
+    assert backend.schema_objects(url) == backend.declared_schema()

@@ -206,8 +206,8 @@ def _complete(tx: _Tx, succeed: SucceedStep | None) -> None:
         if template is not None:
             output = template.render(ctx)
         else:
-            done = [st for st in tx.s.steps.values() if st.status == "succeeded" and st.output is not None]
-            output = done[-1].output if done else None
+            last = tx.s.last_output_step
+            output = tx.s.steps[last].output if last is not None else None
     except ExprError as exc:
         _step_failed(
             tx,
@@ -529,7 +529,7 @@ def _cancel(tx: _Tx, c: CancelRun) -> None:
     if s.compensating is not None:
         raise Rejected("compensating", "the run is already compensating after a failure and will end failed")
     tx.emit("CancelRequested", reason=c.reason, actor=c.actor)
-    for t in list(tx.s.timers.values()):
+    for t in sorted(tx.s.timers.values(), key=lambda t: t.key):
         tx.emit(
             "TimerCancelled",
             key=t.key,

@@ -83,6 +83,8 @@ class RunState:
     attention: dict[str, Any] | None = None
     finished_at: str | None = None
     ignored_results: int = 0
+    # The activity step that succeeded last: its output is the run's default output.
+    last_output_step: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -113,6 +115,7 @@ class RunState:
             "attention": self.attention,
             "finished_at": self.finished_at,
             "ignored_results": self.ignored_results,
+            "last_output_step": self.last_output_step,
         }
 
     @staticmethod
@@ -141,6 +144,7 @@ class RunState:
             attention=o["attention"],
             finished_at=o["finished_at"],
             ignored_results=o["ignored_results"],
+            last_output_step=o.get("last_output_step"),
         )
 
 
@@ -232,6 +236,7 @@ def _apply(s: RunState, e: Event) -> RunState:
         completed = (*s.completed, d["step"]) if d.get("compensable") else s.completed
         return replace(
             s,
+            last_output_step=d["step"],
             active=None,
             completed=completed,
             steps=_step(s, d["step"], status="succeeded", output=d["output"], error=None, finished_at=e.at),

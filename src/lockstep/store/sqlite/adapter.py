@@ -470,15 +470,30 @@ class SqliteStore:
             parent = Path(self.path).expanduser().resolve().parent
             if not parent.is_dir():
                 raise StoreUnavailable(f"cannot open {self.path}: directory {parent} does not exist")
+        # An in-memory database is shared by all threads of this store through a named shared cache;
+        # the first connection stays open for the store's lifetime so the database lives that long.
+        self._target = self.path
+        self._uri = False
+        if self.path == ":memory:":
+            self._target = f"file:lockstep-mem-{id(self)}?mode=memory&cache=shared"
+            self._uri = True
         if check_schema:
-            self._check_schema()
+            try:
+                self._check_schema()
+            except BaseException:
+                self.close()
+                raise
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             try:
                 conn = sqlite3.connect(
-                    self.path, isolation_level=None, timeout=self.busy_timeout_s, check_same_thread=False
+                    self._target,
+                    isolation_level=None,
+                    timeout=self.busy_timeout_s,
+                    check_same_thread=False,
+                    uri=self._uri,
                 )
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -527,6 +542,13 @@ class SqliteStore:
         wanted = migrations("lockstep.store.sqlite")
         applied = self._applied(conn)
         if not applied:
+            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            if tables:
+                raise SchemaError(
+                    f"{self.path} has tables ({', '.join(sorted(tables)[:5])}) but no lockstep schema "
+                    f"record: it is not a lockstep database, or its schema_migrations table was removed; "
+                    f"use another file"
+                )
             self.upgrade()
             return
         for m in wanted:
@@ -537,9 +559,10 @@ class SqliteStore:
                 )
         missing = [m for m in wanted if m.version not in applied]
         if missing:
+            names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
             raise SchemaError(
-                f"database {self.path} is at schema version {max(applied)}, this lockstep needs "
-                f"{wanted[-1].version}: run `lockstep db upgrade` first"
+                f"database {self.path} is at schema version {max(applied)} and lacks migration(s) {names}; "
+                f"this lockstep needs {wanted[-1].version}: run `lockstep db upgrade` first"
             )
         if max(applied) > wanted[-1].version:
             raise SchemaError(
