@@ -9,9 +9,12 @@ __all__ = [
     "CancelRun",
     "ClaimTask",
     "Command",
+    "DecideApproval",
     "ExpireLease",
     "FireTimer",
+    "IssueApprovalLink",
     "Rejected",
+    "ReplaceApprover",
     "ReportFailure",
     "ReportSuccess",
     "StartRun",
@@ -85,4 +88,48 @@ class CancelRun:
     actor: str | None = None
 
 
-Command = StartRun | ClaimTask | ReportSuccess | ReportFailure | ExpireLease | FireTimer | CancelRun
+@dataclass(frozen=True)
+class DecideApproval:
+    """An approver's decision. `roles`/`groups` are the approver's authorization read at submit time."""
+
+    request_id: str
+    approver: str
+    decision: str  # "approve" | "reject"
+    comment: str | None
+    roles: tuple[str, ...]
+    groups: tuple[str, ...]
+    link_id: str | None = None
+
+
+@dataclass(frozen=True)
+class IssueApprovalLink:
+    request_id: str
+    approver: str
+    link_id: str
+    expires_at: str
+    roles: tuple[str, ...]
+    groups: tuple[str, ...]
+    by: str | None = None
+
+
+@dataclass(frozen=True)
+class ReplaceApprover:
+    request_id: str
+    old: str
+    new: str
+    reason: str
+    actor: str | None = None
+
+
+Command = (
+    StartRun
+    | ClaimTask
+    | ReportSuccess
+    | ReportFailure
+    | ExpireLease
+    | FireTimer
+    | CancelRun
+    | DecideApproval
+    | IssueApprovalLink
+    | ReplaceApprover
+)

@@ -21,6 +21,7 @@ from .timeutil import parse_duration
 
 __all__ = [
     "ActivityStep",
+    "ApprovalStep",
     "ChoiceStep",
     "Compensation",
     "Definition",
@@ -127,7 +128,39 @@ class SucceedStep:
     kind: str = "succeed"
 
 
-Step = ActivityStep | ChoiceStep | WaitStep | FailStep | SucceedStep
+@dataclass(frozen=True)
+class ApprovalStep:
+    """Wait for people: `quorum` distinct approvers from `users`/`groups` approve, or one rejection
+    (`reject_quorum`, default 1) rejects. Decisions are commands; no worker is held while waiting."""
+
+    id: str
+    next: str | None
+    users: tuple[str, ...]
+    groups: tuple[str, ...]
+    quorum: int
+    reject_quorum: int
+    timeout: timedelta
+    on_timeout: str  # "reject" | "fail" | <step id>
+    on_reject: str  # "fail" | <step id>
+    allow_initiator: bool
+    details: Template
+    kind: str = "approval"
+
+    def policy(self) -> dict[str, Any]:
+        """The policy as recorded in ApprovalRequested (and hashed into its policy digest)."""
+        return {
+            "users": list(self.users),
+            "groups": list(self.groups),
+            "quorum": self.quorum,
+            "reject_quorum": self.reject_quorum,
+            "timeout_ms": int(self.timeout.total_seconds() * 1000),
+            "on_timeout": self.on_timeout,
+            "on_reject": self.on_reject,
+            "allow_initiator": self.allow_initiator,
+        }
+
+
+Step = ActivityStep | ChoiceStep | WaitStep | FailStep | SucceedStep | ApprovalStep
 
 
 @dataclass(frozen=True)
@@ -448,8 +481,93 @@ def _parse_step(c: _Checker, i: int, raw: Any, lim: Limits) -> Step | None:
         return _parse_fail(c, p, raw, sid)
     if kind == "succeed":
         return _parse_succeed(c, p, raw, sid)
-    c.add(f"{p}.approval", "approval steps are not available in this build of lockstep yet")
-    return None
+    return _parse_approval(c, p, raw, sid, nxt, lim)
+
+
+def _names(c: _Checker, path: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and NAME_RE.match(v) for v in value):
+        c.add(path, "must be a list of names (lowercase letters, digits, -), e.g. [alice, bob]")
+        return ()
+    return tuple(dict.fromkeys(value))
+
+
+def _parse_approval(
+    c: _Checker, p: str, raw: Mapping[str, Any], sid: str, nxt: Any, lim: Limits
+) -> Step | None:
+    c.keys(p, raw, ("id", "approval", "next", "description"))
+    a = raw["approval"]
+    ap = f"{p}.approval"
+    if not isinstance(a, Mapping):
+        c.add(ap, "must be a mapping with approvers, quorum and timeout")
+        return None
+    c.keys(
+        ap,
+        a,
+        (
+            "approvers",
+            "quorum",
+            "reject_quorum",
+            "timeout",
+            "on_timeout",
+            "on_reject",
+            "allow_initiator",
+            "details",
+        ),
+    )
+    who = a.get("approvers")
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    if not isinstance(who, Mapping):
+        c.add(f"{ap}.approvers", "required: {users: [alice, bob], groups: [finance]}")
+    else:
+        c.keys(f"{ap}.approvers", who, ("users", "groups"))
+        users = _names(c, f"{ap}.approvers.users", who.get("users"))
+        groups = _names(c, f"{ap}.approvers.groups", who.get("groups"))
+        if not users and not groups:
+            c.add(f"{ap}.approvers", "name at least one user or group who may decide")
+    quorum = a.get("quorum", 1)
+    if isinstance(quorum, bool) or not isinstance(quorum, int) or quorum < 1:
+        c.add(f"{ap}.quorum", "must be an integer >= 1 (distinct approvers needed)")
+        quorum = 1
+    elif not groups and users and quorum > len(users):
+        c.add(f"{ap}.quorum", f"quorum {quorum} can never be met by the {len(users)} listed user(s)")
+    rq = a.get("reject_quorum", 1)
+    if isinstance(rq, bool) or not isinstance(rq, int) or rq < 1:
+        c.add(f"{ap}.reject_quorum", "must be an integer >= 1 (rejections needed to reject)")
+        rq = 1
+    if "timeout" not in a:
+        c.add(f"{ap}.timeout", "required: how long people have to decide, e.g. timeout: 3d")
+        timeout = timedelta(days=1)
+    else:
+        timeout = c.duration(f"{ap}.timeout", a["timeout"], lim.max_wait) or timedelta(days=1)
+    on_timeout = a.get("on_timeout", "reject")
+    on_reject = a.get("on_reject", "fail")
+    if not isinstance(on_timeout, str) or not on_timeout:
+        c.add(f"{ap}.on_timeout", "must be reject, fail or a step id")
+        on_timeout = "reject"
+    if not isinstance(on_reject, str) or not on_reject:
+        c.add(f"{ap}.on_reject", "must be fail or a step id")
+        on_reject = "fail"
+    allow = a.get("allow_initiator", False)
+    if not isinstance(allow, bool):
+        c.add(f"{ap}.allow_initiator", "must be true or false")
+        allow = False
+    details = c.template(f"{ap}.details", a.get("details", "")) or compile_template("")
+    return ApprovalStep(
+        id=sid,
+        next=nxt,
+        users=users,
+        groups=groups,
+        quorum=quorum,
+        reject_quorum=rq,
+        timeout=timeout,
+        on_timeout=on_timeout,
+        on_reject=on_reject,
+        allow_initiator=allow,
+        details=details,
+    )
 
 
 def _check_graph(c: _Checker, steps: list[Step]) -> None:
@@ -462,6 +580,11 @@ def _check_graph(c: _Checker, steps: list[Step]) -> None:
             targets += [("choice", t) for _, t in s.branches]
             if s.default is not None:
                 targets.append(("else", s.default))
+        if isinstance(s, ApprovalStep):
+            if s.on_timeout not in ("reject", "fail"):
+                targets.append(("approval.on_timeout", s.on_timeout))
+            if s.on_reject != "fail":
+                targets.append(("approval.on_reject", s.on_reject))
         for where, t in targets:
             if t != "end" and t not in ids:
                 hint = difflib.get_close_matches(t, sorted(ids), n=1)

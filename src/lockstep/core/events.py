@@ -34,11 +34,19 @@ EVENT_TYPES = frozenset(
         "RunCompleted",
         "RunFailed",
         "RunCancelled",
+        "ApprovalRequested",
+        "ApprovalLinkIssued",
+        "ApprovalDecisionRecorded",
+        "ApprovalGranted",
+        "ApprovalRejected",
+        "ApprovalTimedOut",
+        "ApprovalCancelled",
+        "ApproverReplaced",
     }
 )
 
 # Events that record evidence without changing what the run does next.
-AUDIT_ONLY = frozenset({"ResultIgnored"})
+AUDIT_ONLY = frozenset({"ResultIgnored", "ApprovalLinkIssued"})
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,17 @@ def _in(at: str, now: datetime) -> str:
     )
 
 
-WAIT_KINDS = ("queued", "running", "timer", "retry", "attention", "cancelling", "compensating", "transition")
+WAIT_KINDS = (
+    "queued",
+    "running",
+    "timer",
+    "retry",
+    "approval",
+    "attention",
+    "cancelling",
+    "compensating",
+    "transition",
+)
 
 
 def wait_kind(s: RunState) -> str | None:
@@ -39,6 +49,8 @@ def wait_kind(s: RunState) -> str | None:
         return "cancelling"
     if s.active is not None:
         return "queued" if s.active.fencing is None else "running"
+    if s.approval is not None:
+        return "approval"
     if s.timers:
         return "timer" if any(t.kind == "wait" for t in s.timers.values()) else "retry"
     return "transition"
@@ -99,6 +111,8 @@ def _explain(s: RunState, now: datetime) -> dict[str, Any]:
             "next_action": f"{nxt}; if no result by {a.deadline} "
             f"(in {_in(a.deadline or '', now)}) the attempt times out",
         }
+    if s.approval is not None:
+        return _explain_approval(s.approval, now)
     if s.timers:
         t = min(s.timers.values(), key=lambda t: t.fire_at)
         if t.kind == "wait":
@@ -131,3 +145,26 @@ def _explain(s: RunState, now: datetime) -> dict[str, Any]:
 
 def _ms(ms: int) -> timedelta:
     return timedelta(milliseconds=ms)
+
+
+def _explain_approval(a: dict[str, Any], now: datetime) -> dict[str, Any]:
+    p = a["policy"]
+    approved = [d for d in a["decisions"] if d["decision"] == "approve"]
+    rejected = [d for d in a["decisions"] if d["decision"] == "reject"]
+    need = p["quorum"] - len(approved)
+    who = ", ".join([*p["users"], *p["groups"]])
+    parts = [f"waiting for {need} more approval{'s' if need != 1 else ''} of {p['quorum']} from {{{who}}}"]
+    parts += [f"{d['approver']} approved {_ago(d['at'], now)} ago" for d in approved]
+    parts += [f"{d['approver']} rejected {_ago(d['at'], now)} ago" for d in rejected]
+    parts.append(f"expires in {_in(a['expires_at'], now)}")
+    on_timeout = {"reject": "it counts as rejected", "fail": "the run fails"}.get(
+        p["on_timeout"], f"the run goes to step {p['on_timeout']}"
+    )
+    return {
+        "wait_reason": "; ".join(parts),
+        "waiting_since": a["requested_at"],
+        "waiting_until": a["expires_at"],
+        "next_action": f"when {p['quorum']} approver(s) approve, step {a['step']} completes and the run "
+        f"moves on; {p['reject_quorum']} rejection(s) reject it; if nobody decides by {a['expires_at']}, "
+        f"{on_timeout}",
+    }

@@ -85,6 +85,8 @@ class RunState:
     ignored_results: int = 0
     # The activity step that succeeded last: its output is the run's default output.
     last_output_step: str | None = None
+    # The pending approval request, if the run waits for people (see ApprovalRequested).
+    approval: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -116,6 +118,7 @@ class RunState:
             "finished_at": self.finished_at,
             "ignored_results": self.ignored_results,
             "last_output_step": self.last_output_step,
+            "approval": copy.deepcopy(self.approval),
         }
 
     @staticmethod
@@ -145,6 +148,7 @@ class RunState:
             finished_at=o["finished_at"],
             ignored_results=o["ignored_results"],
             last_output_step=o.get("last_output_step"),
+            approval=o.get("approval"),
         )
 
 
@@ -163,7 +167,7 @@ def _derive_status(s: RunState) -> str:
         return "cancelling"
     if s.active is not None:
         return "running"
-    if s.timers:
+    if s.timers or s.approval is not None:
         return "waiting"
     return "running"
 
@@ -285,7 +289,7 @@ def _apply(s: RunState, e: Event) -> RunState:
             return replace(s, timers=timers, steps=_step(s, d["step"], status="succeeded", finished_at=e.at))
         if t == "TimerCancelled" and d["kind"] == "wait":
             return replace(s, timers=timers, steps=_step(s, d["step"], status="cancelled", finished_at=e.at))
-        if t == "TimerCancelled" and not d["key"].endswith(":compensation"):
+        if t == "TimerCancelled" and d["kind"] == "retry" and not d["key"].endswith(":compensation"):
             # a retry that will never happen: the step ends cancelled (its last error stays visible)
             return replace(s, timers=timers, steps=_step(s, d["step"], status="cancelled", finished_at=e.at))
         return replace(s, timers=timers)
@@ -304,6 +308,8 @@ def _apply(s: RunState, e: Event) -> RunState:
                 finished_at=e.at,
             ),
         )
+    if t.startswith("Approv") or t == "ApproverReplaced":
+        return _apply_approval(s, e)
     if t == "NeedsAttention":
         return replace(
             s, attention={"step": d["step"], "code": d["code"], "reason": d["reason"], "since": e.at}
@@ -327,6 +333,79 @@ def _apply(s: RunState, e: Event) -> RunState:
     if t == "RunCancelled":
         return replace(s, status="cancelled", current_step=None, finished_at=e.at, compensating=None)
     raise ValueError(f"unknown event type {t!r} at seq {e.seq}")
+
+
+def _apply_approval(s: RunState, e: Event) -> RunState:
+    d, t = e.data, e.type
+    a = copy.deepcopy(s.approval) if s.approval is not None else None
+    if t == "ApprovalRequested":
+        prev = s.steps.get(d["step"], StepState())
+        a = {
+            "request_id": d["request_id"],
+            "step": d["step"],
+            "policy": d["policy"],
+            "policy_digest": d["policy_digest"],
+            "details": d["details"],
+            "requested_at": e.at,
+            "expires_at": d["expires_at"],
+            "initiator": d.get("initiator"),
+            "decisions": [],
+            "links": [],
+        }
+        return replace(
+            s,
+            approval=a,
+            current_step=d["step"],
+            steps=_step(
+                s,
+                d["step"],
+                status="waiting_approval",
+                attempts=prev.attempts + 1,
+                started_at=e.at,
+                finished_at=None,
+                error=None,
+            ),
+        )
+    if a is None or a["request_id"] != d.get("request_id"):
+        raise ValueError(f"{t} at seq {e.seq} for request {d.get('request_id')} that is not pending")
+    if t == "ApprovalLinkIssued":
+        a["links"].append(
+            {"approver": d["approver"], "link_id": d["link_id"], "expires_at": d["expires_at"], "at": e.at}
+        )
+        return replace(s, approval=a)
+    if t == "ApprovalDecisionRecorded":
+        a["decisions"].append(
+            {
+                "approver": d["approver"],
+                "decision": d["decision"],
+                "comment": d.get("comment"),
+                "at": e.at,
+                "roles": d.get("roles", []),
+                "groups": d.get("groups", []),
+                "link_id": d.get("link_id"),
+            }
+        )
+        return replace(s, approval=a)
+    if t == "ApproverReplaced":
+        users = [d["new"] if u == d["old"] else u for u in a["policy"]["users"]]
+        if d["new"] not in users:
+            users.append(d["new"])
+        a["policy"] = {**a["policy"], "users": list(dict.fromkeys(users))}
+        a["links"] = [x for x in a["links"] if x["approver"] != d["old"]]
+        return replace(s, approval=a)
+    status = {
+        "ApprovalGranted": "succeeded",
+        "ApprovalRejected": "rejected",
+        "ApprovalTimedOut": "timed_out",
+        "ApprovalCancelled": "cancelled",
+    }.get(t)
+    if status is None:
+        raise ValueError(f"unknown event type {t!r} at seq {e.seq}")
+    outcome = "approved" if t == "ApprovalGranted" else status
+    output = {"request_id": a["request_id"], "outcome": outcome, "decisions": a["decisions"]}
+    return replace(
+        s, approval=None, steps=_step(s, a["step"], status=status, output=output, finished_at=e.at)
+    )
 
 
 def evolve(state: RunState | None, event: Event) -> RunState:

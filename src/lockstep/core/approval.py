@@ -1,0 +1,188 @@
+"""Approval commands: decisions, links, approver replacement and the approval timeout.
+
+The service reads the approver's current roles and groups and passes them in; here we check them
+against the recorded policy, the run's position (this request is still pending) and the one-decision-
+per-approver rule, then settle the request when the quorum (or a rejection) is reached.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover
+from .definition import ApprovalStep
+from .flow import Tx, advance_after, enter, fail
+
+__all__ = [
+    "decide_approval",
+    "eligible",
+    "issue_link",
+    "on_approval_timeout",
+    "replace_approver",
+    "settle_cancel",
+]
+
+
+def _pending(tx: Tx, request_id: str) -> dict[str, Any]:
+    a = tx.s.approval
+    if tx.s.terminal:
+        raise Rejected(
+            "not_waiting", f"the run is already {tx.s.status}; approval request {request_id} is closed"
+        )
+    if a is None or a["request_id"] != request_id:
+        raise Rejected(
+            "not_waiting",
+            f"the run is no longer waiting for approval request {request_id} "
+            f"(it was settled, timed out, cancelled or the run moved on)",
+        )
+    if tx.s.cancel is not None:
+        raise Rejected("not_waiting", "the run is being cancelled; approvals are closed")
+    return a
+
+
+def eligible(policy: dict[str, Any], approver: str, groups: tuple[str, ...]) -> bool:
+    return approver in policy["users"] or any(g in policy["groups"] for g in groups)
+
+
+def _check_identity(a: dict[str, Any], approver: str, groups: tuple[str, ...]) -> None:
+    if not eligible(a["policy"], approver, groups):
+        who = ", ".join([*a["policy"]["users"], *(f"group {g}" for g in a["policy"]["groups"])])
+        raise Rejected("not_an_approver", f"{approver} is not an approver of this request (approvers: {who})")
+    if not a["policy"]["allow_initiator"] and a.get("initiator") is not None and approver == a["initiator"]:
+        raise Rejected(
+            "initiator", f"{approver} started this run and the policy does not let the initiator decide"
+        )
+
+
+def decide_approval(tx: Tx, c: DecideApproval) -> None:
+    a = _pending(tx, c.request_id)
+    if c.decision not in ("approve", "reject"):
+        raise Rejected("invalid_decision", f"decision must be approve or reject, not {c.decision!r}")
+    earlier = [d for d in a["decisions"] if d["approver"] == c.approver]
+    if earlier:
+        raise Rejected(
+            "already_decided",
+            f"{c.approver} already decided {earlier[0]['decision']} at "
+            f"{earlier[0]['at']}; one decision per approver",
+        )
+    _check_identity(a, c.approver, c.groups)
+    tx.emit(
+        "ApprovalDecisionRecorded",
+        step=a["step"],
+        request_id=c.request_id,
+        approver=c.approver,
+        decision=c.decision,
+        comment=c.comment,
+        roles=list(c.roles),
+        groups=list(c.groups),
+        link_id=c.link_id,
+    )
+    decisions = (tx.s.approval or {}).get("decisions", [])
+    approvals = [d["approver"] for d in decisions if d["decision"] == "approve"]
+    rejections = [d["approver"] for d in decisions if d["decision"] == "reject"]
+    policy = a["policy"]
+    if len(rejections) >= policy["reject_quorum"]:
+        _close_timer(tx, a["step"], "approval rejected")
+        tx.emit(
+            "ApprovalRejected",
+            step=a["step"],
+            request_id=c.request_id,
+            by=rejections,
+            reason=f"rejected by {', '.join(rejections)}",
+        )
+        _after_reject(tx, a["step"], policy, f"rejected by {', '.join(rejections)}")
+    elif len(approvals) >= policy["quorum"]:
+        _close_timer(tx, a["step"], "approval granted")
+        tx.emit("ApprovalGranted", step=a["step"], request_id=c.request_id, approvers=approvals)
+        advance_after(tx, a["step"])
+
+
+def _close_timer(tx: Tx, step: str, reason: str) -> None:
+    t = tx.s.timers.get(f"approval:{step}")
+    if t is not None:
+        tx.emit("TimerCancelled", key=t.key, generation=t.generation, kind=t.kind, step=t.step, reason=reason)
+
+
+def _after_reject(tx: Tx, step: str, policy: dict[str, Any], why: str) -> None:
+    target = policy["on_reject"]
+    if target == "fail":
+        fail(tx, {"code": "ApprovalRejected", "message": f"approval step {step} was {why}", "step": step})
+    else:
+        enter(tx, None if target == "end" else target)
+
+
+def on_approval_timeout(tx: Tx, step_id: str) -> None:
+    """The approval timer fired (already recorded as TimerFired): apply `on_timeout`."""
+    a = tx.s.approval
+    if a is None:  # pragma: no cover - the timer would have been cancelled with the request
+        raise Rejected("stale_timer", "no approval request is pending")
+    step = tx.d.step(step_id)
+    if not isinstance(step, ApprovalStep):  # pragma: no cover
+        raise Rejected("corrupt", f"approval timer on non-approval step {step_id}")
+    tx.emit("ApprovalTimedOut", step=step_id, request_id=a["request_id"], expires_at=a["expires_at"])
+    policy = a["policy"]
+    if policy["on_timeout"] == "reject":
+        _after_reject(tx, step_id, policy, "not decided before it expired (on_timeout: reject)")
+    elif policy["on_timeout"] == "fail":
+        fail(
+            tx,
+            {
+                "code": "ApprovalTimedOut",
+                "message": f"approval step {step_id} expired at {a['expires_at']}",
+                "step": step_id,
+            },
+        )
+    else:
+        enter(tx, None if policy["on_timeout"] == "end" else policy["on_timeout"])
+
+
+def issue_link(tx: Tx, c: IssueApprovalLink) -> None:
+    a = _pending(tx, c.request_id)
+    if any(d["approver"] == c.approver for d in a["decisions"]):
+        raise Rejected(
+            "already_decided", f"{c.approver} already decided on this request; no new link is needed"
+        )
+    _check_identity(a, c.approver, c.groups)
+    tx.emit(
+        "ApprovalLinkIssued",
+        step=a["step"],
+        request_id=c.request_id,
+        approver=c.approver,
+        link_id=c.link_id,
+        expires_at=min(c.expires_at, a["expires_at"]),
+        by=c.by,
+    )
+
+
+def replace_approver(tx: Tx, c: ReplaceApprover) -> None:
+    a = _pending(tx, c.request_id)
+    if not c.reason.strip():
+        raise Rejected("reason_required", "replacing an approver needs a reason")
+    if c.old not in a["policy"]["users"]:
+        raise Rejected(
+            "not_an_approver",
+            f"{c.old} is not a named approver of this request "
+            f"(named: {', '.join(a['policy']['users']) or 'none'})",
+        )
+    if any(d["approver"] == c.old for d in a["decisions"]):
+        raise Rejected(
+            "already_decided", f"{c.old} already decided; a recorded decision cannot be reassigned"
+        )
+    if c.new in a["policy"]["users"]:
+        raise Rejected("duplicate", f"{c.new} is already an approver of this request")
+    tx.emit(
+        "ApproverReplaced",
+        step=a["step"],
+        request_id=c.request_id,
+        old=c.old,
+        new=c.new,
+        reason=c.reason,
+        actor=c.actor,
+    )
+
+
+def settle_cancel(tx: Tx) -> None:
+    """On cancellation: close a pending approval request (its links are revoked with it)."""
+    a = tx.s.approval
+    if a is not None:
+        tx.emit("ApprovalCancelled", step=a["step"], request_id=a["request_id"], reason="run cancelled")
