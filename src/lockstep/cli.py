@@ -612,6 +612,18 @@ def users_list(c: Ctx, tenant: str | None) -> None:
 )
 @click.option("--secure-cookies", is_flag=True, help="Mark UI cookies Secure (when served over HTTPS).")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
+@click.option(
+    "--public-url",
+    envvar="LOCKSTEP_PUBLIC_URL",
+    help="Base URL in approval links (default http://HOST:PORT).",
+)
+@click.option(
+    "--notify",
+    "notify",
+    default="log",
+    show_default=True,
+    help="Approval link delivery: log, webhook:URL or smtp://host:port?from=ADDR.",
+)
 @pass_ctx
 def serve(
     c: Ctx,
@@ -623,6 +635,8 @@ def serve(
     metrics_token: str | None,
     secure_cookies: bool,
     log_format: str,
+    public_url: str | None,
+    notify: str,
 ) -> None:
     """Serve the HTTP API (/v1), the web UI (/ui) and /metrics; also do the scheduler's duties."""
     from .serve import run_server  # noqa: PLC0415 - web stack loads only for `serve`
@@ -638,4 +652,86 @@ def serve(
         secure_cookies=secure_cookies,
         log_format=log_format,
         console=err,
+        public_url=public_url or f"http://{host}:{port}",
+        notify=notify,
     )
+
+
+# --- approvals --------------------------------------------------------------------------------------
+
+public_url_opt = click.option(
+    "--public-url",
+    envvar="LOCKSTEP_PUBLIC_URL",
+    default="http://127.0.0.1:8080",
+    show_default=True,
+    help="Base URL of `lockstep serve`, used in approval links.",
+)
+
+
+@cli.group()
+def approvals() -> None:
+    """Approval links and approvers of waiting runs (operators)."""
+
+
+def _approvals(c: Ctx, public_url: str = "http://127.0.0.1:8080") -> Any:
+    from .approvals import Approvals  # noqa: PLC0415
+
+    return Approvals(c.engine.service, base_url=public_url)
+
+
+@approvals.command("link")
+@click.argument("run_id")
+@click.argument("step")
+@click.option("--approver", required=True, help="The user the link is for (it works only for them).")
+@click.option("--expires-in", help="e.g. 1d (never later than the step's timeout).")
+@public_url_opt
+@pass_ctx
+def approvals_link(
+    c: Ctx, run_id: str, step: str, approver: str, expires_in: str | None, public_url: str
+) -> None:
+    """Mint and print a fresh single-use link {"url", "token", "expires_at"} (recorded in the history)."""
+    expires = _duration(expires_in, "--expires-in") if expires_in else None
+    _json(
+        _approvals(c, public_url).mint(
+            c.tenant, run_id, step, approver, expires_in=expires, by=os.environ.get("USER")
+        )
+    )
+
+
+@approvals.command("links")
+@click.argument("run_id")
+@pass_ctx
+def approvals_links(c: Ctx, run_id: str) -> None:
+    """Links of the run's pending approval request (ids and status, never tokens)."""
+    _json(_approvals(c).links(c.tenant, run_id))
+
+
+@approvals.command("revoke")
+@click.argument("link_id")
+@click.option("--reason", required=True)
+@pass_ctx
+def approvals_revoke(c: Ctx, link_id: str, reason: str) -> None:
+    """Revoke a pending link (e.g. after resending a new one)."""
+    _json(_approvals(c).revoke(c.tenant, link_id, reason, actor=os.environ.get("USER")))
+
+
+@approvals.command("reassign")
+@click.argument("run_id")
+@click.argument("step")
+@click.option("--from", "old", required=True, help="The approver to replace.")
+@click.option("--to", "new", required=True, help="The new approver (an enabled user).")
+@click.option("--reason", required=True)
+@pass_ctx
+def approvals_reassign(c: Ctx, run_id: str, step: str, old: str, new: str, reason: str) -> None:
+    """Replace an approver on a pending request; their links are revoked, the new one is notified."""
+    _json(_approvals(c).reassign(c.tenant, run_id, step, old, new, reason, actor=os.environ.get("USER")))
+
+
+@users.command("set-email")
+@click.argument("name")
+@click.argument("email")
+@tenant_opt
+@pass_ctx
+def users_set_email(c: Ctx, name: str, email: str, tenant: str | None) -> None:
+    """Set the address the SMTP notifier sends approval links to."""
+    _json(_principals(c).set_email(tenant or c.tenant, name, email))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "Conflict",
     "Forbidden",
+    "Gone",
     "InvalidInput",
     "LockstepError",
     "NotFound",
@@ -21,10 +24,12 @@ class LockstepError(Exception):
     code = "error"
     exit_code = 1
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None, extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         if code:
             self.code = code
+        # Extension members for the HTTP problem document (e.g. the original decision of a replay).
+        self.extra = extra or {}
 
 
 class InvalidInput(LockstepError):
@@ -73,3 +78,10 @@ class RateLimited(LockstepError):
     def __init__(self, message: str, *, retry_after: float, code: str | None = None) -> None:
         super().__init__(message, code=code)
         self.retry_after = retry_after
+
+
+class Gone(LockstepError):
+    """Something that existed is no longer usable (an expired or revoked link)."""
+
+    code = "gone"
+    exit_code = 9

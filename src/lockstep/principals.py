@@ -182,6 +182,12 @@ class Principals:
         self._update(tenant, name, password_hash=_hash_password(password))
         return {"tenant": tenant, "user": name, "password": "set"}
 
+    def set_email(self, tenant: str, name: str, email: str) -> dict[str, Any]:
+        if not re.match(r"^[^@\s]+@[^@\s]+\.[^@\s]+$", email):
+            raise InvalidInput(f"{email!r} is not an e-mail address")
+        self._update(tenant, name, email=email)
+        return {"tenant": tenant, "user": name, "email": email}
+
     def rotate_key(self, tenant: str, name: str) -> dict[str, Any]:
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         self._update(tenant, name, key_hash=_sha(key))

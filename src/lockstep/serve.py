@@ -16,6 +16,7 @@ from .engine import Engine
 from .errors import InvalidInput
 from .observability import configure_logging, log_events
 from .runtime.activity import REGISTRY
+from .runtime.notify import Notifier, channel_from_spec
 from .runtime.scheduler import Scheduler
 from .runtime.worker import Worker
 
@@ -34,6 +35,8 @@ def run_server(
     secure_cookies: bool,
     log_format: str,
     console: Any,
+    public_url: str = "http://127.0.0.1:8080",
+    notify: str = "log",
 ) -> None:
     configure_logging(json_logs=log_format == "json")
     service = engine.service
@@ -60,13 +63,19 @@ def run_server(
             f"example: tenant [bold]default[/bold], user [bold]admin[/bold], password "
             f"[bold]{info['password']}[/bold]" + (f", API key {info['api_key']}" if "api_key" in info else "")
         )
-    app = create_app(service, metrics_token=metrics_token, secure_cookies=secure_cookies)
+    channel = channel_from_spec(notify)
+    app = create_app(
+        service, metrics_token=metrics_token, secure_cookies=secure_cookies, public_url=public_url
+    )
     stop = threading.Event()
     scheduler = Scheduler(service, poll_interval=timedelta(milliseconds=200))
     sched_thread = threading.Thread(
         target=scheduler.run, args=(stop,), name="lockstep-scheduler", daemon=True
     )
     sched_thread.start()
+    notifier = Notifier(service, app.state.approvals, channel)
+    notify_thread = threading.Thread(target=notifier.run, args=(stop,), name="lockstep-notifier", daemon=True)
+    notify_thread.start()
     worker = None
     if mods:
         worker = Worker(service, REGISTRY, concurrency=concurrency, scheduler=False).start()
@@ -81,4 +90,6 @@ def run_server(
         scheduler.wake.set()
         if worker is not None:
             worker.stop()
+        notifier.wake.set()
         sched_thread.join(5)
+        notify_thread.join(5)

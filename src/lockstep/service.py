@@ -138,7 +138,7 @@ class Service:
             self._defs[key] = d
         return d
 
-    def _apply(
+    def apply(
         self,
         tx: Tx,
         loaded: LoadedRun | None,
@@ -162,7 +162,7 @@ class Service:
             buffer.append((after, events))
         return after, events
 
-    def _command(
+    def command(
         self, run_id: str, command: Command, tenant: str | None = None
     ) -> tuple[RunState, list[Event]]:
         """Run one command on one run, retrying a lost optimistic race a few times."""
@@ -179,7 +179,7 @@ class Service:
                         loaded.state.definition["name"],
                         loaded.state.definition["version"],
                     )
-                    after, events = self._apply(tx, loaded, command, now, d)
+                    after, events = self.apply(tx, loaded, command, now, d)
                     return after or loaded.state, events
             except ConcurrencyError:
                 continue
@@ -268,7 +268,7 @@ class Service:
                     self._admit(tx, tenant, now)
                     run_id = new_run_id(now)
                     cmd = StartRun(run_id, tenant, row.version, payload, key, actor)
-                    self._apply(tx, None, cmd, now, d, request_digest=request)
+                    self.apply(tx, None, cmd, now, d, request_digest=request)
                     return {"run_id": run_id, "created": True}
             except ConcurrencyError:
                 continue
@@ -309,7 +309,7 @@ class Service:
     def cancel(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
         if not reason or not reason.strip():
             raise InvalidInput("a reason is required to cancel a run (--reason TEXT)")
-        state, events = self._command(run_id, CancelRun(reason.strip(), actor), tenant)
+        state, events = self.command(run_id, CancelRun(reason.strip(), actor), tenant)
         return {"run_id": run_id, "status": state.status, "accepted": bool(events)}
 
     def state(self, tenant: str | None, run_id: str) -> RunState:
@@ -444,7 +444,7 @@ class Service:
                 deadline = now + timedelta(milliseconds=t.timeout_ms)
                 try:
                     d = self.definition_for(tx, t.tenant, t.definition, t.version)
-                    _after, events = self._apply(
+                    _after, events = self.apply(
                         tx, loaded, ClaimTask(t.task_id, worker, iso(deadline)), now, d
                     )
                 except Rejected:
@@ -485,7 +485,7 @@ class Service:
 
     def _report(self, task_id: str, command: ReportSuccess | ReportFailure, tenant: str | None = None) -> str:
         t = self.task(task_id, tenant)
-        _state, events = self._command(t.run_id, command)
+        _state, events = self.command(t.run_id, command)
         return "ignored" if events and events[0].type == "ResultIgnored" else "accepted"
 
     def complete(
@@ -537,7 +537,7 @@ class Service:
                 s = loaded.state
                 try:
                     d = self.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
-                    self._apply(tx, loaded, FireTimer(t.key, t.generation), now, d)
+                    self.apply(tx, loaded, FireTimer(t.key, t.generation), now, d)
                     fired += 1
                 except Rejected:
                     # A duplicate or superseded timer: the generation check turns it into a no-op.
@@ -560,7 +560,7 @@ class Service:
                 s = loaded.state
                 try:
                     d = self.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
-                    self._apply(
+                    self.apply(
                         tx, loaded, ExpireLease(lease.task_id, lease.attempt, lease.fencing, reason), now, d
                     )
                     expired += 1

@@ -10,11 +10,12 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .. import __version__
+from ..approvals import Approvals
 from ..errors import Unauthenticated
 from ..observability import Metrics
 from ..principals import Principals
 from ..service import Service
-from . import problems, routes, tasks
+from . import approvals, problems, routes, tasks
 
 __all__ = ["create_app"]
 
@@ -25,18 +26,25 @@ request is scoped to the key's tenant. Errors are RFC 9457 problem documents wit
 
 
 def create_app(
-    service: Service, *, metrics_token: str | None = None, ui: bool = True, secure_cookies: bool = False
+    service: Service,
+    *,
+    metrics_token: str | None = None,
+    ui: bool = True,
+    secure_cookies: bool = False,
+    public_url: str = "http://127.0.0.1:8080",
 ) -> FastAPI:
     app = FastAPI(
         title="lockstep", version=__version__, description=DESCRIPTION, docs_url="/docs", redoc_url=None
     )
     app.state.service = service
     app.state.principals = Principals(service)
+    app.state.approvals = Approvals(service, app.state.principals, public_url)
     app.state.metrics = Metrics(service)
     app.state.secure_cookies = secure_cookies
     problems.install(app)
     app.include_router(routes.router)
     app.include_router(tasks.router)
+    app.include_router(approvals.router)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, Any]:

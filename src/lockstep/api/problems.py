@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import (
     Conflict,
     Forbidden,
+    Gone,
     InvalidInput,
     LockstepError,
     NotFound,
@@ -68,9 +69,15 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def problem(
-    status: int, code: str, detail: str, instance: str | None = None, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    detail: str,
+    instance: str | None = None,
+    headers: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> JSONResponse:
     body = {
+        **(extra or {}),
         "type": f"/problems/{code.replace('_', '-')}",
         "title": TITLES.get(status, "Error"),
         "status": status,
@@ -88,6 +95,8 @@ def _status(exc: LockstepError) -> tuple[int, dict[str, str]]:
         return 403, {}
     if isinstance(exc, NotFound):
         return 404, {}
+    if isinstance(exc, Gone):
+        return 410, {}
     if isinstance(exc, RateLimited):
         return 429, {"Retry-After": str(max(1, round(exc.retry_after + 0.5)))}
     if isinstance(exc, Unavailable):
@@ -103,7 +112,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(LockstepError)
     async def _lockstep(request: Request, exc: LockstepError) -> JSONResponse:
         status, headers = _status(exc)
-        return problem(status, exc.code, str(exc), request.url.path, headers)
+        return problem(status, exc.code, str(exc), request.url.path, headers, exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

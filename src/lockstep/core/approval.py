@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover
+from .commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
 from .definition import ApprovalStep
 from .flow import Tx, advance_after, enter, fail
 
@@ -176,6 +176,21 @@ def replace_approver(tx: Tx, c: ReplaceApprover) -> None:
         request_id=c.request_id,
         old=c.old,
         new=c.new,
+        reason=c.reason,
+        actor=c.actor,
+    )
+
+
+def revoke_link(tx: Tx, c: RevokeApprovalLink) -> None:
+    a = _pending(tx, c.request_id)
+    if not any(x["link_id"] == c.link_id for x in a["links"]):
+        raise Rejected("unknown_link", f"link {c.link_id} is not an open link of request {c.request_id}")
+    tx.emit(
+        "ApprovalLinkRevoked",
+        step=a["step"],
+        request_id=c.request_id,
+        approver=c.approver,
+        link_id=c.link_id,
         reason=c.reason,
         actor=c.actor,
     )

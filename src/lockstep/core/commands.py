@@ -17,6 +17,7 @@ __all__ = [
     "ReplaceApprover",
     "ReportFailure",
     "ReportSuccess",
+    "RevokeApprovalLink",
     "StartRun",
 ]
 
@@ -113,6 +114,15 @@ class IssueApprovalLink:
 
 
 @dataclass(frozen=True)
+class RevokeApprovalLink:
+    request_id: str
+    approver: str
+    link_id: str
+    reason: str
+    actor: str | None = None
+
+
+@dataclass(frozen=True)
 class ReplaceApprover:
     request_id: str
     old: str
@@ -132,4 +142,5 @@ Command = (
     | DecideApproval
     | IssueApprovalLink
     | ReplaceApprover
+    | RevokeApprovalLink
 )

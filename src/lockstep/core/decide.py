@@ -9,7 +9,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .approval import decide_approval, issue_link, on_approval_timeout, replace_approver, settle_cancel
+from .approval import (
+    decide_approval,
+    issue_link,
+    on_approval_timeout,
+    replace_approver,
+    revoke_link,
+    settle_cancel,
+)
 from .commands import (
     CancelRun,
     ClaimTask,
@@ -22,6 +29,7 @@ from .commands import (
     ReplaceApprover,
     ReportFailure,
     ReportSuccess,
+    RevokeApprovalLink,
     StartRun,
 )
 from .definition import (
@@ -71,6 +79,8 @@ def decide(state: RunState | None, command: Command, now: datetime, definition: 
         issue_link(tx, command)
     elif isinstance(command, ReplaceApprover):
         replace_approver(tx, command)
+    elif isinstance(command, RevokeApprovalLink):
+        revoke_link(tx, command)
     else:  # pragma: no cover - the Command union is closed
         raise Rejected("unknown_command", f"unknown command {type(command).__name__}")
     return tx.events

@@ -7,7 +7,21 @@ from typing import Any
 
 from .events import Event
 
-__all__ = ["CloseTask", "CloseTimer", "CreateTask", "CreateTimer", "Effect", "LeaseTask", "effects_of"]
+__all__ = [
+    "CloseApprovalRequest",
+    "CloseTask",
+    "CloseTimer",
+    "CreateTask",
+    "CreateTimer",
+    "Effect",
+    "LeaseTask",
+    "NotifyApprovers",
+    "OpenApprovalRequest",
+    "RecordApprovalDecision",
+    "RevokeLinks",
+    "UpdateApprovers",
+    "effects_of",
+]
 
 
 @dataclass(frozen=True)
@@ -52,7 +66,75 @@ class CloseTimer:
     status: str  # "fired" | "cancelled"
 
 
-Effect = CreateTask | LeaseTask | CloseTask | CreateTimer | CloseTimer
+@dataclass(frozen=True)
+class OpenApprovalRequest:
+    request_id: str
+    step: str
+    users: tuple[str, ...]
+    groups: tuple[str, ...]
+    initiator: str | None
+    allow_initiator: bool
+    expires_at: str
+
+
+@dataclass(frozen=True)
+class UpdateApprovers:
+    request_id: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class RecordApprovalDecision:
+    request_id: str
+    approver: str
+    decision: str
+    link_id: str | None
+    at: str
+
+
+@dataclass(frozen=True)
+class CloseApprovalRequest:
+    """Settle the request and revoke its pending links."""
+
+    request_id: str
+    status: str
+
+
+@dataclass(frozen=True)
+class RevokeLinks:
+    request_id: str
+    approver: str | None  # None: every pending link of the request
+    link_id: str | None = None
+
+
+@dataclass(frozen=True)
+class NotifyApprovers:
+    """Outbox row: a notifier mints a link per approver at delivery (the raw token is never stored)."""
+
+    request_id: str
+    approver: str | None  # None: every eligible approver
+
+
+Effect = (
+    CreateTask
+    | LeaseTask
+    | CloseTask
+    | CreateTimer
+    | CloseTimer
+    | OpenApprovalRequest
+    | UpdateApprovers
+    | RecordApprovalDecision
+    | CloseApprovalRequest
+    | RevokeLinks
+    | NotifyApprovers
+)
+CLOSING = {
+    "ApprovalGranted": "approved",
+    "ApprovalRejected": "rejected",
+    "ApprovalTimedOut": "timed_out",
+    "ApprovalCancelled": "cancelled",
+}
 
 
 def effects_of(events: list[Event]) -> list[Effect]:
@@ -86,4 +168,30 @@ def effects_of(events: list[Event]) -> list[Effect]:
             out.append(CloseTimer(d["key"], d["generation"], "fired"))
         elif e.type == "TimerCancelled":
             out.append(CloseTimer(d["key"], d["generation"], "cancelled"))
+        elif e.type == "ApprovalRequested":
+            p = d["policy"]
+            out.append(
+                OpenApprovalRequest(
+                    d["request_id"],
+                    d["step"],
+                    tuple(p["users"]),
+                    tuple(p["groups"]),
+                    d.get("initiator"),
+                    bool(p["allow_initiator"]),
+                    d["expires_at"],
+                )
+            )
+            out.append(NotifyApprovers(d["request_id"], None))
+        elif e.type == "ApproverReplaced":
+            out.append(UpdateApprovers(d["request_id"], d["old"], d["new"]))
+            out.append(RevokeLinks(d["request_id"], d["old"]))
+            out.append(NotifyApprovers(d["request_id"], d["new"]))
+        elif e.type == "ApprovalDecisionRecorded":
+            out.append(
+                RecordApprovalDecision(d["request_id"], d["approver"], d["decision"], d.get("link_id"), e.at)
+            )
+        elif e.type == "ApprovalLinkRevoked":
+            out.append(RevokeLinks(d["request_id"], d["approver"], d["link_id"]))
+        elif e.type in CLOSING:
+            out.append(CloseApprovalRequest(d["request_id"], CLOSING[e.type]))
     return out

@@ -42,11 +42,12 @@ EVENT_TYPES = frozenset(
         "ApprovalTimedOut",
         "ApprovalCancelled",
         "ApproverReplaced",
+        "ApprovalLinkRevoked",
     }
 )
 
 # Events that record evidence without changing what the run does next.
-AUDIT_ONLY = frozenset({"ResultIgnored", "ApprovalLinkIssued"})
+AUDIT_ONLY = frozenset({"ResultIgnored", "ApprovalLinkIssued", "ApprovalLinkRevoked"})
 
 
 @dataclass(frozen=True)

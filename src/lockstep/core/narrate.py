@@ -77,6 +77,34 @@ def narrate(type_: str, data: dict[str, Any], at: str | None = None) -> str:
         return f"cancellation requested by {d.get('actor') or 'someone'}: {d['reason']}"
     if type_ == "CompensationStarted":
         return f"compensating {', '.join(d['steps'])} (in this order) after the run {d['cause']}"
+    if type_ == "ApprovalRequested":
+        p = d["policy"]
+        who = ", ".join([*p["users"], *(f"group {g}" for g in p["groups"])])
+        return (
+            f"approval requested at step {d['step']}: {p['quorum']} of {{{who}}} must approve by "
+            f"{d['expires_at']} ({d['details']})"
+        )
+    if type_ == "ApprovalLinkIssued":
+        return f"approval link {d['link_id']} issued to {d['approver']} (expires {d['expires_at']})"
+    if type_ == "ApprovalLinkRevoked":
+        by = d.get("actor") or "an operator"
+        return f"approval link {d['link_id']} of {d['approver']} revoked by {by}: {d['reason']}"
+    if type_ == "ApprovalDecisionRecorded":
+        note = f": {d['comment']}" if d.get("comment") else ""
+        groups = ", ".join(d.get("groups", [])) or "none"
+        return f"{d['approver']} decided {d['decision']} (groups: {groups}){note}"
+    if type_ == "ApprovalGranted":
+        return f"approval granted by {', '.join(d['approvers'])}"
+    if type_ == "ApprovalRejected":
+        return f"approval rejected ({d['reason']})"
+    if type_ == "ApprovalTimedOut":
+        return f"approval request expired at {d['expires_at']} without a decision"
+    if type_ == "ApprovalCancelled":
+        return f"approval request closed: {d['reason']}"
+    if type_ == "ApproverReplaced":
+        return (
+            f"approver {d['old']} replaced by {d['new']} by {d.get('actor') or 'an operator'}: {d['reason']}"
+        )
     if type_ == "RunCompleted":
         return "run completed"
     if type_ == "RunFailed":

@@ -373,6 +373,9 @@ def _apply_approval(s: RunState, e: Event) -> RunState:
             {"approver": d["approver"], "link_id": d["link_id"], "expires_at": d["expires_at"], "at": e.at}
         )
         return replace(s, approval=a)
+    if t == "ApprovalLinkRevoked":
+        a["links"] = [x for x in a["links"] if x["link_id"] != d["link_id"]]
+        return replace(s, approval=a)
     if t == "ApprovalDecisionRecorded":
         a["decisions"].append(
             {

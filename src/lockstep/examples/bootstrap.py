@@ -26,6 +26,13 @@ RUNS: list[tuple[str, str, dict[str, Any]]] = [
     ),
     ("vendor-onboarding", "example-vendor-1", {"vendor": "Acme Tools"}),
     ("vendor-onboarding", "example-vendor-2", {"vendor": "Globex"}),
+    ("purchase-order", "example-po-1", {"po": "PO-1001", "amount": 1250.0}),
+]
+# Approvers for the purchase-order example; they log in with the same example password.
+APPROVERS = [
+    ("alice", ["approver"], ["managers"]),
+    ("bob", ["approver"], ["managers"]),
+    ("carol", ["approver", "viewer"], ["finance"]),
 ]
 
 
@@ -41,7 +48,11 @@ def bootstrap(engine: Engine, ledger_dir: str) -> dict[str, Any]:
         principals.set_password("default", "admin", EXAMPLE_PASSWORD)
     except Conflict:
         created["password"] = "(unchanged: the admin user already existed)"  # noqa: S105
-    for name in ("order-fulfilment.yaml", "vendor-onboarding.yaml"):
+    for user, roles, groups in APPROVERS:
+        with contextlib.suppress(Conflict):
+            principals.create_user("default", user, roles, groups)
+            principals.set_password("default", user, EXAMPLE_PASSWORD)
+    for name in ("order-fulfilment.yaml", "vendor-onboarding.yaml", "purchase-order.yaml"):
         engine.publish(resources.files("lockstep.examples").joinpath(name).read_text())
     created["runs"] = [engine.start(d, input=payload, key=key, actor="example") for d, key, payload in RUNS]
     return created

@@ -110,7 +110,7 @@ def _harden(resp: Response) -> None:
         "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
     )
     resp.headers["X-Content-Type-Options"] = "nosniff"
-    resp.headers["Referrer-Policy"] = "same-origin"
+    resp.headers["Referrer-Policy"] = "no-referrer"
     resp.headers["Cache-Control"] = "no-store"
 
 
@@ -132,7 +132,8 @@ def login_form(request: Request, error: str = "", next: str = "/ui/") -> HTMLRes
 
 def _safe_next(target: str) -> str:
     """Only local UI paths: never redirect to another site after login."""
-    return target if target.startswith("/ui/") and not target.startswith("//") else "/ui/"
+    local = target.startswith(("/ui/", "/approve/")) and "//" not in target and "\\" not in target
+    return target if local else "/ui/"
 
 
 @router.post("/login")
@@ -317,7 +318,10 @@ def definitions_page(request: Request, session: Session) -> HTMLResponse:
 
 
 def mount(app: FastAPI) -> None:
+    from .approve import router as approve_router  # noqa: PLC0415 - approve imports this module
+
     app.include_router(router)
+    app.include_router(approve_router)
     app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
 
     @app.exception_handler(LoginRequired)

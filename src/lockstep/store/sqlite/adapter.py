@@ -16,7 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from ...core.canonical import canonical_json
-from ...core.effects import CloseTask, CloseTimer, CreateTask, CreateTimer, Effect, LeaseTask
+from ...core.effects import (
+    CloseApprovalRequest,
+    CloseTask,
+    CloseTimer,
+    CreateTask,
+    CreateTimer,
+    Effect,
+    LeaseTask,
+    NotifyApprovers,
+    OpenApprovalRequest,
+    RecordApprovalDecision,
+    RevokeLinks,
+    UpdateApprovers,
+)
 from ...core.events import Event, chain_hash
 from ...core.state import RunState
 from ...core.timeutil import iso, parse_iso
@@ -205,6 +218,175 @@ class SqliteTx:
                 )
             elif isinstance(fx, CloseTimer):
                 self.close_timer(run.run_id, fx.key, fx.generation, fx.status)
+            else:
+                self._apply_approval(run, fx, now_ms)
+
+    def _apply_approval(self, run: RunState, fx: Effect, now_ms: int) -> None:
+        if isinstance(fx, OpenApprovalRequest):
+            self.c.execute(
+                Q["approval_request_insert"],
+                {
+                    "request_id": fx.request_id,
+                    "tenant": run.tenant,
+                    "run_id": run.run_id,
+                    "step": fx.step,
+                    "users": json.dumps(list(fx.users)),
+                    "groups": json.dumps(list(fx.groups)),
+                    "initiator": fx.initiator,
+                    "allow_initiator": int(fx.allow_initiator),
+                    "expires_at": _ms(fx.expires_at),
+                    "created_at": run.updated_at,
+                },
+            )
+        elif isinstance(fx, UpdateApprovers):
+            row = self.approval_request(fx.request_id)
+            if row is not None:
+                users = [fx.new if u == fx.old else u for u in row["users"]]
+                users = list(dict.fromkeys([*users, fx.new]))
+                self.c.execute(
+                    Q["approval_request_users"], {"request_id": fx.request_id, "users": json.dumps(users)}
+                )
+        elif isinstance(fx, RecordApprovalDecision):
+            try:
+                self.c.execute(
+                    Q["approval_decision_insert"],
+                    {
+                        "request_id": fx.request_id,
+                        "approver": fx.approver,
+                        "decision": fx.decision,
+                        "link_id": fx.link_id,
+                        "at": fx.at,
+                    },
+                )
+            except sqlite3.IntegrityError:
+                raise ConcurrencyError(f"{fx.approver} already decided on {fx.request_id}") from None
+        elif isinstance(fx, CloseApprovalRequest):
+            self.c.execute(Q["approval_request_close"], {"request_id": fx.request_id, "status": fx.status})
+            self.revoke_links(fx.request_id, None, None)
+        elif isinstance(fx, RevokeLinks):
+            self.revoke_links(fx.request_id, fx.approver, fx.link_id)
+        elif isinstance(fx, NotifyApprovers):
+            self.c.execute(
+                Q["notification_insert"],
+                {
+                    "tenant": run.tenant,
+                    "run_id": run.run_id,
+                    "request_id": fx.request_id,
+                    "approver": fx.approver,
+                    "now": now_ms,
+                },
+            )
+
+    # --- approvals -----------------------------------------------------------------------------
+    def _request(self, r: Any) -> dict[str, Any]:
+        return {
+            "request_id": r[0],
+            "tenant": r[1],
+            "run_id": r[2],
+            "step": r[3],
+            "users": json.loads(r[4]),
+            "groups": json.loads(r[5]),
+            "initiator": r[6],
+            "allow_initiator": bool(r[7]),
+            "status": r[8],
+            "expires_at": r[9],
+            "created_at": r[10],
+        }
+
+    def approval_request(self, request_id: str) -> dict[str, Any] | None:
+        r = self._one("approval_request_get", request_id=request_id)
+        return self._request(r) if r else None
+
+    def pending_approval_requests(self, tenant: str) -> list[dict[str, Any]]:
+        return [self._request(r) for r in self.c.execute(Q["approval_requests_pending"], {"tenant": tenant})]
+
+    def approval_decision(self, request_id: str, approver: str) -> dict[str, Any] | None:
+        r = self._one("approval_decision_get", request_id=request_id, approver=approver)
+        return {"decision": r[0], "link_id": r[1], "at": r[2]} if r else None
+
+    def _link(self, r: Any) -> dict[str, Any]:
+        return {
+            "link_id": r[0],
+            "tenant": r[1],
+            "run_id": r[2],
+            "step": r[3],
+            "request_id": r[4],
+            "approver": r[5],
+            "status": r[6],
+            "expires_at": r[7],
+            "created_at": r[8],
+            "used_at": r[9],
+            "decision": r[10],
+        }
+
+    def insert_link(self, link: dict[str, Any], token_hash: str) -> None:
+        self.c.execute(
+            Q["link_insert"],
+            {
+                **{
+                    k: link[k]
+                    for k in (
+                        "link_id",
+                        "tenant",
+                        "run_id",
+                        "step",
+                        "request_id",
+                        "approver",
+                        "expires_at",
+                        "created_at",
+                    )
+                },
+                "token_hash": token_hash,
+            },
+        )
+
+    def link_by_hash(self, token_hash: str) -> dict[str, Any] | None:
+        r = self._one("link_by_hash", token_hash=token_hash)
+        return self._link(r) if r else None
+
+    def link_by_id(self, link_id: str) -> dict[str, Any] | None:
+        r = self._one("link_by_id", link_id=link_id)
+        return self._link(r) if r else None
+
+    def links_of_request(self, request_id: str) -> list[dict[str, Any]]:
+        return [self._link(r) for r in self.c.execute(Q["links_of_request"], {"request_id": request_id})]
+
+    def consume_link(self, token_hash: str, decision: str, used_at: str) -> bool:
+        cur = self.c.execute(
+            Q["link_consume"], {"token_hash": token_hash, "decision": decision, "used_at": used_at}
+        )
+        return cur.rowcount == 1
+
+    def revoke_links(self, request_id: str, approver: str | None, link_id: str | None) -> int:
+        cur = self.c.execute(
+            Q["links_revoke"], {"request_id": request_id, "approver": approver, "link_id": link_id}
+        )
+        return cur.rowcount
+
+    def claim_notifications(self, now_ms: int, limit: int, lease_ms: int) -> list[dict[str, Any]]:
+        rows = self.c.execute(Q["notifications_ready"], {"now": now_ms, "limit": limit}).fetchall()
+        for r in rows:
+            self.c.execute(Q["notification_lease"], {"id": r[0], "until": now_ms + lease_ms})
+        return [
+            {
+                "id": r[0],
+                "tenant": r[1],
+                "run_id": r[2],
+                "request_id": r[3],
+                "approver": r[4],
+                "attempts": r[5] + 1,
+            }
+            for r in rows
+        ]
+
+    def finish_notification(self, nid: int, status: str, error: str | None, available_at: int) -> None:
+        self.c.execute(
+            Q["notification_finish"],
+            {"id": nid, "status": status, "error": error, "available_at": available_at},
+        )
+
+    def tenant_users(self, tenant: str) -> list[UserRow]:
+        return [self._user(r) for r in self.c.execute(Q["users_in_groups"], {"tenant": tenant})]
 
     def runs(
         self,
@@ -334,7 +516,7 @@ class SqliteTx:
 
     def _user(self, r: Any) -> UserRow:
         return UserRow(
-            r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])), r[4], r[5], bool(r[6]), r[7]
+            r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])), r[4], r[5], bool(r[6]), r[7], r[8]
         )
 
     def user(self, tenant: str, name: str) -> UserRow | None:
@@ -375,6 +557,7 @@ class SqliteTx:
                 "key_hash": u.key_hash,
                 "password_hash": u.password_hash,
                 "disabled": int(u.disabled),
+                "email": u.email,
             },
         )
 

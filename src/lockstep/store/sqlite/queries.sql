@@ -123,11 +123,11 @@ UPDATE tenants SET bucket_tokens = :tokens, bucket_at_ms = :at_ms WHERE name = :
 SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants ORDER BY name;
 
 -- name: user_get
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email
 FROM users WHERE tenant = :tenant AND name = :name;
 
 -- name: user_by_key
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email
 FROM users WHERE key_hash = :key_hash;
 
 -- name: user_insert
@@ -136,11 +136,11 @@ VALUES (:tenant, :name, :roles, :groups, :key_hash, NULL, 0, :created_at);
 
 -- name: user_update
 UPDATE users SET roles = :roles, groups = :groups, key_hash = :key_hash, password_hash = :password_hash,
-                 disabled = :disabled
+                 disabled = :disabled, email = :email
 WHERE tenant = :tenant AND name = :name;
 
 -- name: users_list
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email
 FROM users WHERE tenant = :tenant ORDER BY name;
 
 -- name: session_insert
@@ -172,3 +172,76 @@ SELECT tenant, activity, COUNT(*), MIN(available_at) FROM tasks WHERE status = '
 
 -- name: timer_lag
 SELECT tenant, MIN(fire_at), COUNT(*) FROM timers WHERE status = 'scheduled' AND fire_at <= :now GROUP BY tenant;
+
+-- name: approval_request_insert
+INSERT INTO approval_requests (request_id, tenant, run_id, step, users, groups, initiator, allow_initiator, status,
+                               expires_at, created_at)
+VALUES (:request_id, :tenant, :run_id, :step, :users, :groups, :initiator, :allow_initiator, 'pending',
+        :expires_at, :created_at);
+
+-- name: approval_request_users
+UPDATE approval_requests SET users = :users WHERE request_id = :request_id;
+
+-- name: approval_request_get
+SELECT request_id, tenant, run_id, step, users, groups, initiator, allow_initiator, status, expires_at, created_at
+FROM approval_requests WHERE request_id = :request_id;
+
+-- name: approval_request_close
+UPDATE approval_requests SET status = :status WHERE request_id = :request_id AND status = 'pending';
+
+-- name: approval_requests_pending
+SELECT request_id, tenant, run_id, step, users, groups, initiator, allow_initiator, status, expires_at, created_at
+FROM approval_requests WHERE tenant = :tenant AND status = 'pending' ORDER BY created_at;
+
+-- name: approval_decision_insert
+INSERT INTO approval_decisions (request_id, approver, decision, link_id, at)
+VALUES (:request_id, :approver, :decision, :link_id, :at);
+
+-- name: approval_decision_get
+SELECT decision, link_id, at FROM approval_decisions WHERE request_id = :request_id AND approver = :approver;
+
+-- name: link_insert
+INSERT INTO approval_links (link_id, token_hash, tenant, run_id, step, request_id, approver, status, expires_at,
+                            created_at)
+VALUES (:link_id, :token_hash, :tenant, :run_id, :step, :request_id, :approver, 'pending', :expires_at,
+        :created_at);
+
+-- name: link_by_hash
+SELECT link_id, tenant, run_id, step, request_id, approver, status, expires_at, created_at, used_at, decision
+FROM approval_links WHERE token_hash = :token_hash;
+
+-- name: link_by_id
+SELECT link_id, tenant, run_id, step, request_id, approver, status, expires_at, created_at, used_at, decision
+FROM approval_links WHERE link_id = :link_id;
+
+-- name: links_of_request
+SELECT link_id, tenant, run_id, step, request_id, approver, status, expires_at, created_at, used_at, decision
+FROM approval_links WHERE request_id = :request_id ORDER BY created_at;
+
+-- name: link_consume
+UPDATE approval_links SET status = 'used', used_at = :used_at, decision = :decision
+WHERE token_hash = :token_hash AND status = 'pending';
+
+-- name: links_revoke
+UPDATE approval_links SET status = 'revoked'
+WHERE request_id = :request_id AND status = 'pending'
+  AND (:approver IS NULL OR approver = :approver) AND (:link_id IS NULL OR link_id = :link_id);
+
+-- name: notification_insert
+INSERT INTO notifications (tenant, run_id, request_id, approver, status, available_at, created_at)
+VALUES (:tenant, :run_id, :request_id, :approver, 'ready', :now, :now);
+
+-- name: notifications_ready
+SELECT id, tenant, run_id, request_id, approver, attempts FROM notifications
+WHERE (status = 'ready' AND available_at <= :now) OR (status = 'leased' AND lease_expires_at <= :now)
+ORDER BY id LIMIT :limit;
+
+-- name: notification_lease
+UPDATE notifications SET status = 'leased', lease_expires_at = :until, attempts = attempts + 1 WHERE id = :id;
+
+-- name: notification_finish
+UPDATE notifications SET status = :status, last_error = :error, available_at = :available_at WHERE id = :id;
+
+-- name: users_in_groups
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email FROM users
+WHERE tenant = :tenant;

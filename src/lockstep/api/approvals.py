@@ -1,0 +1,128 @@
+"""/v1 approvals: decide with the approver's own key, inboxes, and operator link management."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..approvals import Approvals
+from ..core.timeutil import parse_duration
+from ..errors import InvalidInput
+from ..principals import Principal
+from .deps import need
+from .problems import PROBLEM_RESPONSES, _r
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1", responses=PROBLEM_RESPONSES, tags=["approvals"])
+DECIDE_ERRORS: dict[int | str, dict[str, Any]] = {
+    403: _r(403, "The link is bound to another approver, or the caller is no longer authorized"),
+    404: _r(404, "Unknown (or malformed) link"),
+    409: _r(409, "Already decided (the original decision is in `decision`), or the run moved on"),
+    410: _r(410, "The link expired or was revoked"),
+}
+OPERATE_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: _r(404, "No such run, step or link in the caller's tenant"),
+    409: _r(409, "The run is not waiting for this approval"),
+}
+
+
+def _approvals(request: Request) -> Approvals:
+    a: Approvals = request.app.state.approvals
+    return a
+
+
+Appr = Annotated[Approvals, Depends(_approvals)]
+
+
+class DecideRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    token: str = Field(min_length=1, max_length=200)
+    decision: str = Field(pattern="^(approve|reject)$")
+    comment: str | None = Field(default=None, max_length=2000)
+
+
+class LinkRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    approver: str = Field(min_length=1, max_length=64)
+    expires_in: str | None = Field(
+        default=None, max_length=32, description="e.g. 1d; never beyond the step timeout"
+    )
+
+
+class ReassignRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    old: str = Field(min_length=1, max_length=64)
+    new: str = Field(min_length=1, max_length=64)
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class RevokeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+@router.post(
+    "/approvals/decide", responses=DECIDE_ERRORS, summary="Approve or reject with a link you were sent"
+)
+def decide(
+    body: DecideRequest, appr: Appr, p: Annotated[Principal, Depends(need("approve"))]
+) -> dict[str, Any]:
+    return appr.decide(p, body.token, body.decision, body.comment, channel="api")
+
+
+@router.get("/approvals/inbox", summary="Pending requests the caller may decide")
+def inbox(appr: Appr, p: Annotated[Principal, Depends(need("approve"))]) -> list[dict[str, Any]]:
+    return appr.inbox(p)
+
+
+@router.post(
+    "/runs/{run_id}/approvals/{step}/links",
+    responses=OPERATE_ERRORS,
+    status_code=201,
+    summary="Mint a fresh link for one approver (the token is shown once)",
+)
+def mint(
+    run_id: str, step: str, body: LinkRequest, appr: Appr, p: Annotated[Principal, Depends(need("operate"))]
+) -> dict[str, Any]:
+    expires: timedelta | None = None
+    if body.expires_in:
+        try:
+            expires = parse_duration(body.expires_in)
+        except ValueError as exc:
+            raise InvalidInput(f"expires_in: {exc}") from None
+    return appr.mint(p.tenant, run_id, step, body.approver, expires_in=expires, by=p.name)
+
+
+@router.get(
+    "/runs/{run_id}/approvals/links",
+    responses=OPERATE_ERRORS,
+    summary="Links of the run's pending request (never the tokens)",
+)
+def links(run_id: str, appr: Appr, p: Annotated[Principal, Depends(need("operate"))]) -> list[dict[str, Any]]:
+    return appr.links(p.tenant, run_id)
+
+
+@router.post(
+    "/runs/{run_id}/approvals/{step}/reassign",
+    responses=OPERATE_ERRORS,
+    summary="Replace an approver on a pending request",
+)
+def reassign(
+    run_id: str,
+    step: str,
+    body: ReassignRequest,
+    appr: Appr,
+    p: Annotated[Principal, Depends(need("operate"))],
+) -> dict[str, Any]:
+    return appr.reassign(p.tenant, run_id, step, body.old, body.new, body.reason, actor=p.name)
+
+
+@router.post("/approvals/links/{link_id}/revoke", responses=OPERATE_ERRORS, summary="Revoke a pending link")
+def revoke(
+    link_id: str, body: RevokeRequest, appr: Appr, p: Annotated[Principal, Depends(need("operate"))]
+) -> dict[str, Any]:
+    return appr.revoke(p.tenant, link_id, body.reason, actor=p.name)

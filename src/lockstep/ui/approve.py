@@ -1,0 +1,123 @@
+"""Approval pages: /approve/{token} (look, then decide with a CSRF-protected POST) and the inbox.
+
+GET never acts. The logged-in identity must be the approver the link was issued to; the link alone
+authorizes nothing. Responses carry `Referrer-Policy: no-referrer` and `Cache-Control: no-store` so
+the token in the URL does not leak to other sites or caches.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from ..approvals import Approvals
+from ..errors import Conflict, Forbidden, Gone, LockstepError, NotFound
+from .routes import Session, _check_csrf, _page
+
+__all__ = ["router"]
+
+router = APIRouter(include_in_schema=False)
+
+
+def _approvals(request: Request) -> Approvals:
+    a: Approvals = request.app.state.approvals
+    return a
+
+
+def _status(exc: LockstepError) -> int:
+    for cls, code in ((NotFound, 404), (Gone, 410), (Conflict, 409), (Forbidden, 403)):
+        if isinstance(exc, cls):
+            return code
+    return 400
+
+
+def _private(resp: Response) -> Response:
+    resp.headers["Referrer-Policy"] = "no-referrer"
+    resp.headers["Cache-Control"] = "no-store"
+    return resp
+
+
+def _refused(request: Request, session: tuple[Any, str], exc: LockstepError) -> Response:
+    titles = {
+        "already_decided": "Already handled",
+        "expired": "This link has expired",
+        "revoked": "This link was revoked",
+        "not_bound": "This link is not yours",
+        "unknown_link": "Unknown link",
+        "not_waiting": "No longer waiting",
+    }
+    return _private(
+        _page(
+            request,
+            "message.html",
+            {
+                "me": session[0],
+                "csrf": session[1],
+                "title": titles.get(exc.code, "Not possible"),
+                "message": str(exc),
+            },
+            _status(exc),
+        )
+    )
+
+
+@router.get("/approve/{token}", response_class=HTMLResponse)
+def approve_page(request: Request, token: str, session: Session) -> Response:
+    me, csrf = session
+    try:
+        view = _approvals(request).inspect(me, token)
+    except LockstepError as exc:
+        return _refused(request, session, exc)
+    return _private(_page(request, "approve.html", {"me": me, "csrf": csrf, "token": token, **view}))
+
+
+@router.post("/approve/{token}")
+def approve_submit(
+    request: Request,
+    token: str,
+    session: Session,
+    csrf: Annotated[str, Form()] = "",
+    decision: Annotated[str, Form()] = "",
+    comment: Annotated[str, Form()] = "",
+) -> Response:
+    me, expected = session
+    _check_csrf(expected, csrf)
+    try:
+        result = _approvals(request).decide(me, token, decision, comment or None, channel="ui")
+    except LockstepError as exc:
+        return _refused(request, session, exc)
+    return _private(_page(request, "decided.html", {"me": me, "csrf": expected, "result": result}))
+
+
+@router.get("/ui/approvals", response_class=HTMLResponse)
+def inbox(request: Request, session: Session, flash: str = "") -> Response:
+    me, csrf = session
+    items = _approvals(request).inbox(me) if me.can("approve") else []
+    return _page(
+        request,
+        "inbox.html",
+        {"me": me, "csrf": csrf, "items": items, "flash": flash, "can_approve": me.can("approve")},
+    )
+
+
+@router.post("/ui/approvals/open")
+def open_request(
+    request: Request,
+    session: Session,
+    csrf: Annotated[str, Form()] = "",
+    run_id: Annotated[str, Form()] = "",
+    step: Annotated[str, Form()] = "",
+) -> Response:
+    """From the inbox: mint a fresh link for the logged-in approver (audited) and go to it."""
+    me, expected = session
+    _check_csrf(expected, csrf)
+    try:
+        if not me.can("approve"):
+            raise Forbidden(f"{me.name} does not have the approver role", code="not_an_approver")
+        link = _approvals(request).mint(me.tenant, run_id, step, me.name, by=f"{me.name} (inbox)")
+    except LockstepError as exc:
+        return RedirectResponse("/ui/approvals?" + urlencode({"flash": str(exc)}), status_code=303)
+    return _private(RedirectResponse(f"/approve/{link['token']}", status_code=303))
