@@ -1,0 +1,634 @@
+"""The backend-neutral half of the SQL adapters: one transaction's operations over named queries."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..core.canonical import canonical_json
+from ..core.effects import (
+    CloseApprovalRequest,
+    CloseTask,
+    CloseTimer,
+    CreateTask,
+    CreateTimer,
+    Effect,
+    LeaseTask,
+    NotifyApprovers,
+    OpenApprovalRequest,
+    RecordApprovalDecision,
+    RevokeLinks,
+    UpdateApprovers,
+)
+from ..core.events import Event, chain_hash
+from ..core.state import RunState
+from ..core.timeutil import parse_iso
+from .port import (
+    ConcurrencyError,
+    DefinitionRow,
+    DueTimer,
+    ExpiredLease,
+    LoadedRun,
+    TaskRow,
+    TenantRow,
+    UserRow,
+)
+
+__all__ = ["GENESIS", "SqlTx", "ms_of"]
+
+GENESIS = "0" * 64
+
+
+def ms_of(text: str) -> int:
+    return int(parse_iso(text).timestamp() * 1000)
+
+
+class SqlTx:
+    """Operations inside one transaction, shared by the SQL backends.
+
+    Each backend gives its connection (DB-API style: execute returns a cursor), its named queries (same
+    names, its own dialect) and the exception its driver raises for constraint violations.
+    """
+
+    def __init__(self, conn: Any, queries: dict[str, str], integrity_error: type[Exception]) -> None:
+        self.c = conn
+        self.q = queries
+        self.integrity_error = integrity_error
+
+    def _one(self, query: str, **params: Any) -> Any:
+        return self.c.execute(self.q[query], params).fetchone()
+
+    # --- definitions ---------------------------------------------------------------------------
+    def _def(self, name: str, row: Any) -> DefinitionRow | None:
+        return DefinitionRow(name, row[0], row[1], json.loads(row[2])) if row else None
+
+    def definition(self, tenant: str, name: str, version: int | None) -> DefinitionRow | None:
+        if version is None:
+            return self._def(name, self._one("definition_latest", tenant=tenant, name=name))
+        return self._def(name, self._one("definition_by_version", tenant=tenant, name=name, version=version))
+
+    def definition_by_digest(self, tenant: str, name: str, digest: str) -> DefinitionRow | None:
+        return self._def(name, self._one("definition_by_digest", tenant=tenant, name=name, digest=digest))
+
+    def insert_definition(self, tenant: str, row: DefinitionRow, created_at: str) -> None:
+        try:
+            self.c.execute(
+                self.q["definition_insert"],
+                {
+                    "tenant": tenant,
+                    "name": row.name,
+                    "version": row.version,
+                    "digest": row.digest,
+                    "document": canonical_json(row.document),
+                    "created_at": created_at,
+                },
+            )
+        except self.integrity_error as exc:
+            raise ConcurrencyError(str(exc)) from None
+
+    def definitions(self, tenant: str) -> list[dict[str, Any]]:
+        rows = self.c.execute(self.q["definitions_list"], {"tenant": tenant}).fetchall()
+        return [{"name": r[0], "version": r[1], "digest": r[2], "created_at": r[3]} for r in rows]
+
+    # --- runs and events -----------------------------------------------------------------------
+    def load_run(self, run_id: str) -> LoadedRun | None:
+        row = self._one("run_load", run_id=run_id)
+        if row is None:
+            return None
+        return LoadedRun(RunState.from_json(json.loads(row[1])), row[2])
+
+    def run_by_key(self, tenant: str, start_key: str) -> tuple[str, str | None] | None:
+        row = self._one("run_by_key", tenant=tenant, start_key=start_key)
+        return (row[0], row[1]) if row else None
+
+    def append(
+        self,
+        before: LoadedRun | None,
+        after: RunState,
+        events: Sequence[Event],
+        effects: Sequence[Effect],
+        *,
+        now_ms: int,
+        request_digest: str | None = None,
+    ) -> None:
+        expected = before.state.seq if before else 0
+        h = before.last_hash if before else GENESIS
+        for i, e in enumerate(events):
+            if e.seq != expected + i + 1:
+                raise ConcurrencyError(f"event seq {e.seq} does not follow {expected + i}")
+            h = chain_hash(h, after.run_id, e)
+            try:
+                self.c.execute(
+                    self.q["event_insert"],
+                    {
+                        "run_id": after.run_id,
+                        "seq": e.seq,
+                        "type": e.type,
+                        "at": e.at,
+                        "v": e.v,
+                        "data": canonical_json(e.data),
+                        "hash": h,
+                    },
+                )
+            except self.integrity_error:
+                raise ConcurrencyError(f"run {after.run_id} already has event {e.seq}") from None
+        row = {
+            "run_id": after.run_id,
+            "status": after.status,
+            "seq": after.seq,
+            "current_step": after.current_step,
+            "snapshot": canonical_json(after.to_json()),
+            "last_hash": h,
+            "updated_at": after.updated_at,
+        }
+        if before is None:
+            try:
+                self.c.execute(
+                    self.q["run_insert"],
+                    {
+                        **row,
+                        "tenant": after.tenant,
+                        "definition": after.definition["name"],
+                        "version": after.definition["version"],
+                        "start_key": after.start_key,
+                        "request_digest": request_digest,
+                        "created_at": after.started_at,
+                    },
+                )
+            except self.integrity_error:
+                raise ConcurrencyError(f"run {after.run_id} or its start key already exists") from None
+        elif self.c.execute(self.q["run_update"], {**row, "expected_seq": expected}).rowcount != 1:
+            raise ConcurrencyError(f"run {after.run_id} moved past seq {expected}")
+        self._apply(after, effects, now_ms)
+
+    def _apply(self, run: RunState, effects: Sequence[Effect], now_ms: int) -> None:
+        for fx in effects:
+            if isinstance(fx, CreateTask):
+                self.c.execute(
+                    self.q["task_insert"],
+                    {
+                        "task_id": fx.task_id,
+                        "tenant": run.tenant,
+                        "run_id": run.run_id,
+                        "step": fx.step,
+                        "attempt": fx.attempt,
+                        "kind": fx.kind,
+                        "activity": fx.activity,
+                        "queue": fx.queue or "default",
+                        "input": canonical_json(fx.input),
+                        "idempotency_key": fx.idempotency_key,
+                        "definition": run.definition["name"],
+                        "version": run.definition["version"],
+                        "delivery": fx.delivery,
+                        "timeout_ms": fx.timeout_ms,
+                        "now": now_ms,
+                    },
+                )
+            elif isinstance(fx, LeaseTask):
+                deadline = ms_of(fx.deadline)
+                self.c.execute(
+                    self.q["task_lease"],
+                    {
+                        "task_id": fx.task_id,
+                        "fencing": fx.fencing,
+                        "worker": fx.worker,
+                        "lease_expires_at": deadline,
+                        "deadline": deadline,
+                    },
+                )
+            elif isinstance(fx, CloseTask):
+                self.close_task(fx.task_id, fx.status)
+            elif isinstance(fx, CreateTimer):
+                self.c.execute(
+                    self.q["timer_insert"],
+                    {
+                        "run_id": run.run_id,
+                        "key": fx.key,
+                        "generation": fx.generation,
+                        "tenant": run.tenant,
+                        "fire_at": ms_of(fx.fire_at),
+                    },
+                )
+            elif isinstance(fx, CloseTimer):
+                self.close_timer(run.run_id, fx.key, fx.generation, fx.status)
+            else:
+                self._apply_approval(run, fx, now_ms)
+
+    def _apply_approval(self, run: RunState, fx: Effect, now_ms: int) -> None:
+        if isinstance(fx, OpenApprovalRequest):
+            self.c.execute(
+                self.q["approval_request_insert"],
+                {
+                    "request_id": fx.request_id,
+                    "tenant": run.tenant,
+                    "run_id": run.run_id,
+                    "step": fx.step,
+                    "users": json.dumps(list(fx.users)),
+                    "groups": json.dumps(list(fx.groups)),
+                    "initiator": fx.initiator,
+                    "allow_initiator": int(fx.allow_initiator),
+                    "expires_at": ms_of(fx.expires_at),
+                    "created_at": run.updated_at,
+                },
+            )
+        elif isinstance(fx, UpdateApprovers):
+            row = self.approval_request(fx.request_id)
+            if row is not None:
+                users = [fx.new if u == fx.old else u for u in row["users"]]
+                users = list(dict.fromkeys([*users, fx.new]))
+                self.c.execute(
+                    self.q["approval_request_users"],
+                    {"request_id": fx.request_id, "users": json.dumps(users)},
+                )
+        elif isinstance(fx, RecordApprovalDecision):
+            try:
+                self.c.execute(
+                    self.q["approval_decision_insert"],
+                    {
+                        "request_id": fx.request_id,
+                        "approver": fx.approver,
+                        "decision": fx.decision,
+                        "link_id": fx.link_id,
+                        "at": fx.at,
+                    },
+                )
+            except self.integrity_error:
+                raise ConcurrencyError(f"{fx.approver} already decided on {fx.request_id}") from None
+        elif isinstance(fx, CloseApprovalRequest):
+            self.c.execute(
+                self.q["approval_request_close"], {"request_id": fx.request_id, "status": fx.status}
+            )
+            self.revoke_links(fx.request_id, None, None)
+        elif isinstance(fx, RevokeLinks):
+            self.revoke_links(fx.request_id, fx.approver, fx.link_id)
+        elif isinstance(fx, NotifyApprovers):
+            self.c.execute(
+                self.q["notification_insert"],
+                {
+                    "tenant": run.tenant,
+                    "run_id": run.run_id,
+                    "request_id": fx.request_id,
+                    "approver": fx.approver,
+                    "now": now_ms,
+                },
+            )
+
+    # --- approvals -----------------------------------------------------------------------------
+    def _request(self, r: Any) -> dict[str, Any]:
+        return {
+            "request_id": r[0],
+            "tenant": r[1],
+            "run_id": r[2],
+            "step": r[3],
+            "users": json.loads(r[4]),
+            "groups": json.loads(r[5]),
+            "initiator": r[6],
+            "allow_initiator": bool(r[7]),
+            "status": r[8],
+            "expires_at": r[9],
+            "created_at": r[10],
+        }
+
+    def approval_request(self, request_id: str) -> dict[str, Any] | None:
+        r = self._one("approval_request_get", request_id=request_id)
+        return self._request(r) if r else None
+
+    def pending_approval_requests(self, tenant: str) -> list[dict[str, Any]]:
+        return [
+            self._request(r) for r in self.c.execute(self.q["approval_requests_pending"], {"tenant": tenant})
+        ]
+
+    def approval_decision(self, request_id: str, approver: str) -> dict[str, Any] | None:
+        r = self._one("approval_decision_get", request_id=request_id, approver=approver)
+        return {"decision": r[0], "link_id": r[1], "at": r[2]} if r else None
+
+    def _link(self, r: Any) -> dict[str, Any]:
+        return {
+            "link_id": r[0],
+            "tenant": r[1],
+            "run_id": r[2],
+            "step": r[3],
+            "request_id": r[4],
+            "approver": r[5],
+            "status": r[6],
+            "expires_at": r[7],
+            "created_at": r[8],
+            "used_at": r[9],
+            "decision": r[10],
+        }
+
+    def insert_link(self, link: dict[str, Any], token_hash: str) -> None:
+        self.c.execute(
+            self.q["link_insert"],
+            {
+                **{
+                    k: link[k]
+                    for k in (
+                        "link_id",
+                        "tenant",
+                        "run_id",
+                        "step",
+                        "request_id",
+                        "approver",
+                        "expires_at",
+                        "created_at",
+                    )
+                },
+                "token_hash": token_hash,
+            },
+        )
+
+    def link_by_hash(self, token_hash: str) -> dict[str, Any] | None:
+        r = self._one("link_by_hash", token_hash=token_hash)
+        return self._link(r) if r else None
+
+    def link_by_id(self, link_id: str) -> dict[str, Any] | None:
+        r = self._one("link_by_id", link_id=link_id)
+        return self._link(r) if r else None
+
+    def links_of_request(self, request_id: str) -> list[dict[str, Any]]:
+        return [self._link(r) for r in self.c.execute(self.q["links_of_request"], {"request_id": request_id})]
+
+    def consume_link(self, token_hash: str, decision: str, used_at: str) -> bool:
+        cur = self.c.execute(
+            self.q["link_consume"], {"token_hash": token_hash, "decision": decision, "used_at": used_at}
+        )
+        return bool(cur.rowcount == 1)
+
+    def revoke_links(self, request_id: str, approver: str | None, link_id: str | None) -> int:
+        cur = self.c.execute(
+            self.q["links_revoke"], {"request_id": request_id, "approver": approver, "link_id": link_id}
+        )
+        return int(cur.rowcount)
+
+    def claim_notifications(self, now_ms: int, limit: int, lease_ms: int) -> list[dict[str, Any]]:
+        rows = self.c.execute(self.q["notifications_ready"], {"now": now_ms, "limit": limit}).fetchall()
+        for r in rows:
+            self.c.execute(self.q["notification_lease"], {"id": r[0], "until": now_ms + lease_ms})
+        return [
+            {
+                "id": r[0],
+                "tenant": r[1],
+                "run_id": r[2],
+                "request_id": r[3],
+                "approver": r[4],
+                "attempts": r[5] + 1,
+            }
+            for r in rows
+        ]
+
+    def finish_notification(self, nid: int, status: str, error: str | None, available_at: int) -> None:
+        self.c.execute(
+            self.q["notification_finish"],
+            {"id": nid, "status": status, "error": error, "available_at": available_at},
+        )
+
+    def tenant_users(self, tenant: str) -> list[UserRow]:
+        return [self._user(r) for r in self.c.execute(self.q["users_in_groups"], {"tenant": tenant})]
+
+    def runs(
+        self,
+        tenant: str,
+        *,
+        status: str | None,
+        definition: str | None,
+        after: str,
+        limit: int,
+        before: str | None = None,
+    ) -> list[RunState]:
+        """Ascending after `after`, or (with `before`) descending, newest first, below `before`."""
+        params = {"tenant": tenant, "status": status, "definition": definition, "limit": limit}
+        if before is not None:
+            rows = self.c.execute(self.q["runs_list_desc"], {**params, "before": before or "~"}).fetchall()
+        else:
+            rows = self.c.execute(self.q["runs_list"], {**params, "after": after}).fetchall()
+        return [RunState.from_json(json.loads(r[0])) for r in rows]
+
+    def run_ids(self, tenant: str | None) -> list[str]:
+        return [r[0] for r in self.c.execute(self.q["runs_all_ids"], {"tenant": tenant})]
+
+    def events(self, run_id: str) -> list[tuple[Event, str]]:
+        rows = self.c.execute(self.q["events_of_run"], {"run_id": run_id}).fetchall()
+        return [(Event(type=r[1], at=r[2], v=r[3], data=json.loads(r[4]), seq=r[0]), r[5]) for r in rows]
+
+    # --- tasks and timers ----------------------------------------------------------------------
+    def _task(self, r: Any) -> TaskRow:
+        return TaskRow(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            r[6],
+            r[7],
+            json.loads(r[8]),
+            r[9],
+            r[10],
+            r[11],
+            r[12],
+            r[13],
+            r[14],
+            r[15],
+            r[16],
+            r[17],
+            r[18],
+        )
+
+    def ready_tasks(
+        self, activities: Sequence[str], now_ms: int, limit: int, tenant: str | None = None
+    ) -> list[TaskRow]:
+        marks = ",".join("?" * len(activities))
+        sql = (
+            f"SELECT task_id FROM tasks WHERE status = 'ready' AND activity IN ({marks}) "
+            f"AND available_at <= ? AND (? IS NULL OR tenant = ?) ORDER BY available_at LIMIT ?"
+        )
+        ids = [r[0] for r in self.c.execute(sql, [*activities, now_ms, tenant, tenant, limit])]
+        return [t for t in (self.task(i) for i in ids) if t is not None]
+
+    def task(self, task_id: str) -> TaskRow | None:
+        r = self._one("task_get", task_id=task_id)
+        return self._task(r) if r else None
+
+    def set_lease(self, task_id: str, lease_expires_at: int) -> None:
+        self.c.execute(
+            "UPDATE tasks SET lease_expires_at = MIN(?, deadline) WHERE task_id = ?",
+            (lease_expires_at, task_id),
+        )
+
+    def heartbeat(self, task_id: str, fencing: int, lease_until_ms: int) -> bool:
+        cur = self.c.execute(
+            self.q["task_heartbeat"], {"task_id": task_id, "fencing": fencing, "lease_until": lease_until_ms}
+        )
+        return bool(cur.rowcount == 1)
+
+    def close_task(self, task_id: str, status: str) -> None:
+        self.c.execute(self.q["task_close"], {"task_id": task_id, "status": status})
+
+    def expired_leases(self, now_ms: int, limit: int) -> list[ExpiredLease]:
+        rows = self.c.execute(self.q["leases_expired"], {"now": now_ms, "limit": limit}).fetchall()
+        return [ExpiredLease(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+
+    def due_timers(self, now_ms: int, limit: int) -> list[DueTimer]:
+        rows = self.c.execute(self.q["timers_due"], {"now": now_ms, "limit": limit}).fetchall()
+        return [DueTimer(r[0], r[1], r[2]) for r in rows]
+
+    def close_timer(self, run_id: str, key: str, generation: int, status: str) -> None:
+        self.c.execute(
+            self.q["timer_close"], {"run_id": run_id, "key": key, "generation": generation, "status": status}
+        )
+
+    def next_wakeup_ms(self) -> int | None:
+        a = self._one("next_timer")[0]
+        b = self._one("next_lease_expiry")[0]
+        vals = [v for v in (a, b) if v is not None]
+        return min(vals) if vals else None
+
+    def task_counts(self) -> dict[str, int]:
+        return {r[0]: r[1] for r in self.c.execute(self.q["task_counts"])}
+
+    # --- tenants, users, sessions, audit ------------------------------------------------------
+    def tenant(self, name: str) -> TenantRow | None:
+        r = self._one("tenant_get", name=name)
+        return TenantRow(r[0], json.loads(r[1]), r[2], r[3], r[4]) if r else None
+
+    def tenants(self) -> list[TenantRow]:
+        return [
+            TenantRow(r[0], json.loads(r[1]), r[2], r[3], r[4])
+            for r in self.c.execute(self.q["tenants_list"])
+        ]
+
+    def insert_tenant(self, name: str, settings: dict[str, Any], created_at: str) -> None:
+        try:
+            self.c.execute(
+                self.q["tenant_insert"],
+                {"name": name, "settings": canonical_json(settings), "created_at": created_at},
+            )
+        except self.integrity_error:
+            raise ConcurrencyError(f"tenant {name} already exists") from None
+
+    def update_tenant_settings(self, name: str, settings: dict[str, Any]) -> None:
+        self.c.execute(self.q["tenant_update_settings"], {"name": name, "settings": canonical_json(settings)})
+
+    def update_tenant_bucket(self, name: str, tokens: float, at_ms: int) -> None:
+        self.c.execute(self.q["tenant_update_bucket"], {"name": name, "tokens": tokens, "at_ms": at_ms})
+
+    def _user(self, r: Any) -> UserRow:
+        return UserRow(
+            r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])), r[4], r[5], bool(r[6]), r[7], r[8]
+        )
+
+    def user(self, tenant: str, name: str) -> UserRow | None:
+        r = self._one("user_get", tenant=tenant, name=name)
+        return self._user(r) if r else None
+
+    def user_by_key(self, key_hash: str) -> UserRow | None:
+        r = self._one("user_by_key", key_hash=key_hash)
+        return self._user(r) if r else None
+
+    def users(self, tenant: str) -> list[UserRow]:
+        return [self._user(r) for r in self.c.execute(self.q["users_list"], {"tenant": tenant})]
+
+    def insert_user(self, u: UserRow) -> None:
+        try:
+            self.c.execute(
+                self.q["user_insert"],
+                {
+                    "tenant": u.tenant,
+                    "name": u.name,
+                    "roles": json.dumps(list(u.roles)),
+                    "groups": json.dumps(list(u.groups)),
+                    "key_hash": u.key_hash,
+                    "created_at": u.created_at,
+                },
+            )
+        except self.integrity_error:
+            raise ConcurrencyError(f"user {u.name} already exists in tenant {u.tenant}") from None
+
+    def update_user(self, u: UserRow) -> None:
+        self.c.execute(
+            self.q["user_update"],
+            {
+                "tenant": u.tenant,
+                "name": u.name,
+                "roles": json.dumps(list(u.roles)),
+                "groups": json.dumps(list(u.groups)),
+                "key_hash": u.key_hash,
+                "password_hash": u.password_hash,
+                "disabled": int(u.disabled),
+                "email": u.email,
+            },
+        )
+
+    def insert_session(
+        self, id_hash: str, tenant: str, user: str, csrf: str, created_ms: int, expires_ms: int
+    ) -> None:
+        self.c.execute(
+            self.q["session_insert"],
+            {
+                "id_hash": id_hash,
+                "tenant": tenant,
+                "user": user,
+                "csrf": csrf,
+                "created_at": created_ms,
+                "expires_at": expires_ms,
+            },
+        )
+
+    def session(self, id_hash: str) -> tuple[str, str, str, int] | None:
+        r = self._one("session_get", id_hash=id_hash)
+        return (r[0], r[1], r[2], r[3]) if r else None
+
+    def delete_session(self, id_hash: str, now_ms: int) -> None:
+        self.c.execute(self.q["session_delete"], {"id_hash": id_hash, "now": now_ms})
+
+    def audit(
+        self,
+        at: str,
+        tenant: str | None,
+        actor: str | None,
+        action: str,
+        target: str | None,
+        outcome: str,
+        detail: dict[str, Any],
+    ) -> None:
+        self.c.execute(
+            self.q["audit_insert"],
+            {
+                "at": at,
+                "tenant": tenant,
+                "actor": actor,
+                "action": action,
+                "target": target,
+                "outcome": outcome,
+                "detail": canonical_json(detail),
+            },
+        )
+
+    def audit_log(self, tenant: str, limit: int) -> list[dict[str, Any]]:
+        rows = self.c.execute(self.q["audit_list"], {"tenant": tenant, "limit": limit}).fetchall()
+        return [
+            {
+                "id": r[0],
+                "at": r[1],
+                "tenant": r[2],
+                "actor": r[3],
+                "action": r[4],
+                "target": r[5],
+                "outcome": r[6],
+                "detail": json.loads(r[7]),
+            }
+            for r in rows
+        ]
+
+    def active_runs(self, tenant: str) -> int:
+        return int(self._one("active_runs_count", tenant=tenant)[0])
+
+    def stats(self, now_ms: int) -> dict[str, Any]:
+        """Aggregates for metrics: runs by status, ready-queue depth/age, overdue timers (by tenant)."""
+        return {
+            "runs": [tuple(r) for r in self.c.execute(self.q["runs_by_status"])],
+            "queues": [tuple(r) for r in self.c.execute(self.q["queue_stats"])],
+            "timers": [tuple(r) for r in self.c.execute(self.q["timer_lag"], {"now": now_ms})],
+        }
