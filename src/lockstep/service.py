@@ -11,17 +11,15 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from . import dispatch
 from .core.canonical import canonical_json, digest
 from .core.commands import (
     CancelRun,
-    ClaimTask,
     Command,
-    ExpireLease,
-    FireTimer,
     Rejected,
     ReportFailure,
     ReportSuccess,
@@ -34,6 +32,7 @@ from .core.events import Event, chain_hash
 from .core.explain import explain
 from .core.state import RunState, evolve, fold
 from .core.timeutil import iso
+from .dispatch import TaskLease
 from .errors import Conflict, InvalidInput, NotFound, RateLimited, Refused, Unavailable
 from .store import ConcurrencyError, DefinitionRow, LoadedRun, Store, StoreUnavailable, TaskRow, Tx
 
@@ -63,26 +62,6 @@ def new_run_id(now: datetime) -> str:
 
 def _ms(dt: datetime) -> int:
     return int(dt.timestamp() * 1000)
-
-
-@dataclass(frozen=True)
-class TaskLease:
-    """What a worker receives: enough to run the activity and to report with the right fencing token."""
-
-    task_id: str
-    tenant: str
-    run_id: str
-    step: str
-    attempt: int
-    kind: str
-    activity: str
-    input: Any
-    idempotency_key: str
-    definition: str
-    version: int
-    delivery: str
-    fencing: int
-    deadline: datetime
 
 
 class Service:
@@ -429,47 +408,12 @@ class Service:
         limit: int,
         lease_ttl: timedelta,
         tenant: str | None = None,
+        queue: str = "default",
     ) -> list[TaskLease]:
         """Lease up to `limit` ready tasks in one transaction; each lease appends ActivityStarted."""
-        if not activities or limit <= 0:
-            return []
-        now = self.clock()
-        out: list[TaskLease] = []
-        with self.write() as tx:
-            for t in tx.ready_tasks(activities, _ms(now), limit, tenant):
-                loaded = tx.load_run(t.run_id)
-                if loaded is None:
-                    tx.close_task(t.task_id, "stale")
-                    continue
-                deadline = now + timedelta(milliseconds=t.timeout_ms)
-                try:
-                    d = self.definition_for(tx, t.tenant, t.definition, t.version)
-                    _after, events = self.apply(
-                        tx, loaded, ClaimTask(t.task_id, worker, iso(deadline)), now, d
-                    )
-                except Rejected:
-                    tx.close_task(t.task_id, "stale")
-                    continue
-                tx.set_lease(t.task_id, _ms(now + lease_ttl))
-                out.append(
-                    TaskLease(
-                        t.task_id,
-                        t.tenant,
-                        t.run_id,
-                        t.step,
-                        t.attempt,
-                        t.kind,
-                        t.activity,
-                        t.input,
-                        t.idempotency_key,
-                        t.definition,
-                        t.version,
-                        t.delivery,
-                        events[0].data["fencing"],
-                        deadline,
-                    )
-                )
-        return out
+        return dispatch.claim(
+            self, worker, activities, limit=limit, lease_ttl=lease_ttl, tenant=tenant, queue=queue
+        )
 
     def heartbeat(self, task_id: str, fencing: int, lease_ttl: timedelta) -> bool:
         """Extend a lease (never past the attempt's deadline); False if the lease is no longer ours."""
@@ -525,48 +469,11 @@ class Service:
         )
 
     # --- scheduler duties ----------------------------------------------------------------------
-    def fire_due_timers(self, limit: int = 200) -> int:
-        now = self.clock()
-        fired = 0
-        with self.write() as tx:
-            for t in tx.due_timers(_ms(now), limit):
-                loaded = tx.load_run(t.run_id)
-                if loaded is None:
-                    tx.close_timer(t.run_id, t.key, t.generation, "stale")
-                    continue
-                s = loaded.state
-                try:
-                    d = self.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
-                    self.apply(tx, loaded, FireTimer(t.key, t.generation), now, d)
-                    fired += 1
-                except Rejected:
-                    # A duplicate or superseded timer: the generation check turns it into a no-op.
-                    tx.close_timer(t.run_id, t.key, t.generation, "stale")
-        return fired
+    def fire_due_timers(self, limit: int = 200, partitions: list[int] | None = None) -> int:
+        return dispatch.fire_due_timers(self, limit, partitions)
 
-    def expire_leases(self, limit: int = 200) -> int:
-        now = self.clock()
-        expired = 0
-        with self.write() as tx:
-            for lease in tx.expired_leases(_ms(now), limit):
-                loaded = tx.load_run(lease.run_id)
-                if loaded is None:
-                    tx.close_task(lease.task_id, "stale")
-                    continue
-                if _ms(now) >= lease.deadline:
-                    reason = "the attempt did not finish within its timeout"
-                else:
-                    reason = f"worker {lease.worker} stopped renewing its lease (crashed, hung or cut off)"
-                s = loaded.state
-                try:
-                    d = self.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
-                    self.apply(
-                        tx, loaded, ExpireLease(lease.task_id, lease.attempt, lease.fencing, reason), now, d
-                    )
-                    expired += 1
-                except Rejected:
-                    tx.close_task(lease.task_id, "stale")
-        return expired
+    def expire_leases(self, limit: int = 200, partitions: list[int] | None = None) -> int:
+        return dispatch.expire_leases(self, limit, partitions)
 
     def next_wakeup(self) -> datetime | None:
         with self.read() as tx:

@@ -52,6 +52,7 @@ from .flow import (
     timer,
 )
 from .state import Attempt, RunState
+from .timeutil import parse_iso
 
 __all__ = ["decide", "expression_context", "task_id"]
 
@@ -153,8 +154,11 @@ def _report(tx: Tx, c: ReportSuccess | ReportFailure) -> None:
             if isinstance(c, ReportSuccess)
             else {"outcome": "failed", "code": c.code, "message": c.message}
         )
+        parts = c.task_id.split("/")
         step = (
-            tx.s.active.step if tx.s.active and tx.s.active.task_id == c.task_id else c.task_id.split("/")[-2]
+            tx.s.active.step
+            if tx.s.active and tx.s.active.task_id == c.task_id
+            else (parts[1] if len(parts) == 3 and parts[0] == tx.s.run_id else "?")
         )
         tx.emit(
             "ResultIgnored",
@@ -274,6 +278,8 @@ def _fire(tx: Tx, c: FireTimer) -> None:
     t = tx.s.timers.get(c.key)
     if tx.s.terminal or t is None or t.generation != c.generation:
         raise Rejected("stale_timer", f"timer {c.key} generation {c.generation} is no longer armed")
+    if parse_iso(t.fire_at) > tx.now:
+        raise Rejected("not_due", f"timer {c.key} is due at {t.fire_at}, not yet")
     tx.emit("TimerFired", key=t.key, generation=t.generation, kind=t.kind, step=t.step, fire_at=t.fire_at)
     if t.kind == "wait":
         advance_after(tx, t.step)
@@ -298,6 +304,8 @@ def _cancel(tx: Tx, c: CancelRun) -> None:
     if s.cancel is not None:
         return  # cancelling twice is the same request: no new events
     if s.compensating is not None:
+        if s.attention is not None:
+            raise Rejected("compensating", f"the run waits for an operator: {s.attention['reason']}")
         raise Rejected("compensating", "the run is already compensating after a failure and will end failed")
     tx.emit("CancelRequested", reason=c.reason, actor=c.actor)
     for t in sorted(tx.s.timers.values(), key=lambda t: t.key):

@@ -7,6 +7,7 @@ A definition version is immutable and identified by the sha256 of its canonical 
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import jsonschema
 
 from .canonical import digest
 from .expr import Expr, ExprError, Template, compile_expr, compile_template
-from .timeutil import parse_duration
+from .timeutil import format_duration, parse_duration
 
 __all__ = [
     "ActivityStep",
@@ -241,7 +242,7 @@ class _Checker:
         if d <= timedelta(0):
             self.add(path, "must be greater than zero")
         elif limit is not None and d > limit:
-            self.add(path, f"{value} exceeds the tenant limit of {limit}")
+            self.add(path, f"{value} exceeds the tenant limit of {format_duration(limit)}")
         return d
 
     def template(self, path: str, value: Any) -> Template | None:
@@ -256,8 +257,13 @@ class _Checker:
             self.add(path, 'must be a CEL expression string, e.g. "input.qty > 10"')
             return None
         src = value.strip()
-        if src.startswith("${") and src.endswith("}"):
-            src = src[2:-1]
+        if "${" in src:
+            inner = src[2:-1] if src.startswith("${") and src.endswith("}") else None
+            if inner is None or "${" in inner:
+                plain = src.replace("${", "").replace("}", "")
+                self.add(path, f"a condition is one expression: write it without ${{...}}, e.g. {plain!r}")
+                return None
+            src = inner
         try:
             return compile_expr(src)
         except ExprError as exc:
@@ -612,12 +618,33 @@ def _check_graph(c: _Checker, steps: list[Step]) -> None:
                     stack.append(t)
 
 
+def _non_json(value: Any, path: str) -> list[tuple[str, str]]:
+    """YAML also has timestamps, binary and non-string keys; definitions are JSON, so name them."""
+    if value is None or isinstance(value, str | bool | int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            return [(path, "NaN and infinity are not JSON numbers")]
+        return []
+    if isinstance(value, Mapping):
+        out = []
+        for k, v in value.items():
+            if not isinstance(k, str):
+                out.append((f"{path}.{k}", "keys must be strings: quote it"))
+            out += _non_json(v, f"{path}.{k}")
+        return out
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _non_json(v, f"{path}[{i}]")]
+    return [(path, f"{type(value).__name__} is not JSON: quote the value (YAML read {value!r})")]
+
+
 def parse_definition(document: Any, limits: Limits | None = None) -> Definition:
     """Validate a parsed YAML/JSON document and compile it; raise DefinitionError listing every problem."""
     lim = limits or Limits()
     c = _Checker()
     if not isinstance(document, Mapping):
         raise DefinitionError([("$", "a definition must be a mapping with name and steps")])
+    not_json = _non_json(document, "$")
+    if not_json:
+        raise DefinitionError(not_json)
     c.keys("$", document, ("name", "description", "input_schema", "steps", "output"))
     name = document.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +23,7 @@ from .timeutil import iso
 __all__ = ["ALLOWED_ROOTS", "ExprError", "Template", "compile_expr", "compile_template", "evaluate"]
 
 ALLOWED_ROOTS = frozenset({"input", "steps", "run"})
+_MACRO_VAR = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
 
 class ExprError(ValueError):
@@ -46,7 +48,9 @@ def compile_expr(source: str) -> Expr:
         first = str(exc).split("\n")[0]
         raise ExprError(f"invalid expression `{source}`: {first}") from None
     roots = frozenset(program.variables())
-    unknown = sorted(roots - ALLOWED_ROOTS)
+    # Macros (all, exists, exists_one, map, filter) bind a loop variable that variables() also lists.
+    bound = set(_MACRO_VAR.findall(source))
+    unknown = sorted(roots - ALLOWED_ROOTS - bound)
     if unknown:
         raise ExprError(
             f"unknown variable {', '.join(unknown)} in `{source}`: "

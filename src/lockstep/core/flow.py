@@ -39,9 +39,10 @@ __all__ = [
 ]
 
 
-def task_id(run_id: str, step: str, kind: str, attempt: int) -> str:
-    """Deterministic task ids: the same attempt always has the same id, whoever computes it."""
-    return f"{run_id}/{step}/{'c' if kind == 'compensation' else 'a'}{attempt}"
+def task_id(run_id: str, step: str, kind: str, attempt: int, seq: int) -> str:
+    """Deterministic and unique per run: the seq of the scheduling event tells apart two passes through
+    the same step (a polling loop) that both start at attempt 1."""
+    return f"{run_id}/{step}/{'c' if kind == 'compensation' else 'a'}{attempt}-{seq}"
 
 
 def expression_context(state: RunState) -> dict[str, Any]:
@@ -193,7 +194,7 @@ def schedule_action(tx: Tx, step: ActivityStep, attempt: int) -> None:
         "ActivityScheduled",
         step=step.id,
         attempt=attempt,
-        task_id=task_id(tx.s.run_id, step.id, "action", attempt),
+        task_id=task_id(tx.s.run_id, step.id, "action", attempt, tx.s.seq + 1),
         activity=step.activity,
         input=payload,
         idempotency_key=key,
@@ -289,7 +290,7 @@ def next_compensation(tx: Tx, attempt: int = 1) -> None:
         step=step_id,
         attempt=attempt,
         compensation=True,
-        task_id=task_id(tx.s.run_id, step_id, "compensation", attempt),
+        task_id=task_id(tx.s.run_id, step_id, "compensation", attempt, tx.s.seq + 1),
         activity=comp.activity,
         input=payload,
         idempotency_key=f"{base_key}:compensate",

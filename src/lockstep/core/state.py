@@ -12,9 +12,26 @@ from typing import Any
 
 from .events import Event
 
-__all__ = ["TERMINAL", "Attempt", "RunState", "StepState", "Timer", "evolve", "fold"]
+__all__ = [
+    "SNAPSHOT_VERSION",
+    "TERMINAL",
+    "Attempt",
+    "OutdatedSnapshot",
+    "RunState",
+    "StepState",
+    "Timer",
+    "evolve",
+    "fold",
+]
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
+# Bump when RunState gains or changes a field: stored snapshots of an older version are rebuilt from
+# their events when loaded (snapshots are derived data; the events are the facts).
+SNAPSHOT_VERSION = 2
+
+
+class OutdatedSnapshot(ValueError):
+    """A stored snapshot written by an older lockstep: rebuild it with fold(events)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,7 @@ class RunState:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "snapshot_version": SNAPSHOT_VERSION,
             "run_id": self.run_id,
             "tenant": self.tenant,
             "definition": self.definition,
@@ -123,6 +141,8 @@ class RunState:
 
     @staticmethod
     def from_json(o: dict[str, Any]) -> RunState:
+        if o.get("snapshot_version") != SNAPSHOT_VERSION:
+            raise OutdatedSnapshot(f"snapshot version {o.get('snapshot_version')} != {SNAPSHOT_VERSION}")
         return RunState(
             run_id=o["run_id"],
             tenant=o["tenant"],

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ...core.timeutil import iso
 from ..migrate import migrations
-from ..port import SchemaError, StoreUnavailable, TaskRow
+from ..port import SchemaError, StoreUnavailable
 from ..sql import load_queries
 from ..sqltx import SqlTx
 
@@ -27,17 +27,6 @@ Q = load_queries(__package__ or "lockstep.store.sqlite", "queries.sql")
 class SqliteTx(SqlTx):
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn, Q, sqlite3.IntegrityError)
-
-    def ready_tasks(
-        self, activities: Sequence[str], now_ms: int, limit: int, tenant: str | None = None
-    ) -> list[TaskRow]:
-        marks = ",".join("?" * len(activities))
-        sql = (
-            f"SELECT task_id FROM tasks WHERE status = 'ready' AND activity IN ({marks}) "
-            f"AND available_at <= ? AND (? IS NULL OR tenant = ?) ORDER BY available_at LIMIT ?"
-        )
-        ids = [r[0] for r in self.c.execute(sql, [*activities, now_ms, tenant, tenant, limit])]
-        return [t for t in (self.task(i) for i in ids) if t is not None]
 
 
 class SqliteStore:

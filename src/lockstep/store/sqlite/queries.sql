@@ -245,3 +245,38 @@ UPDATE notifications SET status = :status, last_error = :error, available_at = :
 -- name: users_in_groups
 SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email FROM users
 WHERE tenant = :tenant;
+
+-- name: ready_tenants
+WITH RECURSIVE t(tenant) AS (
+    SELECT MIN(tenant) FROM tasks WHERE status = 'ready'
+    UNION ALL
+    SELECT (SELECT MIN(tenant) FROM tasks WHERE status = 'ready' AND tenant > t.tenant) FROM t
+    WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL;
+
+-- name: ready_ids
+SELECT task_id FROM tasks
+WHERE status = 'ready' AND tenant = :tenant AND queue = :queue AND available_at <= :now
+  AND activity IN (SELECT value FROM json_each(:activities))
+ORDER BY priority DESC, available_at LIMIT :limit;
+
+-- name: leased_count
+SELECT COUNT(*) FROM tasks WHERE status = 'leased' AND tenant = :tenant;
+
+-- name: timer_status
+SELECT status FROM timers WHERE run_id = :run_id AND key = :key AND generation = :generation;
+
+-- name: task_dead
+UPDATE tasks SET status = 'dead', dead_reason = :reason WHERE task_id = :task_id AND status = 'ready';
+
+-- name: stale_ready
+SELECT task_id, run_id, tenant, activity, available_at FROM tasks
+WHERE status = 'ready' AND available_at <= :before ORDER BY available_at LIMIT :limit;
+
+-- name: dead_tasks
+SELECT task_id, run_id, step, attempt, activity, dead_reason, created_at FROM tasks
+WHERE status = 'dead' AND tenant = :tenant ORDER BY created_at DESC LIMIT :limit;
+
+-- name: task_set_lease
+UPDATE tasks SET lease_expires_at = MIN(:until, deadline) WHERE task_id = :task_id;

@@ -1,0 +1,216 @@
+"""PostgreSQL adapter: psycopg 3 with a connection pool, row locks instead of a global writer lock.
+
+A command locks its run row (`FOR UPDATE`) and appends with the expected sequence; claims and scheduler
+passes pick candidates without locks, then lock each run with `SKIP LOCKED` (run before task, always,
+so transactions cannot deadlock) and re-check the row. `synchronous_commit` stays on: a transition
+acknowledged to anyone is on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ...core.timeutil import iso
+from ..migrate import migrations
+from ..port import LoadedRun, RowLocked, SchemaError, StoreUnavailable
+from ..sql import load_queries
+from ..sqltx import SqlTx
+
+__all__ = ["PgStore", "PgTx"]
+
+Q = load_queries(__package__ or "lockstep.store.postgres", "queries.sql")
+PARTITIONS = 64
+# Two processes upgrading at once: the second waits on this lock, then finds nothing left to do.
+MIGRATION_LOCK = int.from_bytes(hashlib.sha256(b"lockstep.migrations").digest()[:8], "big", signed=True)
+
+
+class PgTx(SqlTx):
+    def __init__(self, conn: psycopg.Connection[Any], *, writing: bool) -> None:
+        super().__init__(conn, Q, psycopg.errors.IntegrityError)
+        self.writing = writing
+
+    def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None:
+        if not self.writing:
+            return self._loaded(run_id, self._one("run_load", run_id=run_id))
+        row = self._one("run_load_skip_locked" if skip_locked else "run_load_for_update", run_id=run_id)
+        if row is None and skip_locked and self._one("run_exists", run_id=run_id) is not None:
+            raise RowLocked(run_id)
+        return self._loaded(run_id, row)
+
+    def list_param(self, values: Sequence[str]) -> Any:
+        return list(values)
+
+    def lock_tenant(self, name: str) -> None:
+        self._one("tenant_lock", name=name)
+
+    def scheduler_partitions(self, owner: str, now_ms: int, ttl_ms: int) -> list[int] | None:
+        """Keep a fair share of the 64 partitions: renew ours, take expired ones, release extras."""
+        until = now_ms + ttl_ms
+        mine = sorted(
+            r[0] for r in self.c.execute(self.q["partitions_renew"], {"owner": owner, "until": until})
+        )
+        others = int(self._one("partitions_live_owners", now=now_ms, owner=owner)[0])
+        share = math.ceil(PARTITIONS / (others + 1))
+        if len(mine) < share:
+            free = [r[0] for r in self.c.execute(self.q["partitions_free"], {"now": now_ms})]
+            want = free[: share - len(mine)]
+            if want:
+                got = self.c.execute(
+                    self.q["partitions_take"], {"owner": owner, "until": until, "now": now_ms, "wanted": want}
+                )
+                mine = sorted({*mine, *(r[0] for r in got)})
+        elif len(mine) > share:
+            extra = mine[share:]
+            self.c.execute(self.q["partitions_release"], {"owner": owner, "parts": extra})
+            mine = mine[:share]
+        return mine
+
+
+class PgStore:
+    """A pooled PostgreSQL database. URL: postgresql://user:pass@host:port/db"""
+
+    def __init__(
+        self, url: str, *, pool_size: int = 8, connect_timeout: float = 5.0, check_schema: bool = True
+    ) -> None:
+        self.url = url
+        self._closed = False
+        self._lock = threading.Lock()
+        self.pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            timeout=connect_timeout,
+            kwargs={"autocommit": False, "connect_timeout": max(1, int(connect_timeout))},
+            reconnect_timeout=60,
+            name="lockstep",
+        )
+        try:
+            self.pool.open(wait=True, timeout=connect_timeout)
+        except PoolTimeout:
+            self.pool.close()
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL at {_safe(url)} within {connect_timeout}s"
+            ) from None
+        if check_schema:
+            try:
+                self._check_schema()
+            except BaseException:
+                self.close()
+                raise
+
+    @contextmanager
+    def _tx(self, writing: bool) -> Iterator[PgTx]:
+        try:
+            with self.pool.connection() as conn, conn.transaction():
+                yield PgTx(conn, writing=writing)
+        except (PoolTimeout, psycopg.OperationalError) as exc:
+            raise StoreUnavailable(f"PostgreSQL is unavailable: {str(exc).splitlines()[0]}") from None
+
+    def write(self) -> AbstractContextManager[PgTx]:
+        return self._tx(True)
+
+    def read(self) -> AbstractContextManager[PgTx]:
+        return self._tx(False)
+
+    # --- schema --------------------------------------------------------------------------------
+    def _applied(self, conn: psycopg.Connection[Any]) -> dict[int, str]:
+        if conn.execute("SELECT to_regclass('schema_migrations')").fetchone() == (None,):
+            return {}
+        return {r[0]: r[1] for r in conn.execute("SELECT version, checksum FROM schema_migrations")}
+
+    def _check_schema(self) -> None:
+        wanted = migrations("lockstep.store.postgres")
+        with self.pool.connection() as conn:
+            applied = self._applied(conn)
+            if not applied:
+                tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()")
+                row = tables.fetchone()
+                if row is not None and row[0] > 0:
+                    raise SchemaError(
+                        f"{_safe(self.url)} has tables but no lockstep schema record: it is not a "
+                        f"lockstep database; use another database"
+                    )
+        if not applied:
+            self.upgrade()
+            return
+        for m in wanted:
+            if m.version in applied and applied[m.version] != m.checksum:
+                raise SchemaError(
+                    f"migration {m.version:04d}_{m.name} was changed after it was applied; "
+                    f"restore the original file"
+                )
+        missing = [m for m in wanted if m.version not in applied]
+        if missing:
+            names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
+            raise SchemaError(
+                f"database is at schema version {max(applied)} and lacks migration(s) {names}; "
+                f"this lockstep needs {wanted[-1].version}: run `lockstep db upgrade` first"
+            )
+        if max(applied) > wanted[-1].version:
+            raise SchemaError(
+                f"database has schema version {max(applied)}, newer than this lockstep "
+                f"({wanted[-1].version}): upgrade lockstep"
+            )
+
+    def upgrade(self) -> list[str]:
+        """Apply pending migrations, each in its own transaction, under an advisory lock."""
+        done: list[str] = []
+        try:
+            with self.pool.connection() as conn:
+                conn.autocommit = True
+                conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+                try:
+                    conn.execute(
+                        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                        "name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL)"
+                    )
+                    applied = self._applied(conn)
+                    for m in migrations("lockstep.store.postgres"):
+                        if m.version in applied:
+                            continue
+                        with conn.transaction():
+                            conn.execute(m.sql.encode())
+                            conn.execute(
+                                "INSERT INTO schema_migrations VALUES (%s, %s, %s, %s)",
+                                (m.version, m.name, m.checksum, iso(datetime.now(UTC))),
+                            )
+                        done.append(f"{m.version:04d}_{m.name}")
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+                    conn.autocommit = False
+        except (PoolTimeout, psycopg.OperationalError) as exc:
+            raise StoreUnavailable(f"PostgreSQL is unavailable: {str(exc).splitlines()[0]}") from None
+        return done
+
+    def ensure_partitions(self) -> None:
+        """Create the event partitions of the coming months (idempotent; the scheduler calls it daily)."""
+        with self.write() as tx:
+            tx.c.execute(
+                "SELECT lockstep_ensure_event_partition((date_trunc('month', now()) "
+                "+ make_interval(months => m))::date) FROM generate_series(0, 3) AS m"
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self.pool.close()
+
+
+def _safe(url: str) -> str:
+    """The URL without its password, for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
+    return url

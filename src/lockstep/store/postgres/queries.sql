@@ -1,0 +1,319 @@
+-- Named queries for the PostgreSQL adapter (psycopg named parameters). Each block starts with `-- name: NAME`.
+
+-- name: definition_latest
+SELECT version, digest, document FROM definitions
+WHERE tenant = %(tenant)s AND name = %(name)s ORDER BY version DESC LIMIT 1;
+
+-- name: definition_by_version
+SELECT version, digest, document FROM definitions
+WHERE tenant = %(tenant)s AND name = %(name)s AND version = %(version)s;
+
+-- name: definition_by_digest
+SELECT version, digest, document FROM definitions
+WHERE tenant = %(tenant)s AND name = %(name)s AND digest = %(digest)s;
+
+-- name: definition_insert
+INSERT INTO definitions (tenant, name, version, digest, document, created_at)
+VALUES (%(tenant)s, %(name)s, %(version)s, %(digest)s, %(document)s, %(created_at)s);
+
+-- name: definitions_list
+SELECT name, version, digest, created_at FROM definitions
+WHERE tenant = %(tenant)s ORDER BY name, version;
+
+-- name: run_load
+SELECT tenant, snapshot, last_hash, seq FROM runs WHERE run_id = %(run_id)s;
+
+-- name: run_load_for_update
+SELECT tenant, snapshot, last_hash, seq FROM runs WHERE run_id = %(run_id)s FOR UPDATE;
+
+-- name: run_by_key
+SELECT run_id, request_digest FROM runs WHERE tenant = %(tenant)s AND start_key = %(start_key)s;
+
+-- name: run_insert
+INSERT INTO runs (run_id, tenant, definition, version, status, seq, current_step, snapshot, last_hash,
+                  start_key, request_digest, created_at, updated_at)
+VALUES (%(run_id)s, %(tenant)s, %(definition)s, %(version)s, %(status)s, %(seq)s, %(current_step)s, %(snapshot)s, %(last_hash)s,
+        %(start_key)s, %(request_digest)s, %(created_at)s, %(updated_at)s);
+
+-- name: run_update
+UPDATE runs SET status = %(status)s, seq = %(seq)s, current_step = %(current_step)s, snapshot = %(snapshot)s,
+                last_hash = %(last_hash)s, updated_at = %(updated_at)s
+WHERE run_id = %(run_id)s AND seq = %(expected_seq)s;
+
+-- name: runs_list
+SELECT snapshot FROM runs
+WHERE tenant = %(tenant)s AND (CAST(%(status)s AS TEXT) IS NULL OR status = %(status)s)
+  AND (CAST(%(definition)s AS TEXT) IS NULL OR definition = %(definition)s) AND run_id > %(after)s
+ORDER BY run_id LIMIT %(limit)s;
+
+-- name: runs_list_desc
+SELECT snapshot FROM runs
+WHERE tenant = %(tenant)s AND (CAST(%(status)s AS TEXT) IS NULL OR status = %(status)s)
+  AND (CAST(%(definition)s AS TEXT) IS NULL OR definition = %(definition)s) AND run_id < %(before)s
+ORDER BY run_id DESC LIMIT %(limit)s;
+
+-- name: runs_all_ids
+SELECT run_id FROM runs WHERE (CAST(%(tenant)s AS TEXT) IS NULL OR tenant = %(tenant)s) ORDER BY run_id;
+
+-- name: event_insert
+INSERT INTO events (run_id, seq, type, at, v, data, hash)
+VALUES (%(run_id)s, %(seq)s, %(type)s, %(at)s, %(v)s, %(data)s, %(hash)s);
+
+-- name: events_of_run
+SELECT seq, type, at, v, data, hash FROM events WHERE run_id = %(run_id)s ORDER BY seq;
+
+-- name: task_insert
+INSERT INTO tasks (task_id, tenant, run_id, step, attempt, kind, activity, queue, input, idempotency_key,
+                   definition, version, delivery, timeout_ms, status, available_at, created_at)
+VALUES (%(task_id)s, %(tenant)s, %(run_id)s, %(step)s, %(attempt)s, %(kind)s, %(activity)s, %(queue)s, %(input)s, %(idempotency_key)s,
+        %(definition)s, %(version)s, %(delivery)s, %(timeout_ms)s, 'ready', %(now)s, %(now)s);
+
+-- name: task_lease
+UPDATE tasks SET status = 'leased', fencing = %(fencing)s, lease_owner = %(worker)s,
+                 lease_expires_at = %(lease_expires_at)s, deadline = %(deadline)s
+WHERE task_id = %(task_id)s AND status = 'ready';
+
+-- name: task_close
+UPDATE tasks SET status = %(status)s WHERE task_id = %(task_id)s AND status IN ('ready', 'leased');
+
+-- name: task_get
+SELECT task_id, tenant, run_id, step, attempt, kind, activity, queue, input, idempotency_key, definition,
+       version, delivery, timeout_ms, status, fencing, lease_owner, lease_expires_at, deadline
+FROM tasks WHERE task_id = %(task_id)s;
+
+-- name: task_heartbeat
+UPDATE tasks SET lease_expires_at = LEAST(%(lease_until)s, deadline)
+WHERE task_id = %(task_id)s AND fencing = %(fencing)s AND status = 'leased';
+
+-- name: timer_insert
+INSERT INTO timers (run_id, key, generation, tenant, fire_at, status)
+VALUES (%(run_id)s, %(key)s, %(generation)s, %(tenant)s, %(fire_at)s, 'scheduled');
+
+-- name: timer_close
+UPDATE timers SET status = %(status)s
+WHERE run_id = %(run_id)s AND key = %(key)s AND generation = %(generation)s AND status = 'scheduled';
+
+-- name: timers_due
+SELECT run_id, key, generation FROM timers
+WHERE status = 'scheduled' AND fire_at <= %(now)s
+  AND (CAST(%(partitions)s AS INTEGER[]) IS NULL OR part = ANY(%(partitions)s))
+ORDER BY fire_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
+
+-- name: leases_expired
+SELECT task_id, run_id, attempt, fencing, lease_owner, deadline FROM tasks
+WHERE status = 'leased' AND lease_expires_at <= %(now)s
+  AND (CAST(%(partitions)s AS INTEGER[]) IS NULL OR part = ANY(%(partitions)s))
+ORDER BY lease_expires_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
+
+-- name: next_timer
+SELECT MIN(fire_at) FROM timers WHERE status = 'scheduled';
+
+-- name: next_lease_expiry
+SELECT MIN(lease_expires_at) FROM tasks WHERE status = 'leased';
+
+-- name: task_counts
+SELECT status, COUNT(*) FROM tasks GROUP BY status;
+
+-- name: tenant_get
+SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants WHERE name = %(name)s;
+
+-- name: tenant_insert
+INSERT INTO tenants (name, settings, created_at) VALUES (%(name)s, %(settings)s, %(created_at)s);
+
+-- name: tenant_update_settings
+UPDATE tenants SET settings = %(settings)s WHERE name = %(name)s;
+
+-- name: tenant_update_bucket
+UPDATE tenants SET bucket_tokens = %(tokens)s, bucket_at_ms = %(at_ms)s WHERE name = %(name)s;
+
+-- name: tenants_list
+SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants ORDER BY name;
+
+-- name: user_get
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email
+FROM users WHERE tenant = %(tenant)s AND name = %(name)s;
+
+-- name: user_by_key
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email
+FROM users WHERE key_hash = %(key_hash)s;
+
+-- name: user_insert
+INSERT INTO users (tenant, name, roles, groups, key_hash, password_hash, disabled, created_at)
+VALUES (%(tenant)s, %(name)s, %(roles)s, %(groups)s, %(key_hash)s, NULL, 0, %(created_at)s);
+
+-- name: user_update
+UPDATE users SET roles = %(roles)s, groups = %(groups)s, key_hash = %(key_hash)s, password_hash = %(password_hash)s,
+                 disabled = %(disabled)s, email = %(email)s
+WHERE tenant = %(tenant)s AND name = %(name)s;
+
+-- name: users_list
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email
+FROM users WHERE tenant = %(tenant)s ORDER BY name;
+
+-- name: session_insert
+INSERT INTO sessions (id_hash, tenant, "user", csrf, created_at, expires_at)
+VALUES (%(id_hash)s, %(tenant)s, %(user)s, %(csrf)s, %(created_at)s, %(expires_at)s);
+
+-- name: session_get
+SELECT tenant, "user", csrf, expires_at FROM sessions WHERE id_hash = %(id_hash)s;
+
+-- name: session_delete
+DELETE FROM sessions WHERE id_hash = %(id_hash)s OR expires_at < %(now)s;
+
+-- name: audit_insert
+INSERT INTO audit (at, tenant, actor, action, target, outcome, detail)
+VALUES (%(at)s, %(tenant)s, %(actor)s, %(action)s, %(target)s, %(outcome)s, %(detail)s);
+
+-- name: audit_list
+SELECT id, at, tenant, actor, action, target, outcome, detail FROM audit
+WHERE tenant = %(tenant)s ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: active_runs_count
+SELECT COUNT(*) FROM runs WHERE tenant = %(tenant)s AND status NOT IN ('completed', 'failed', 'cancelled');
+
+-- name: runs_by_status
+SELECT tenant, status, COUNT(*) FROM runs GROUP BY tenant, status;
+
+-- name: queue_stats
+SELECT tenant, activity, COUNT(*), MIN(available_at) FROM tasks WHERE status = 'ready' GROUP BY tenant, activity;
+
+-- name: timer_lag
+SELECT tenant, MIN(fire_at), COUNT(*) FROM timers WHERE status = 'scheduled' AND fire_at <= %(now)s GROUP BY tenant;
+
+-- name: approval_request_insert
+INSERT INTO approval_requests (request_id, tenant, run_id, step, users, groups, initiator, allow_initiator, status,
+                               expires_at, created_at)
+VALUES (%(request_id)s, %(tenant)s, %(run_id)s, %(step)s, %(users)s, %(groups)s, %(initiator)s, %(allow_initiator)s, 'pending',
+        %(expires_at)s, %(created_at)s);
+
+-- name: approval_request_users
+UPDATE approval_requests SET users = %(users)s WHERE request_id = %(request_id)s;
+
+-- name: approval_request_get
+SELECT request_id, tenant, run_id, step, users, groups, initiator, allow_initiator, status, expires_at, created_at
+FROM approval_requests WHERE request_id = %(request_id)s;
+
+-- name: approval_request_close
+UPDATE approval_requests SET status = %(status)s WHERE request_id = %(request_id)s AND status = 'pending';
+
+-- name: approval_requests_pending
+SELECT request_id, tenant, run_id, step, users, groups, initiator, allow_initiator, status, expires_at, created_at
+FROM approval_requests WHERE tenant = %(tenant)s AND status = 'pending' ORDER BY created_at;
+
+-- name: approval_decision_insert
+INSERT INTO approval_decisions (request_id, approver, decision, link_id, at)
+VALUES (%(request_id)s, %(approver)s, %(decision)s, %(link_id)s, %(at)s);
+
+-- name: approval_decision_get
+SELECT decision, link_id, at FROM approval_decisions WHERE request_id = %(request_id)s AND approver = %(approver)s;
+
+-- name: link_insert
+INSERT INTO approval_links (link_id, token_hash, tenant, run_id, step, request_id, approver, status, expires_at,
+                            created_at)
+VALUES (%(link_id)s, %(token_hash)s, %(tenant)s, %(run_id)s, %(step)s, %(request_id)s, %(approver)s, 'pending', %(expires_at)s,
+        %(created_at)s);
+
+-- name: link_by_hash
+SELECT link_id, tenant, run_id, step, request_id, approver, status, expires_at, created_at, used_at, decision
+FROM approval_links WHERE token_hash = %(token_hash)s;
+
+-- name: link_by_id
+SELECT link_id, tenant, run_id, step, request_id, approver, status, expires_at, created_at, used_at, decision
+FROM approval_links WHERE link_id = %(link_id)s;
+
+-- name: links_of_request
+SELECT link_id, tenant, run_id, step, request_id, approver, status, expires_at, created_at, used_at, decision
+FROM approval_links WHERE request_id = %(request_id)s ORDER BY created_at;
+
+-- name: link_consume
+UPDATE approval_links SET status = 'used', used_at = %(used_at)s, decision = %(decision)s
+WHERE token_hash = %(token_hash)s AND status = 'pending';
+
+-- name: links_revoke
+UPDATE approval_links SET status = 'revoked'
+WHERE request_id = %(request_id)s AND status = 'pending'
+  AND (CAST(%(approver)s AS TEXT) IS NULL OR approver = %(approver)s) AND (CAST(%(link_id)s AS TEXT) IS NULL OR link_id = %(link_id)s);
+
+-- name: notification_insert
+INSERT INTO notifications (tenant, run_id, request_id, approver, status, available_at, created_at)
+VALUES (%(tenant)s, %(run_id)s, %(request_id)s, %(approver)s, 'ready', %(now)s, %(now)s);
+
+-- name: notifications_ready
+SELECT id, tenant, run_id, request_id, approver, attempts FROM notifications
+WHERE (status = 'ready' AND available_at <= %(now)s) OR (status = 'leased' AND lease_expires_at <= %(now)s)
+ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
+
+-- name: notification_lease
+UPDATE notifications SET status = 'leased', lease_expires_at = %(until)s, attempts = attempts + 1 WHERE id = %(id)s;
+
+-- name: notification_finish
+UPDATE notifications SET status = %(status)s, last_error = %(error)s, available_at = %(available_at)s WHERE id = %(id)s;
+
+-- name: users_in_groups
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email FROM users
+WHERE tenant = %(tenant)s;
+
+-- name: run_load_skip_locked
+SELECT tenant, snapshot, last_hash, seq FROM runs WHERE run_id = %(run_id)s FOR UPDATE SKIP LOCKED;
+
+-- name: run_exists
+SELECT 1 FROM runs WHERE run_id = %(run_id)s;
+
+-- name: ready_tenants
+WITH RECURSIVE t(tenant) AS (
+    SELECT MIN(tenant) FROM tasks WHERE status = 'ready'
+    UNION ALL
+    SELECT (SELECT MIN(tenant) FROM tasks WHERE status = 'ready' AND tenant > t.tenant) FROM t
+    WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL;
+
+-- name: ready_ids
+SELECT task_id FROM tasks
+WHERE status = 'ready' AND tenant = %(tenant)s AND queue = %(queue)s AND available_at <= %(now)s
+  AND activity = ANY(%(activities)s)
+ORDER BY priority DESC, available_at LIMIT %(limit)s;
+
+-- name: leased_count
+SELECT COUNT(*) FROM tasks WHERE status = 'leased' AND tenant = %(tenant)s;
+
+-- name: tenant_lock
+SELECT name FROM tenants WHERE name = %(name)s FOR UPDATE;
+
+-- name: timer_status
+SELECT status FROM timers WHERE run_id = %(run_id)s AND key = %(key)s AND generation = %(generation)s;
+
+-- name: task_dead
+UPDATE tasks SET status = 'dead', dead_reason = %(reason)s WHERE task_id = %(task_id)s AND status = 'ready';
+
+-- name: stale_ready
+SELECT task_id, run_id, tenant, activity, available_at FROM tasks
+WHERE status = 'ready' AND available_at <= %(before)s ORDER BY available_at LIMIT %(limit)s;
+
+-- name: dead_tasks
+SELECT task_id, run_id, step, attempt, activity, dead_reason, created_at FROM tasks
+WHERE status = 'dead' AND tenant = %(tenant)s ORDER BY created_at DESC LIMIT %(limit)s;
+
+-- name: partitions_renew
+UPDATE scheduler_leases SET expires_at = %(until)s WHERE owner = %(owner)s RETURNING part;
+
+-- name: partitions_live_owners
+SELECT COUNT(DISTINCT owner) FROM scheduler_leases WHERE expires_at > %(now)s AND owner <> %(owner)s;
+
+-- name: partitions_take
+INSERT INTO scheduler_leases (part, owner, expires_at)
+SELECT p, %(owner)s, %(until)s FROM generate_series(0, 63) AS p
+WHERE p = ANY(%(wanted)s)
+ON CONFLICT (part) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
+WHERE scheduler_leases.expires_at < %(now)s
+RETURNING part;
+
+-- name: partitions_free
+SELECT p FROM generate_series(0, 63) AS p
+WHERE NOT EXISTS (SELECT 1 FROM scheduler_leases l WHERE l.part = p AND l.expires_at >= %(now)s);
+
+-- name: partitions_release
+DELETE FROM scheduler_leases WHERE owner = %(owner)s AND part = ANY(%(parts)s);
+
+-- name: task_set_lease
+UPDATE tasks SET lease_expires_at = LEAST(%(until)s, deadline) WHERE task_id = %(task_id)s;
