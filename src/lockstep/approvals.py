@@ -147,6 +147,11 @@ class Approvals:
     ) -> dict[str, Any]:
         if link is None or link["tenant"] != principal.tenant:
             raise NotFound(UNKNOWN, code="unknown_link")
+        # Identity first: someone else's link, spent or not, tells them nothing about its decision.
+        if link["approver"] != principal.name:
+            raise Forbidden(
+                f"this link was issued to {link['approver']}, not to {principal.name}", code="not_bound"
+            )
         if link["status"] == "used":
             raise Conflict(
                 f"this link was already used: {link['approver']} decided {link['decision']} at "
@@ -164,10 +169,6 @@ class Approvals:
             raise Gone("this approval link was revoked (a newer link may have been sent)", code="revoked")
         if link["expires_at"] <= self._now_ms():
             raise Gone("this approval link has expired", code="expired")
-        if link["approver"] != principal.name:
-            raise Forbidden(
-                f"this link was issued to {link['approver']}, not to {principal.name}", code="not_bound"
-            )
         if not principal.can("approve"):
             raise Forbidden(f"{principal.name} does not have the approver role", code="not_an_approver")
         if prior is not None:
@@ -282,6 +283,10 @@ class Approvals:
             user = tx.user(tenant, new)
         if user is None or user.disabled:
             raise InvalidInput(f"{new} is not an enabled user of tenant {tenant}")
+        if "approver" not in user.roles:
+            raise InvalidInput(f"{new} does not have the approver role, so could never decide")
+        if not a["policy"]["allow_initiator"] and a.get("initiator") == new:
+            raise InvalidInput(f"{new} started this run and the policy does not let the initiator decide")
         self.service.command(run_id, ReplaceApprover(a["request_id"], old, new, reason, actor), tenant)
         return {"run_id": run_id, "step": step, "request_id": a["request_id"], "old": old, "new": new}
 

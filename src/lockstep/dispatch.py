@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from .core.commands import ClaimTask, ExpireLease, FireTimer, Rejected
+from .core.commands import ClaimTask, DeadLetter, ExpireLease, FireTimer, Rejected
 from .core.timeutil import iso
 from .store import LoadedRun, RowLocked, Tx
 
@@ -20,7 +20,14 @@ if TYPE_CHECKING:
 
     from .service import Service
 
-__all__ = ["TaskLease", "claim", "expire_leases", "fire_due_timers", "round_robin"]
+__all__ = [
+    "TaskLease",
+    "claim",
+    "dead_letter_unserved",
+    "expire_leases",
+    "fire_due_timers",
+    "round_robin",
+]
 
 
 @dataclass(frozen=True)
@@ -196,3 +203,42 @@ def expire_leases(svc: Service, limit: int = 200, partitions: list[int] | None =
             except Rejected:
                 tx.close_task(lease.task_id, "stale")
     return expired
+
+
+def dead_letter_unserved(svc: Service, limit: int = 200) -> int:
+    """Tasks queued longer than their tenant's `unserved_after` (default: the service's) go to the
+    dead-letter state: the run waits in needs_attention instead of silently queueing forever."""
+    now = svc.clock()
+    default_s = svc.unserved_after.total_seconds()
+    shortest = default_s
+    with svc.read() as tx:
+        for t in tx.tenants():
+            v = t.settings.get("unserved_after")
+            if v is not None:
+                shortest = min(shortest, float(v))
+    done = 0
+    with svc.write() as tx:
+        for task_id, run_id, tenant, activity, available_at in tx.stale_ready(
+            _ms(now) - int(shortest * 1000), limit
+        ):
+            row = tx.tenant(tenant)
+            after = float(row.settings.get("unserved_after", default_s)) if row else default_s
+            waited = (_ms(now) - available_at) / 1000
+            if waited < after:
+                continue
+            loaded = _lock(tx, run_id)
+            current = tx.task(task_id)
+            if loaded is False or current is None or current.status != "ready" or loaded is None:
+                continue
+            s = loaded.state
+            reason = (
+                f"no worker took this {activity} task for {int(waited)}s (limit {int(after)}s): is a worker "
+                f"serving {activity} on queue {current.queue} running?"
+            )
+            try:
+                d = svc.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
+                svc.apply(tx, loaded, DeadLetter(task_id, reason), now, d)
+                done += 1
+            except Rejected:
+                tx.close_task(task_id, "stale")
+    return done

@@ -37,6 +37,8 @@ def load_document(source: str | Path | dict[str, Any]) -> dict[str, Any]:
         text, where = path.read_text(), str(path)
     try:
         doc = yaml.safe_load(text)
+    except RecursionError:
+        raise InvalidInput(f"{where}: nested too deeply to be a definition") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -30,6 +30,8 @@ TENANT_SETTINGS: dict[str, str] = {
     "max_active_runs": "non-terminal runs allowed at once (starts beyond it get 429)",
     "starts_per_second": "sustained run starts per second (a token bucket; bursts up to 2x, at least 1)",
     "max_steps": "steps per published definition",
+    "activity_concurrency": "activity attempts of the tenant running at once (claims beyond it wait)",
+    "unserved_after": "seconds a task may wait for a worker before it goes to the dead-letter state",
 }
 # Permissions by role. `approver` and `worker` see no runs: they act only through their own endpoints.
 PERMISSIONS: dict[str, frozenset[str]] = {

@@ -23,6 +23,7 @@ from .core.commands import (
     Rejected,
     ReportFailure,
     ReportSuccess,
+    RetryStep,
     StartRun,
 )
 from .core.decide import decide
@@ -51,6 +52,14 @@ STORED = Limits(
 )
 
 
+def _json_digest(value: Any, what: str) -> str:
+    """digest(value), or InvalidInput when value is not plain JSON (NaN, infinity, lone surrogates)."""
+    try:
+        return digest(value)
+    except (TypeError, ValueError, UnicodeEncodeError) as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -66,8 +75,14 @@ def _ms(dt: datetime) -> int:
 
 class Service:
     def __init__(
-        self, store: Store, *, clock: Callable[[], datetime] = utcnow, limits: Limits | None = None
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        limits: Limits | None = None,
+        unserved_after: timedelta = timedelta(hours=1),
     ) -> None:
+        self.unserved_after = unserved_after
         self.store = store
         self.clock = clock
         self.limits = limits or Limits()
@@ -217,7 +232,7 @@ class Service:
     ) -> dict[str, Any]:
         """Start a run; with `key`, the same key returns the same run (and a different request is refused)."""
         payload = {} if input is None else input
-        request = digest({"definition": name, "version": version, "input": payload})
+        request = _json_digest({"definition": name, "version": version, "input": payload}, "the run input")
         for _ in range(5):
             now = self.clock()
             try:
@@ -433,12 +448,24 @@ class Service:
         return "ignored" if events and events[0].type == "ResultIgnored" else "accepted"
 
     def complete(
-        self, task_id: str, attempt: int, fencing: int, output: Any, *, tenant: str | None = None
+        self,
+        task_id: str,
+        attempt: int,
+        fencing: int,
+        output: Any,
+        *,
+        tenant: str | None = None,
+        strict: bool = False,
     ) -> str:
-        """Report success: "accepted", or "ignored" when the result is stale (recorded as evidence)."""
+        """Report success: "accepted", or "ignored" when the result is stale (recorded as evidence).
+
+        Output that is not plain JSON fails the attempt (InvalidOutput) for in-process workers; with
+        `strict` (HTTP workers, who can fix and resend) it is refused with InvalidInput instead."""
         try:
-            canonical_json(output)
-        except (TypeError, ValueError) as exc:
+            digest(output)
+        except (TypeError, ValueError, UnicodeEncodeError) as exc:
+            if strict:
+                raise InvalidInput(f"output is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
             return self.fail(
                 task_id,
                 attempt,
@@ -462,6 +489,9 @@ class Service:
         unexpected: bool = False,
         tenant: str | None = None,
     ) -> str:
+        # Error texts come from workers; keep them printable and encodable in the hash chain.
+        code = code.encode("utf-8", "replace").decode()[:200]
+        message = message.encode("utf-8", "replace").decode()
         return self._report(
             task_id,
             ReportFailure(task_id, attempt, fencing, code, message[:2000], retryable, unexpected),
@@ -474,6 +504,52 @@ class Service:
 
     def expire_leases(self, limit: int = 200, partitions: list[int] | None = None) -> int:
         return dispatch.expire_leases(self, limit, partitions)
+
+    def scheduler_partitions(self, owner: str, ttl: timedelta) -> list[int] | None:
+        """This scheduler's share of the run partitions (None: all of them, on single-writer SQLite)."""
+        with self.write() as tx:
+            return tx.scheduler_partitions(owner, _ms(self.clock()), int(ttl.total_seconds() * 1000))
+
+    def maintain(self) -> int:
+        """Periodic housekeeping: dead-letter tasks nobody serves, create coming event partitions."""
+        done: int = dispatch.dead_letter_unserved(self)
+        ensure = getattr(self.store, "ensure_partitions", None)
+        if ensure is not None:
+            ensure()
+        return done
+
+    def retry(
+        self,
+        tenant: str,
+        run_id: str,
+        step: str,
+        reason: str,
+        *,
+        actor: str | None = None,
+        new_key: bool = False,
+    ) -> dict[str, Any]:
+        """Operator: run a step waiting for attention (dead letter, unknown outcome) again."""
+        if not reason.strip():
+            raise InvalidInput("a reason is required (--reason TEXT)")
+        state, _ = self.command(run_id, RetryStep(step, reason.strip(), actor, new_key), tenant)
+        return {"run_id": run_id, "step": step, "status": state.status, "attempt": state.steps[step].attempts}
+
+    def dead_letters(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
+        """Runs waiting in the dead-letter state, with their reasons (newest first)."""
+        out = []
+        for r in self.runs(tenant, status="needs_attention", before="", limit=limit):
+            att = r["attention"] or {}
+            if att.get("code") == "dead_letter":
+                out.append(
+                    {
+                        "run_id": r["run_id"],
+                        "step": att["step"],
+                        "reason": att["reason"],
+                        "since": att["since"],
+                        "definition": r["definition"],
+                    }
+                )
+        return out
 
     def next_wakeup(self) -> datetime | None:
         with self.read() as tx:

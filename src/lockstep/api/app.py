@@ -42,6 +42,7 @@ def create_app(
     app.state.metrics = Metrics(service)
     app.state.secure_cookies = secure_cookies
     problems.install(app)
+    problems.with_problem_schema(app)
     app.include_router(routes.router)
     app.include_router(tasks.router)
     app.include_router(approvals.router)

@@ -12,7 +12,7 @@ from ..approvals import Approvals
 from ..core.timeutil import parse_duration
 from ..errors import InvalidInput
 from ..principals import Principal
-from .deps import need
+from .deps import audited, need
 from .problems import PROBLEM_RESPONSES, _r
 
 __all__ = ["router"]
@@ -40,7 +40,8 @@ Appr = Annotated[Approvals, Depends(_approvals)]
 
 class DecideRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    token: str = Field(min_length=1, max_length=200)
+    # Any length: malformed tokens get the same 404 as unknown ones (no hint about the format).
+    token: str = Field(max_length=10_000)
     decision: str = Field(pattern="^(approve|reject)$")
     comment: str | None = Field(default=None, max_length=2000)
 
@@ -69,7 +70,7 @@ class RevokeRequest(BaseModel):
     "/approvals/decide", responses=DECIDE_ERRORS, summary="Approve or reject with a link you were sent"
 )
 def decide(
-    body: DecideRequest, appr: Appr, p: Annotated[Principal, Depends(need("approve"))]
+    body: DecideRequest, appr: Appr, p: Annotated[Principal, Depends(audited("approve", "approval.decide"))]
 ) -> dict[str, Any]:
     return appr.decide(p, body.token, body.decision, body.comment, channel="api")
 

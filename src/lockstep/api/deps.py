@@ -8,11 +8,11 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..errors import Unauthenticated
+from ..errors import LockstepError, Unauthenticated
 from ..principals import Principal, Principals
 from ..service import Service
 
-__all__ = ["get_principals", "get_service", "need"]
+__all__ = ["audited", "get_principals", "get_service", "need"]
 
 _bearer = HTTPBearer(auto_error=False, description="An API key from `lockstep users create`")
 
@@ -38,6 +38,31 @@ def _principal(
         raise Unauthenticated("invalid or disabled API key")
     request.state.principal = p
     return p
+
+
+def audited(permission: str, action: str) -> Callable[..., Principal]:
+    """Like need(), but a refused caller (no key, bad key, wrong role) is written to the audit log."""
+
+    def dep(
+        request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    ) -> Principal:
+        try:
+            p = _principal(request, creds)
+            p.require(permission)
+        except LockstepError as exc:
+            known = getattr(request.state, "principal", None)
+            get_principals(request).audit(
+                known.tenant if known else None,
+                known.name if known else None,
+                action,
+                None,
+                "refused",
+                code=exc.code,
+            )
+            raise
+        return p
+
+    return dep
 
 
 def need(permission: str) -> Callable[..., Principal]:

@@ -24,7 +24,7 @@ from ..errors import (
     Unavailable,
 )
 
-__all__ = ["PROBLEM_RESPONSES", "Problem", "install", "problem"]
+__all__ = ["PROBLEM_RESPONSES", "Problem", "install", "problem", "with_problem_schema"]
 
 log = logging.getLogger("lockstep.api")
 MEDIA = "application/problem+json"
@@ -57,7 +57,11 @@ class Problem(BaseModel):
 
 
 def _r(status: int, description: str) -> dict[str, Any]:
-    return {"model": Problem, "description": description, "content": {MEDIA: {}}}
+    """An error response in the OpenAPI document: a Problem, served as application/problem+json."""
+    return {
+        "description": description,
+        "content": {MEDIA: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
 
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -76,6 +80,8 @@ def problem(
     headers: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> JSONResponse:
+    # Details may quote user input; never let an unencodable character turn an error into a 500.
+    detail = detail.encode("utf-8", "replace").decode()
     body = {
         **(extra or {}),
         "type": f"/problems/{code.replace('_', '-')}",
@@ -124,6 +130,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # an unreadable body (e.g. not UTF-8): the same answer as bad JSON
+            return problem(
+                422, "invalid_request", f"the request body cannot be read: {exc.detail}", request.url.path
+            )
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return problem(
             exc.status_code,
@@ -137,3 +147,19 @@ def install(app: FastAPI) -> None:
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return problem(500, "internal", "an internal error occurred; it was logged", request.url.path)
+
+
+def with_problem_schema(app: FastAPI) -> None:
+    """Register the Problem schema that every error response of the OpenAPI document refers to."""
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = original()
+            doc.setdefault("components", {}).setdefault("schemas", {})["Problem"] = (
+                Problem.model_json_schema()
+            )
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

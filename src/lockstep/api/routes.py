@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
@@ -71,7 +72,15 @@ async def publish(
         raise InvalidInput("the definition must be UTF-8 text (YAML or JSON)") from None
     if not text.strip():
         raise InvalidInput("empty body: send the definition as YAML or JSON")
-    doc = load_document(text if "\n" in text else text + "\n")
+    if request.headers.get("content-type", "").split(";")[0].strip() == "application/json":
+        try:
+            doc = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise InvalidInput(f"the body is not valid JSON: {str(exc)[:200]}") from None
+        if not isinstance(doc, dict):
+            raise InvalidInput("a definition must be a JSON object with name and steps")
+    else:
+        doc = load_document(text if "\n" in text else text + "\n")
     out = svc.publish(p.tenant, doc)
     if not out["created"]:
         response.status_code = 200

@@ -101,7 +101,9 @@ def heartbeat(task_id: str, body: HeartbeatRequest, svc: Svc, p: Worker) -> dict
     summary="Report success of an attempt",
 )
 def complete(task_id: str, body: CompleteRequest, svc: Svc, p: Worker) -> dict[str, Any]:
-    verdict = svc.complete(task_id, body.attempt, body.fencing_token, body.output, tenant=p.tenant)
+    verdict = svc.complete(
+        task_id, body.attempt, body.fencing_token, body.output, tenant=p.tenant, strict=True
+    )
     return _verdict(task_id, verdict)
 
 

@@ -170,6 +170,10 @@ def replace_approver(tx: Tx, c: ReplaceApprover) -> None:
         )
     if c.new in a["policy"]["users"]:
         raise Rejected("duplicate", f"{c.new} is already an approver of this request")
+    if not a["policy"]["allow_initiator"] and a.get("initiator") == c.new:
+        raise Rejected(
+            "initiator", f"{c.new} started this run and the policy does not let the initiator decide"
+        )
     tx.emit(
         "ApproverReplaced",
         step=a["step"],

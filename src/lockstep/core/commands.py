@@ -9,6 +9,7 @@ __all__ = [
     "CancelRun",
     "ClaimTask",
     "Command",
+    "DeadLetter",
     "DecideApproval",
     "ExpireLease",
     "FireTimer",
@@ -17,6 +18,7 @@ __all__ = [
     "ReplaceApprover",
     "ReportFailure",
     "ReportSuccess",
+    "RetryStep",
     "RevokeApprovalLink",
     "StartRun",
 ]
@@ -114,6 +116,25 @@ class IssueApprovalLink:
 
 
 @dataclass(frozen=True)
+class DeadLetter:
+    """Withdraw a queued task nobody takes (e.g. no worker serves its type) into the dead-letter state."""
+
+    task_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RetryStep:
+    """Operator: run a step that waits for attention again, as a new attempt (same idempotency key
+    unless `new_key`, which must be explicit)."""
+
+    step: str
+    reason: str
+    actor: str | None = None
+    new_key: bool = False
+
+
+@dataclass(frozen=True)
 class RevokeApprovalLink:
     request_id: str
     approver: str
@@ -143,4 +164,6 @@ Command = (
     | IssueApprovalLink
     | ReplaceApprover
     | RevokeApprovalLink
+    | DeadLetter
+    | RetryStep
 )

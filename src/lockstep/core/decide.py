@@ -21,6 +21,7 @@ from .commands import (
     CancelRun,
     ClaimTask,
     Command,
+    DeadLetter,
     DecideApproval,
     ExpireLease,
     FireTimer,
@@ -29,6 +30,7 @@ from .commands import (
     ReplaceApprover,
     ReportFailure,
     ReportSuccess,
+    RetryStep,
     RevokeApprovalLink,
     StartRun,
 )
@@ -51,6 +53,7 @@ from .flow import (
     task_id,
     timer,
 )
+from .repair import dead_letter, retry_step
 from .state import Attempt, RunState
 from .timeutil import parse_iso
 
@@ -82,6 +85,10 @@ def decide(state: RunState | None, command: Command, now: datetime, definition: 
         replace_approver(tx, command)
     elif isinstance(command, RevokeApprovalLink):
         revoke_link(tx, command)
+    elif isinstance(command, DeadLetter):
+        dead_letter(tx, command)
+    elif isinstance(command, RetryStep):
+        retry_step(tx, command)
     else:  # pragma: no cover - the Command union is closed
         raise Rejected("unknown_command", f"unknown command {type(command).__name__}")
     return tx.events
@@ -261,6 +268,14 @@ def _after_failure(
         )
     elif cancelling:
         begin_cancel(tx)
+    elif policy.on_exhausted == "dead_letter" and retryable and error["code"] not in policy.non_retryable:
+        tx.emit(
+            "NeedsAttention",
+            step=a.step,
+            code="dead_letter",
+            reason=f"activity {a.activity} (step {a.step}) exhausted its {a.attempt} attempt(s) "
+            f"({error['code']}: {error['message']}); the step waits in the dead-letter state",
+        )
     else:
         fail(tx, error)
 

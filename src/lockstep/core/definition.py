@@ -60,6 +60,9 @@ class RetryPolicy:
     backoff: float = 2.0
     max_interval: timedelta = timedelta(minutes=1)
     non_retryable: tuple[str, ...] = ()
+    # When retries run out: "fail" the step (compensate, end failed) or "dead_letter" (the run waits in
+    # needs_attention for an operator to retry, resolve or cancel).
+    on_exhausted: str = "fail"
 
     def delay(self, failed_attempt: int) -> timedelta:
         """Backoff before the attempt after `failed_attempt` (1-based): initial * backoff^(n-1), capped."""
@@ -91,6 +94,7 @@ class ActivityStep:
     idempotency_key: Template | None
     compensate: Compensation | None
     queue: str | None = None
+    priority: int = 0
     kind: str = "activity"
 
 
@@ -277,7 +281,11 @@ def _retry(c: _Checker, path: str, raw: Any, default: RetryPolicy, limits: Limit
     if not isinstance(raw, Mapping):
         c.add(path, "must be a mapping such as {max_attempts: 5, initial_interval: 1s}")
         return default
-    c.keys(path, raw, ("max_attempts", "initial_interval", "backoff", "max_interval", "non_retryable"))
+    c.keys(
+        path,
+        raw,
+        ("max_attempts", "initial_interval", "backoff", "max_interval", "non_retryable", "on_exhausted"),
+    )
     attempts = raw.get("max_attempts", default.max_attempts)
     if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
         c.add(f"{path}.max_attempts", "must be an integer >= 1")
@@ -298,7 +306,11 @@ def _retry(c: _Checker, path: str, raw: Any, default: RetryPolicy, limits: Limit
     if not isinstance(nr, list) or not all(isinstance(x, str) for x in nr):
         c.add(f"{path}.non_retryable", "must be a list of error codes, e.g. [OutOfStock]")
         nr = []
-    return RetryPolicy(int(attempts), initial, float(backoff), max(maximum, initial), tuple(nr))
+    exhausted = raw.get("on_exhausted", default.on_exhausted)
+    if exhausted not in ("fail", "dead_letter"):
+        c.add(f"{path}.on_exhausted", "must be fail or dead_letter")
+        exhausted = "fail"
+    return RetryPolicy(int(attempts), initial, float(backoff), max(maximum, initial), tuple(nr), exhausted)
 
 
 def _activity_name(c: _Checker, path: str, value: Any) -> str:
@@ -332,6 +344,7 @@ def _parse_activity(c: _Checker, p: str, raw: Mapping[str, Any], sid: str, nxt: 
             "compensate",
             "next",
             "queue",
+            "priority",
             "description",
         ),
     )
@@ -381,7 +394,15 @@ def _parse_activity(c: _Checker, p: str, raw: Mapping[str, Any], sid: str, nxt: 
         idempotency_key=key_t,
         compensate=comp,
         queue=_queue(c, f"{p}.queue", raw.get("queue")),
+        priority=_priority(c, f"{p}.priority", raw.get("priority", 0)),
     )
+
+
+def _priority(c: _Checker, path: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not -100 <= value <= 100:
+        c.add(path, "must be an integer from -100 to 100 (higher is claimed first)")
+        return 0
+    return value
 
 
 def _parse_choice(c: _Checker, p: str, raw: Mapping[str, Any], sid: str) -> Step:
@@ -618,21 +639,35 @@ def _check_graph(c: _Checker, steps: list[Step]) -> None:
                     stack.append(t)
 
 
-def _non_json(value: Any, path: str) -> list[tuple[str, str]]:
-    """YAML also has timestamps, binary and non-string keys; definitions are JSON, so name them."""
-    if value is None or isinstance(value, str | bool | int | float):
+def _non_json(
+    value: Any, path: str, seen: frozenset[int] = frozenset(), depth: int = 0
+) -> list[tuple[str, str]]:
+    """YAML also has timestamps, binary, non-string keys and recursive aliases; definitions are JSON,
+    so name every such value with its path."""
+    if depth > 64:
+        return [(path, "nested more than 64 levels deep")]
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return [(path, "contains an invalid character (a lone UTF-16 surrogate)")]
+        return []
+    if value is None or isinstance(value, bool | int | float):
         if isinstance(value, float) and not math.isfinite(value):
             return [(path, "NaN and infinity are not JSON numbers")]
         return []
+    if id(value) in seen:
+        return [(path, "a YAML alias refers to itself: definitions cannot be recursive")]
+    inner = seen | {id(value)}
     if isinstance(value, Mapping):
         out = []
         for k, v in value.items():
             if not isinstance(k, str):
                 out.append((f"{path}.{k}", "keys must be strings: quote it"))
-            out += _non_json(v, f"{path}.{k}")
+            out += _non_json(v, f"{path}.{k}", inner, depth + 1)
         return out
     if isinstance(value, list):
-        return [p for i, v in enumerate(value) for p in _non_json(v, f"{path}[{i}]")]
+        return [p for i, v in enumerate(value) for p in _non_json(v, f"{path}[{i}]", inner, depth + 1)]
     return [(path, f"{type(value).__name__} is not JSON: quote the value (YAML read {value!r})")]
 
 

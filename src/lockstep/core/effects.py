@@ -13,6 +13,7 @@ __all__ = [
     "CloseTimer",
     "CreateTask",
     "CreateTimer",
+    "DeadLetterTask",
     "Effect",
     "LeaseTask",
     "NotifyApprovers",
@@ -36,6 +37,7 @@ class CreateTask:
     idempotency_key: str
     timeout_ms: int
     delivery: str
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,12 @@ class LeaseTask:
 class CloseTask:
     task_id: str
     status: str  # "done" | "cancelled"
+
+
+@dataclass(frozen=True)
+class DeadLetterTask:
+    task_id: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -120,6 +128,7 @@ Effect = (
     CreateTask
     | LeaseTask
     | CloseTask
+    | DeadLetterTask
     | CreateTimer
     | CloseTimer
     | OpenApprovalRequest
@@ -154,12 +163,15 @@ def effects_of(events: list[Event]) -> list[Effect]:
                     d["idempotency_key"],
                     d["timeout_ms"],
                     d["delivery"],
+                    d.get("priority", 0),
                 )
             )
         elif e.type == "ActivityStarted":
             out.append(LeaseTask(d["task_id"], d["fencing"], d["worker"], d["deadline"]))
         elif e.type in ("ActivitySucceeded", "ActivityFailed", "ActivityTimedOut"):
             out.append(CloseTask(d["task_id"], "done"))
+        elif e.type == "ActivityDeadLettered":
+            out.append(DeadLetterTask(d["task_id"], d["reason"]))
         elif e.type == "ActivityCancelled":
             out.append(CloseTask(d["task_id"], "cancelled"))
         elif e.type == "TimerScheduled":

@@ -43,6 +43,8 @@ EVENT_TYPES = frozenset(
         "ApprovalCancelled",
         "ApproverReplaced",
         "ApprovalLinkRevoked",
+        "ActivityDeadLettered",
+        "StepRetried",
     }
 )
 

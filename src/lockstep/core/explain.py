@@ -156,7 +156,12 @@ def _explain_approval(a: dict[str, Any], now: datetime) -> dict[str, Any]:
     parts = [f"waiting for {need} more approval{'s' if need != 1 else ''} of {p['quorum']} from {{{who}}}"]
     parts += [f"{d['approver']} approved {_ago(d['at'], now)} ago" for d in approved]
     parts += [f"{d['approver']} rejected {_ago(d['at'], now)} ago" for d in rejected]
-    parts.append(f"expires in {_in(a['expires_at'], now)}")
+    left = parse_iso(a["expires_at"]) - now
+    parts.append(
+        f"expires in {format_duration(left)}"
+        if left.total_seconds() >= 0
+        else f"expired {format_duration(-left)} ago; its timeout is being applied"
+    )
     on_timeout = {"reject": "it counts as rejected", "fail": "the run fails"}.get(
         p["on_timeout"], f"the run goes to step {p['on_timeout']}"
     )

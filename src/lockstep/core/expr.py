@@ -23,6 +23,7 @@ from .timeutil import iso
 __all__ = ["ALLOWED_ROOTS", "ExprError", "Template", "compile_expr", "compile_template", "evaluate"]
 
 ALLOWED_ROOTS = frozenset({"input", "steps", "run"})
+_PATH = re.compile(r"^(?:input|steps|run)(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _MACRO_VAR = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
 
@@ -35,6 +36,9 @@ class Expr:
     source: str
     program: Any
     roots: frozenset[str]
+    # A plain field path like `input.order.id` is resolved directly: exact (no int/double conversion
+    # of big integers) and much cheaper than a CEL evaluation.
+    path: tuple[str, ...] | None = None
 
 
 @lru_cache(maxsize=4096)
@@ -56,7 +60,8 @@ def compile_expr(source: str) -> Expr:
             f"unknown variable {', '.join(unknown)} in `{source}`: "
             f"expressions may use only input, steps.<id>.output and run"
         )
-    return Expr(source, program, roots)
+    path = tuple(source.strip().split(".")) if _PATH.match(source.strip()) else None
+    return Expr(source, program, roots, path)
 
 
 def _to_json(value: Any) -> Any:
@@ -74,6 +79,14 @@ def _to_json(value: Any) -> Any:
 
 def evaluate(expr: Expr, context: Mapping[str, Any]) -> Any:
     """Evaluate; every failure (missing field, type mismatch, division by zero) becomes ExprError."""
+    if expr.path is not None:
+        value: Any = context
+        for i, part in enumerate(expr.path):
+            if not isinstance(value, Mapping) or part not in value:
+                where = ".".join(expr.path[:i]) or "the context"
+                raise ExprError(f"`{expr.source}`: no such field '{part}' in {where}")
+            value = value[part]
+        return value
     try:
         return _to_json(expr.program.execute(dict(context)))
     except KeyError as exc:

@@ -178,7 +178,7 @@ def complete(tx: Tx, succeed: SucceedStep | None) -> None:
     tx.emit("RunCompleted", output=output)
 
 
-def schedule_action(tx: Tx, step: ActivityStep, attempt: int) -> None:
+def schedule_action(tx: Tx, step: ActivityStep, attempt: int, key_suffix: str = "") -> None:
     ctx = expression_context(tx.s)
     try:
         payload = step.input.render(ctx)
@@ -186,7 +186,7 @@ def schedule_action(tx: Tx, step: ActivityStep, attempt: int) -> None:
             str(step.idempotency_key.render(ctx))
             if step.idempotency_key is not None
             else f"{tx.s.tenant}:{tx.s.run_id}:{step.id}"
-        )
+        ) + key_suffix
     except ExprError as exc:
         step_failed(tx, step.id, {"code": "ExpressionError", "message": str(exc), "step": step.id})
         return
@@ -201,6 +201,7 @@ def schedule_action(tx: Tx, step: ActivityStep, attempt: int) -> None:
         delivery=step.delivery,
         timeout_ms=int(step.timeout.total_seconds() * 1000),
         queue=step.queue,
+        priority=step.priority,
         max_attempts=step.retry.max_attempts,
     )
 

@@ -272,6 +272,10 @@ def _apply(s: RunState, e: Event) -> RunState:
             return replace(s, active=None, steps=_comp(s, d["step"], status=status, error=err))
         fin = None if d["will_retry"] else e.at
         return replace(s, active=None, steps=_step(s, d["step"], status=status, error=err, finished_at=fin))
+    if t == "ActivityDeadLettered":
+        return replace(s, active=None, steps=_step(s, d["step"], status="dead_letter", finished_at=e.at))
+    if t == "StepRetried":
+        return replace(s, attention=None)
     if t == "ActivityCancelled":
         return replace(s, active=None, steps=_step(s, d["step"], status="cancelled", finished_at=e.at))
     if t == "ResultIgnored":

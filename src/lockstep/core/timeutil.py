@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 __all__ = ["format_duration", "iso", "parse_duration", "parse_iso"]
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+MAX_DURATION_MS = 100 * 365 * 86_400_000
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 
 
@@ -26,6 +27,8 @@ def parse_duration(text: object) -> timedelta:
         pos = m.end()
     if not s or pos != len(s):
         raise ValueError(f"expected a duration such as 500ms, 30s, 5m, 2h or 3d, got {text!r}")
+    if total_ms > MAX_DURATION_MS:
+        raise ValueError(f"duration {text!r} is too long (at most 100 years)")
     return timedelta(milliseconds=total_ms)
 
 

@@ -4,7 +4,11 @@ number of schedulers may run; a restart recovers everything from the timer and t
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 import threading
+import time
 from datetime import timedelta
 
 from ..errors import LockstepError
@@ -17,17 +21,40 @@ log = logging.getLogger("lockstep.scheduler")
 
 class Scheduler:
     def __init__(
-        self, service: Service, *, poll_interval: timedelta = timedelta(milliseconds=200), batch: int = 200
+        self,
+        service: Service,
+        *,
+        poll_interval: timedelta = timedelta(milliseconds=200),
+        batch: int = 200,
+        partition_ttl: timedelta = timedelta(seconds=10),
+        owner: str | None = None,
     ) -> None:
         self.service = service
         self.poll = poll_interval.total_seconds()
         self.batch = batch
         self.wake = threading.Event()
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.partition_ttl = partition_ttl
+        self.partitions: list[int] | None = None
+        self._partitions_at = 0.0
+        self._maintained_at = 0.0
+
+    def _refresh_partitions(self) -> None:
+        """Renew (or rebalance) this scheduler's share of partitions a few times per lease period."""
+        if time.monotonic() - self._partitions_at >= self.partition_ttl.total_seconds() / 4:
+            self.partitions = self.service.scheduler_partitions(self.owner, self.partition_ttl)
+            self._partitions_at = time.monotonic()
 
     def tick(self) -> int:
         """One pass; returns how many timers fired and leases expired (loop again at once if > 0)."""
-        done = self.service.fire_due_timers(self.batch)
-        done += self.service.expire_leases(self.batch)
+        self._refresh_partitions()
+        if self.partitions == []:
+            return 0
+        done = self.service.fire_due_timers(self.batch, self.partitions)
+        done += self.service.expire_leases(self.batch, self.partitions)
+        if time.monotonic() - self._maintained_at >= 30:
+            self._maintained_at = time.monotonic()
+            done += self.service.maintain()
         return done
 
     def _sleep_for(self) -> float:

@@ -13,6 +13,7 @@ from ..core.effects import (
     CloseTimer,
     CreateTask,
     CreateTimer,
+    DeadLetterTask,
     Effect,
     LeaseTask,
     NotifyApprovers,
@@ -194,6 +195,7 @@ class SqlTx:
                         "version": run.definition["version"],
                         "delivery": fx.delivery,
                         "timeout_ms": fx.timeout_ms,
+                        "priority": fx.priority,
                         "now": now_ms,
                     },
                 )
@@ -209,6 +211,8 @@ class SqlTx:
                         "deadline": deadline,
                     },
                 )
+            elif isinstance(fx, DeadLetterTask):
+                self.dead_letter(fx.task_id, fx.reason)
             elif isinstance(fx, CloseTask):
                 self.close_task(fx.task_id, fx.status)
             elif isinstance(fx, CreateTimer):

@@ -8,14 +8,13 @@ the token in the URL does not leak to other sites or caches.
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..approvals import Approvals
 from ..errors import Conflict, Forbidden, Gone, LockstepError, NotFound
-from .routes import Session, _check_csrf, _page
+from .routes import CsrfRejected, Session, _check_csrf, _page, flash_redirect
 
 __all__ = ["router"]
 
@@ -84,7 +83,13 @@ def approve_submit(
     comment: Annotated[str, Form()] = "",
 ) -> Response:
     me, expected = session
-    _check_csrf(expected, csrf)
+    try:
+        _check_csrf(expected, csrf)
+    except CsrfRejected:
+        _approvals(request).principals.audit(
+            me.tenant, me.name, "approval.decide", None, "refused", code="csrf", channel="ui"
+        )
+        raise
     try:
         result = _approvals(request).decide(me, token, decision, comment or None, channel="ui")
     except LockstepError as exc:
@@ -93,13 +98,13 @@ def approve_submit(
 
 
 @router.get("/ui/approvals", response_class=HTMLResponse)
-def inbox(request: Request, session: Session, flash: str = "") -> Response:
+def inbox(request: Request, session: Session) -> Response:
     me, csrf = session
     items = _approvals(request).inbox(me) if me.can("approve") else []
     return _page(
         request,
         "inbox.html",
-        {"me": me, "csrf": csrf, "items": items, "flash": flash, "can_approve": me.can("approve")},
+        {"me": me, "csrf": csrf, "items": items, "can_approve": me.can("approve")},
     )
 
 
@@ -119,5 +124,5 @@ def open_request(
             raise Forbidden(f"{me.name} does not have the approver role", code="not_an_approver")
         link = _approvals(request).mint(me.tenant, run_id, step, me.name, by=f"{me.name} (inbox)")
     except LockstepError as exc:
-        return RedirectResponse("/ui/approvals?" + urlencode({"flash": str(exc)}), status_code=303)
+        return flash_redirect(request, "/ui/approvals", str(exc))
     return _private(RedirectResponse(f"/approve/{link['token']}", status_code=303))

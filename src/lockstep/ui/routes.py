@@ -8,7 +8,7 @@ import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -49,16 +49,16 @@ class CsrfRejected(Exception):
     pass
 
 
-def _ago(at: str | None) -> str:
+def _ago(at: str | None, now: datetime | None = None) -> str:
     if not at:
         return ""
-    return format_duration(datetime.now(UTC) - parse_iso(at)) + " ago"
+    return format_duration((now or datetime.now(UTC)) - parse_iso(at)) + " ago"
 
 
-def _until(at: str | None) -> str:
+def _until(at: str | None, now: datetime | None = None) -> str:
     if not at:
         return ""
-    delta = parse_iso(at) - datetime.now(UTC)
+    delta = parse_iso(at) - (now or datetime.now(UTC))
     return (
         ("in " + format_duration(delta))
         if delta.total_seconds() >= 0
@@ -98,8 +98,32 @@ def _check_csrf(expected: str, got: str) -> None:
         raise CsrfRejected("the form's CSRF token is missing or wrong: reload the page and try again")
 
 
+FLASH_COOKIE = "lockstep_flash"
+
+
+def flash_redirect(request: Request, url: str, message: str) -> RedirectResponse:
+    """Redirect with a one-time message kept in a short-lived cookie: a URL parameter would let any link
+    show forged messages, and would come back on every reload."""
+    resp = RedirectResponse(url, status_code=303)
+    resp.set_cookie(
+        FLASH_COOKIE,
+        quote(message[:500]),
+        max_age=60,
+        httponly=True,
+        samesite="strict",
+        path="/",
+        secure=request.app.state.secure_cookies,
+    )
+    return resp
+
+
 def _page(request: Request, name: str, ctx: dict[str, Any], status: int = 200) -> HTMLResponse:
+    # Relative times use the service's clock, so pages agree with `lockstep show` (and with test clocks).
+    flash = unquote(request.cookies.get(FLASH_COOKIE, ""))
+    ctx = {"now": _svc(request).clock(), "flash": flash, **ctx}
     resp = templates.TemplateResponse(request, name, ctx, status_code=status)
+    if flash:
+        resp.delete_cookie(FLASH_COOKIE, path="/")
     _harden(resp)
     return resp
 
@@ -115,9 +139,9 @@ def _harden(resp: Response) -> None:
 
 
 @router.get("/login", response_class=HTMLResponse)
-def login_form(request: Request, error: str = "", next: str = "/ui/") -> HTMLResponse:
+def login_form(request: Request, next: str = "/ui/") -> HTMLResponse:
     token = secrets.token_urlsafe(24)
-    resp = _page(request, "login.html", {"csrf": token, "error": error, "next": _safe_next(next), "me": None})
+    resp = _page(request, "login.html", {"csrf": token, "next": _safe_next(next), "me": None})
     resp.set_cookie(
         LOGIN_CSRF_COOKIE,
         token,
@@ -148,8 +172,10 @@ def login(
 ) -> Response:
     expected = request.cookies.get(LOGIN_CSRF_COOKIE, "")
     if not expected or not hmac.compare_digest(expected.encode(), csrf.encode()):
-        return RedirectResponse(
-            "/ui/login?" + urlencode({"error": "Your login form expired; please try again."}), status_code=303
+        return flash_redirect(
+            request,
+            "/ui/login?" + urlencode({"next": _safe_next(next)}),
+            "Your login form expired; please try again.",
         )
     principals = _principals(request)
     p = None
@@ -159,8 +185,10 @@ def login(
         p = principals.authenticate_password(tenant.strip(), user.strip(), password)
     if p is None:
         principals.audit(tenant or None, user or None, "ui.login", None, "refused")
-        return RedirectResponse(
-            "/ui/login?" + urlencode({"error": "Wrong tenant, user, password or key."}), status_code=303
+        return flash_redirect(
+            request,
+            "/ui/login?" + urlencode({"next": _safe_next(next)}),
+            "Wrong tenant, user, password or key.",
         )
     principals.audit(p.tenant, p.name, "ui.login", None, "ok")
     cookie, _csrf = principals.open_session(p)
@@ -243,7 +271,7 @@ def runs_page(
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, run_id: str, session: Session, flash: str = "") -> HTMLResponse:
+def run_page(request: Request, run_id: str, session: Session) -> HTMLResponse:
     me, csrf = session
     if not me.can("read"):
         return _page(
@@ -281,7 +309,6 @@ def run_page(request: Request, run_id: str, session: Session, flash: str = "") -
             "csrf": csrf,
             "run": run,
             "events": events,
-            "flash": flash,
             "can_cancel": me.can("cancel"),
         },
     )
@@ -303,7 +330,7 @@ def cancel(
         msg = "Cancellation recorded." if out["accepted"] else "The run was already being cancelled."
     except LockstepError as exc:
         msg = f"Not cancelled: {exc}"
-    return RedirectResponse(f"/ui/runs/{run_id}?" + urlencode({"flash": msg}), status_code=303)
+    return flash_redirect(request, f"/ui/runs/{run_id}", msg)
 
 
 @router.get("/definitions", response_class=HTMLResponse)
@@ -317,6 +344,12 @@ def definitions_page(request: Request, session: Session) -> HTMLResponse:
     )
 
 
+def _page_of(path: str) -> str:
+    if path.startswith("/ui/runs/") and path.endswith("/cancel"):
+        return path.removesuffix("/cancel")
+    return "/ui/approvals" if path.startswith(("/approve/", "/ui/approvals")) else "/ui/"
+
+
 def mount(app: FastAPI) -> None:
     from .approve import router as approve_router  # noqa: PLC0415 - approve imports this module
 
@@ -326,7 +359,9 @@ def mount(app: FastAPI) -> None:
 
     @app.exception_handler(LoginRequired)
     async def _login(request: Request, exc: LoginRequired) -> Response:
-        return RedirectResponse("/ui/login?" + urlencode({"next": request.url.path}), status_code=303)
+        # After login, go back to the page; a form POST cannot be replayed as a GET, so use its page.
+        target = request.url.path if request.method == "GET" else _page_of(request.url.path)
+        return RedirectResponse("/ui/login?" + urlencode({"next": target}), status_code=303)
 
     @app.exception_handler(CsrfRejected)
     async def _csrf(request: Request, exc: CsrfRejected) -> Response:

@@ -55,6 +55,8 @@ class PgTx(SqlTx):
     def scheduler_partitions(self, owner: str, now_ms: int, ttl_ms: int) -> list[int] | None:
         """Keep a fair share of the 64 partitions: renew ours, take expired ones, release extras."""
         until = now_ms + ttl_ms
+        self.c.execute(self.q["member_renew"], {"owner": owner, "until": until})
+        self.c.execute(self.q["members_prune"], {"now": now_ms})
         mine = sorted(
             r[0] for r in self.c.execute(self.q["partitions_renew"], {"owner": owner, "until": until})
         )

@@ -64,9 +64,9 @@ SELECT seq, type, at, v, data, hash FROM events WHERE run_id = %(run_id)s ORDER 
 
 -- name: task_insert
 INSERT INTO tasks (task_id, tenant, run_id, step, attempt, kind, activity, queue, input, idempotency_key,
-                   definition, version, delivery, timeout_ms, status, available_at, created_at)
+                   definition, version, delivery, timeout_ms, priority, status, available_at, created_at)
 VALUES (%(task_id)s, %(tenant)s, %(run_id)s, %(step)s, %(attempt)s, %(kind)s, %(activity)s, %(queue)s, %(input)s, %(idempotency_key)s,
-        %(definition)s, %(version)s, %(delivery)s, %(timeout_ms)s, 'ready', %(now)s, %(now)s);
+        %(definition)s, %(version)s, %(delivery)s, %(timeout_ms)s, %(priority)s, 'ready', %(now)s, %(now)s);
 
 -- name: task_lease
 UPDATE tasks SET status = 'leased', fencing = %(fencing)s, lease_owner = %(worker)s,
@@ -297,8 +297,15 @@ WHERE status = 'dead' AND tenant = %(tenant)s ORDER BY created_at DESC LIMIT %(l
 -- name: partitions_renew
 UPDATE scheduler_leases SET expires_at = %(until)s WHERE owner = %(owner)s RETURNING part;
 
+-- name: member_renew
+INSERT INTO scheduler_members (owner, expires_at) VALUES (%(owner)s, %(until)s)
+ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at;
+
+-- name: members_prune
+DELETE FROM scheduler_members WHERE expires_at < %(now)s;
+
 -- name: partitions_live_owners
-SELECT COUNT(DISTINCT owner) FROM scheduler_leases WHERE expires_at > %(now)s AND owner <> %(owner)s;
+SELECT COUNT(*) FROM scheduler_members WHERE expires_at > %(now)s AND owner <> %(owner)s;
 
 -- name: partitions_take
 INSERT INTO scheduler_leases (part, owner, expires_at)

@@ -61,9 +61,9 @@ SELECT seq, type, at, v, data, hash FROM events WHERE run_id = :run_id ORDER BY 
 
 -- name: task_insert
 INSERT INTO tasks (task_id, tenant, run_id, step, attempt, kind, activity, queue, input, idempotency_key,
-                   definition, version, delivery, timeout_ms, status, available_at, created_at)
+                   definition, version, delivery, timeout_ms, priority, status, available_at, created_at)
 VALUES (:task_id, :tenant, :run_id, :step, :attempt, :kind, :activity, :queue, :input, :idempotency_key,
-        :definition, :version, :delivery, :timeout_ms, 'ready', :now, :now);
+        :definition, :version, :delivery, :timeout_ms, :priority, 'ready', :now, :now);
 
 -- name: task_lease
 UPDATE tasks SET status = 'leased', fencing = :fencing, lease_owner = :worker,

@@ -114,9 +114,15 @@ CREATE TABLE timers (
 );
 CREATE INDEX timers_due ON timers (fire_at) WHERE status = 'scheduled';
 
+-- Schedulers share the 64 partitions: each keeps a fair share leased and renews it; a scheduler that
+-- dies stops renewing and the others take its partitions within one lease period.
 CREATE TABLE scheduler_leases (
     part        INTEGER PRIMARY KEY,
     owner       TEXT    NOT NULL,
+    expires_at  BIGINT  NOT NULL
+);
+CREATE TABLE scheduler_members (
+    owner       TEXT    PRIMARY KEY,
     expires_at  BIGINT  NOT NULL
 );
 
