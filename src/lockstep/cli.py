@@ -355,6 +355,7 @@ def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
 @click.option("--only", "only", multiple=True, help="Serve only these activity types (repeatable).")
 @click.option("--no-scheduler", is_flag=True, help="Do not also fire timers and expire leases here.")
 @click.option("--worker-id", help="Name in leases and events (default host:pid).")
+@click.option("--queue", default="default", show_default=True, help="Take tasks of this queue only.")
 @pass_ctx
 def worker(
     c: Ctx,
@@ -365,6 +366,7 @@ def worker(
     only: tuple[str, ...],
     no_scheduler: bool,
     worker_id: str | None,
+    queue: str,
 ) -> None:
     """Run activities from MODULE. SIGTERM drains gracefully; SIGKILL loses nothing."""
     _import_activities(modules)
@@ -384,6 +386,7 @@ def worker(
         poll_interval=_duration(poll_interval, "--poll-interval"),
         scheduler=not no_scheduler,
         worker_id=worker_id,
+        queue=queue,
     )
     w.start()
     err.print(f"worker {w.worker_id} serving {', '.join(names)}" + ("" if no_scheduler else " (+ scheduler)"))
@@ -489,22 +492,31 @@ def tenants_create(c: Ctx, name: str) -> None:
     "--starts-per-second", type=click.FloatRange(min=0.001), help="Sustained run starts per second."
 )
 @click.option("--max-steps", type=click.IntRange(1, 1000), help="Steps allowed per definition.")
+@click.option("--activity-concurrency", type=click.IntRange(1), help="Activity attempts running at once.")
+@click.option("--unserved-after", help="Dead-letter tasks no worker takes within this long, e.g. 10m.")
 @pass_ctx
 def tenants_set(
-    c: Ctx, name: str, max_active_runs: int | None, starts_per_second: float | None, max_steps: int | None
+    c: Ctx,
+    name: str,
+    max_active_runs: int | None,
+    starts_per_second: float | None,
+    max_steps: int | None,
+    activity_concurrency: int | None,
+    unserved_after: str | None,
 ) -> None:
     """Change tenant NAME's limits (only the options given)."""
-    changes = {
-        k: v
-        for k, v in {
-            "max_active_runs": max_active_runs,
-            "starts_per_second": starts_per_second,
-            "max_steps": max_steps,
-        }.items()
-        if v is not None
+    changes: dict[str, Any] = {
+        "max_active_runs": max_active_runs,
+        "starts_per_second": starts_per_second,
+        "max_steps": max_steps,
+        "activity_concurrency": activity_concurrency,
+        "unserved_after": _duration(unserved_after, "--unserved-after").total_seconds()
+        if unserved_after
+        else None,
     }
+    changes = {k: v for k, v in changes.items() if v is not None}
     if not changes:
-        raise InvalidInput("give at least one of --max-active-runs, --starts-per-second, --max-steps")
+        raise InvalidInput("give at least one limit option (see `lockstep tenants set --help`)")
     _json(_principals(c).set_tenant(name, **changes))
 
 
@@ -735,3 +747,36 @@ def approvals_reassign(c: Ctx, run_id: str, step: str, old: str, new: str, reaso
 def users_set_email(c: Ctx, name: str, email: str, tenant: str | None) -> None:
     """Set the address the SMTP notifier sends approval links to."""
     _json(_principals(c).set_email(tenant or c.tenant, name, email))
+
+
+# --- operator repair ----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("step")
+@click.option("--reason", required=True, help="Why (recorded in the audit trail).")
+@click.option(
+    "--new-key", is_flag=True, help="Use a new idempotency key (the downstream will see a new request)."
+)
+@pass_ctx
+def retry(c: Ctx, run_id: str, step: str, reason: str, new_key: bool) -> None:
+    """Run a step that waits for an operator (dead letter, unknown outcome) again, as a new attempt."""
+    _json(
+        c.engine.service.retry(c.tenant, run_id, step, reason, actor=os.environ.get("USER"), new_key=new_key)
+    )
+
+
+@cli.command("dead-letters")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def dead_letters(c: Ctx, as_json: bool) -> None:
+    """Runs whose task went to the dead-letter state, with the reason (retry with `lockstep retry`)."""
+    rows = c.engine.service.dead_letters(c.tenant)
+    if as_json:
+        _json(rows)
+        return
+    t = Table("run", "step", "since", "reason")
+    for r in rows:
+        t.add_row(r["run_id"], r["step"], r["since"], r["reason"])
+    out.print(t)

@@ -129,6 +129,7 @@ class Engine:
         lease_ttl: timedelta = timedelta(seconds=10),
         scheduler: bool = True,
         poll_interval: timedelta = timedelta(milliseconds=50),
+        queue: str = "default",
     ) -> Worker:
         """A worker (and by default the scheduler) in this process; call .start() and later .stop()."""
         return Worker(
@@ -138,6 +139,7 @@ class Engine:
             lease_ttl=lease_ttl,
             scheduler=scheduler,
             poll_interval=poll_interval,
+            queue=queue,
         )
 
     def scheduler(self, poll_interval: timedelta = timedelta(milliseconds=200)) -> Scheduler:

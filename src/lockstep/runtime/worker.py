@@ -48,8 +48,10 @@ class Worker:
         poll_interval: timedelta = timedelta(milliseconds=200),
         scheduler: bool = True,
         worker_id: str | None = None,
+        queue: str = "default",
     ) -> None:
         self.service = service
+        self.queue = queue
         self.registry = registry or REGISTRY
         self.activities = activities or self.registry.names()
         missing = [a for a in self.activities if a not in self.registry]
@@ -115,7 +117,7 @@ class Worker:
                 continue
             try:
                 leases = self.service.claim(
-                    self.worker_id, self.activities, limit=free, lease_ttl=self.lease_ttl
+                    self.worker_id, self.activities, limit=free, lease_ttl=self.lease_ttl, queue=self.queue
                 )
                 backoff = self.poll
             except LockstepError as exc:
