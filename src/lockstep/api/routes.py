@@ -6,6 +6,7 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.explain import WAIT_KINDS
 from ..engine import load_document
@@ -189,3 +190,26 @@ def cancel_run(
     run_id: str, body: CancelRequest, svc: Svc, p: Annotated[Principal, Depends(need("cancel"))]
 ) -> dict[str, Any]:
     return svc.cancel(p.tenant, run_id, body.reason, actor=p.name)
+
+
+class RetryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    step: str = Field(min_length=1, max_length=64)
+    reason: str = Field(min_length=1, max_length=2000)
+    new_key: bool = Field(default=False, description="Use a new idempotency key (explicit and audited)")
+
+
+@router.post(
+    "/runs/{run_id}/retry",
+    responses={**NOT_FOUND, 409: _r(409, "The step does not wait for an operator")},
+    summary="Run a step that waits for an operator (dead letter, unknown outcome) again",
+)
+def retry_step(
+    run_id: str, body: RetryRequest, svc: Svc, p: Annotated[Principal, Depends(need("operate"))]
+) -> dict[str, Any]:
+    return svc.retry(p.tenant, run_id, body.step, body.reason, actor=p.name, new_key=body.new_key)
+
+
+@router.get("/dead-letters", summary="Runs whose task went to the dead-letter state, with the reason")
+def dead_letters(svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> list[dict[str, Any]]:
+    return svc.dead_letters(p.tenant)

@@ -310,6 +310,7 @@ def run_page(request: Request, run_id: str, session: Session) -> HTMLResponse:
             "run": run,
             "events": events,
             "can_cancel": me.can("cancel"),
+            "can_operate": me.can("operate"),
         },
     )
 
@@ -333,6 +334,26 @@ def cancel(
     return flash_redirect(request, f"/ui/runs/{run_id}", msg)
 
 
+@router.post("/runs/{run_id}/retry")
+def retry(
+    request: Request,
+    run_id: str,
+    session: Session,
+    csrf: Annotated[str, Form()] = "",
+    step: Annotated[str, Form()] = "",
+    reason: Annotated[str, Form()] = "",
+) -> Response:
+    me, expected = session
+    _check_csrf(expected, csrf)
+    try:
+        me.require("operate")
+        out = _svc(request).retry(me.tenant, run_id, step, reason, actor=me.name)
+        msg = f"Step {step} scheduled again (attempt {out['attempt']})."
+    except LockstepError as exc:
+        msg = f"Not retried: {exc}"
+    return flash_redirect(request, f"/ui/runs/{run_id}", msg)
+
+
 @router.get("/definitions", response_class=HTMLResponse)
 def definitions_page(request: Request, session: Session) -> HTMLResponse:
     me, csrf = session
@@ -345,8 +366,8 @@ def definitions_page(request: Request, session: Session) -> HTMLResponse:
 
 
 def _page_of(path: str) -> str:
-    if path.startswith("/ui/runs/") and path.endswith("/cancel"):
-        return path.removesuffix("/cancel")
+    if path.startswith("/ui/runs/") and path.endswith(("/cancel", "/retry")):
+        return path.rsplit("/", 1)[0]
     return "/ui/approvals" if path.startswith(("/approve/", "/ui/approvals")) else "/ui/"
 
 
