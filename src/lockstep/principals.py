@@ -32,6 +32,9 @@ TENANT_SETTINGS: dict[str, str] = {
     "max_steps": "steps per published definition",
     "activity_concurrency": "activity attempts of the tenant running at once (claims beyond it wait)",
     "unserved_after": "seconds a task may wait for a worker before it goes to the dead-letter state",
+    "max_history_events": "events one run may record; a run reaching it is cancelled (runaway loops)",
+    "max_run_seconds": "total time one run may take; a durable timer cancels it when it is reached",
+    "max_timers": "durable timers the tenant may have armed; starts beyond it get 429",
 }
 # Permissions by role. `approver` and `worker` see no runs: they act only through their own endpoints.
 PERMISSIONS: dict[str, frozenset[str]] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -87,6 +88,7 @@ class Service:
         self.clock = clock
         self.limits = limits or Limits()
         self._defs: dict[tuple[str, str, int], Definition] = {}
+        self._settings_cache: dict[str, tuple[float, dict[str, Any]]] = {}
         # Called with (state after, events) for every committed command (metrics, logs).
         self.listeners: list[Callable[[RunState, list[Event]], None]] = []
         self._local = threading.local()
@@ -142,7 +144,9 @@ class Service:
         request_digest: str | None = None,
     ) -> tuple[RunState | None, list[Event]]:
         before = loaded.state if loaded else None
-        events = decide(before, command, now, definition)
+        tenant = before.tenant if before else getattr(command, "tenant", "")
+        max_events = self._tenant_setting(tx, tenant, "max_history_events")
+        events = decide(before, command, now, definition, int(max_events) if max_events else None)
         if not events:
             return before, []
         after = before
@@ -155,6 +159,16 @@ class Service:
         if buffer is not None:
             buffer.append((after, events))
         return after, events
+
+    def _tenant_setting(self, tx: Tx, tenant: str, name: str) -> Any:
+        """A tenant setting, cached for a few seconds: read on every command, changed rarely."""
+        now = time.monotonic()
+        hit = self._settings_cache.get(tenant)
+        if hit is None or now - hit[0] > 5.0:
+            row = tx.tenant(tenant)
+            hit = (now, row.settings if row else {})
+            self._settings_cache[tenant] = hit
+        return hit[1].get(name)
 
     def command(
         self, run_id: str, command: Command, tenant: str | None = None
@@ -261,7 +275,16 @@ class Service:
                     d = self.definition_for(tx, tenant, name, row.version)
                     self._admit(tx, tenant, now)
                     run_id = new_run_id(now)
-                    cmd = StartRun(run_id, tenant, row.version, payload, key, actor)
+                    max_run = self._tenant_setting(tx, tenant, "max_run_seconds")
+                    cmd = StartRun(
+                        run_id,
+                        tenant,
+                        row.version,
+                        payload,
+                        key,
+                        actor,
+                        int(float(max_run) * 1000) if max_run else None,
+                    )
                     self.apply(tx, None, cmd, now, d, request_digest=request)
                     return {"run_id": run_id, "created": True}
             except ConcurrencyError:
@@ -284,6 +307,16 @@ class Service:
                     f"start again when some have finished",
                     retry_after=5.0,
                     code="too_many_active_runs",
+                )
+        max_timers = row.settings.get("max_timers")
+        if max_timers is not None:
+            armed = tx.scheduled_timers(tenant)
+            if armed >= max_timers:
+                raise RateLimited(
+                    f"tenant {tenant} has {armed} durable timers armed, its limit "
+                    f"(max_timers={max_timers}); start again when some have fired",
+                    retry_after=30.0,
+                    code="too_many_timers",
                 )
         rate = row.settings.get("starts_per_second")
         if rate is not None:

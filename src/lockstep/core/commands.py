@@ -41,6 +41,8 @@ class StartRun:
     input: Any
     start_key: str | None = None
     actor: str | None = None
+    # The tenant's limit on total run time, if any: a durable "deadline" timer ends the run when it fires.
+    max_run_ms: int | None = None
 
 
 @dataclass(frozen=True)

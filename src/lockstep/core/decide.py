@@ -6,7 +6,7 @@ one command may pass through several instant steps (choice, fail, succeed) befor
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .approval import (
@@ -55,13 +55,22 @@ from .flow import (
 )
 from .repair import dead_letter, retry_step
 from .state import Attempt, RunState
-from .timeutil import parse_iso
+from .timeutil import format_duration, parse_iso
 
 __all__ = ["decide", "expression_context", "task_id"]
 
 
-def decide(state: RunState | None, command: Command, now: datetime, definition: Definition) -> list[Event]:
-    """Events for command, or raise Rejected. Never reads anything but its arguments."""
+def decide(
+    state: RunState | None,
+    command: Command,
+    now: datetime,
+    definition: Definition,
+    max_events: int | None = None,
+) -> list[Event]:
+    """Events for command, or raise Rejected. Never reads anything but its arguments.
+
+    `max_events` is the tenant's history limit: a run that reaches it is cancelled (with compensation)
+    so a runaway loop cannot grow without bound."""
     tx = Tx(state, now, definition)
     if isinstance(command, StartRun):
         _start(tx, command)
@@ -91,10 +100,30 @@ def decide(state: RunState | None, command: Command, now: datetime, definition: 
         retry_step(tx, command)
     else:  # pragma: no cover - the Command union is closed
         raise Rejected("unknown_command", f"unknown command {type(command).__name__}")
+    s = tx.state
+    if (
+        max_events is not None
+        and s is not None
+        and not s.terminal
+        and s.seq >= max_events
+        and (s.cancel is None and s.compensating is None)
+    ):
+        _cancel(
+            tx,
+            CancelRun(
+                f"history limit reached: {s.seq} events (the tenant allows {max_events}); "
+                f"a step may be looping",
+                "lockstep",
+            ),
+        )
     return tx.events
 
 
 # --- starting and moving through steps -------------------------------------------------------------
+
+
+def now_plus(tx: Tx, ms: int) -> datetime:
+    return tx.now + timedelta(milliseconds=ms)
 
 
 def _start(tx: Tx, c: StartRun) -> None:
@@ -114,6 +143,8 @@ def _start(tx: Tx, c: StartRun) -> None:
         actor=c.actor,
         steps=[s.id for s in tx.d.steps],
     )
+    if c.max_run_ms is not None:
+        timer(tx, "deadline", "deadline", "(run)", now_plus(tx, c.max_run_ms))
     enter(tx, tx.d.steps[0].id)
 
 
@@ -301,6 +332,11 @@ def _fire(tx: Tx, c: FireTimer) -> None:
         return
     if t.kind == "approval":
         on_approval_timeout(tx, t.step)
+        return
+    if t.kind == "deadline":
+        if tx.s.cancel is None and tx.s.compensating is None:
+            limit = format_duration(parse_iso(t.fire_at) - parse_iso(tx.s.started_at))
+            _cancel(tx, CancelRun(f"run time limit reached: the tenant allows {limit} per run", "lockstep"))
         return
     step = tx.d.step(t.step)
     if not isinstance(step, ActivityStep):  # pragma: no cover

@@ -51,8 +51,9 @@ def wait_kind(s: RunState) -> str | None:
         return "queued" if s.active.fencing is None else "running"
     if s.approval is not None:
         return "approval"
-    if s.timers:
-        return "timer" if any(t.kind == "wait" for t in s.timers.values()) else "retry"
+    timers = [t for t in s.timers.values() if t.kind != "deadline"]
+    if timers:
+        return "timer" if any(t.kind == "wait" for t in timers) else "retry"
     return "transition"
 
 
@@ -113,8 +114,9 @@ def _explain(s: RunState, now: datetime) -> dict[str, Any]:
         }
     if s.approval is not None:
         return _explain_approval(s.approval, now)
-    if s.timers:
-        t = min(s.timers.values(), key=lambda t: t.fire_at)
+    timers = [t for t in s.timers.values() if t.kind != "deadline"]
+    if timers:
+        t = min(timers, key=lambda t: t.fire_at)
         if t.kind == "wait":
             return {
                 "wait_reason": f"{prefix}step {t.step} waits on a durable timer until {t.fire_at} "

@@ -349,13 +349,23 @@ def _apply(s: RunState, e: Event) -> RunState:
             error=d.get("error") or s.error,
         )
     if t == "RunCompleted":
-        return replace(s, status="completed", output=d["output"], current_step=None, finished_at=e.at)
+        return replace(
+            s, status="completed", output=d["output"], current_step=None, finished_at=e.at, timers={}
+        )
     if t == "RunFailed":
         return replace(
-            s, status="failed", error=d["error"], current_step=None, finished_at=e.at, compensating=None
+            s,
+            status="failed",
+            error=d["error"],
+            current_step=None,
+            finished_at=e.at,
+            compensating=None,
+            timers={},
         )
     if t == "RunCancelled":
-        return replace(s, status="cancelled", current_step=None, finished_at=e.at, compensating=None)
+        return replace(
+            s, status="cancelled", current_step=None, finished_at=e.at, compensating=None, timers={}
+        )
     raise ValueError(f"unknown event type {t!r} at seq {e.seq}")
 
 

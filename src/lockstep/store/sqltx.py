@@ -514,6 +514,9 @@ class SqlTx:
         }
         return [r[0] for r in self.c.execute(self.q["ready_ids"], params)]
 
+    def scheduled_timers(self, tenant: str) -> int:
+        return int(self._one("scheduled_timers", tenant=tenant)[0])
+
     def leased_count(self, tenant: str) -> int:
         return int(self._one("leased_count", tenant=tenant)[0])
 

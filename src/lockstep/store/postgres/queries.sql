@@ -324,3 +324,6 @@ DELETE FROM scheduler_leases WHERE owner = %(owner)s AND part = ANY(%(parts)s);
 
 -- name: task_set_lease
 UPDATE tasks SET lease_expires_at = LEAST(%(until)s, deadline) WHERE task_id = %(task_id)s;
+
+-- name: scheduled_timers
+SELECT COUNT(*) FROM timers WHERE tenant = %(tenant)s AND status = 'scheduled';

@@ -280,3 +280,6 @@ WHERE status = 'dead' AND tenant = :tenant ORDER BY created_at DESC LIMIT :limit
 
 -- name: task_set_lease
 UPDATE tasks SET lease_expires_at = MIN(:until, deadline) WHERE task_id = :task_id;
+
+-- name: scheduled_timers
+SELECT COUNT(*) FROM timers WHERE tenant = :tenant AND status = 'scheduled';
