@@ -84,6 +84,10 @@ def _parse_json(text: str | None, what: str) -> Any:
         ) from None
 
 
+def _seconds(text: str | None, what: str) -> float | None:
+    return _duration(text, what).total_seconds() if text else None
+
+
 def _duration(text: str, what: str) -> timedelta:
     try:
         return parse_duration(text)
@@ -494,6 +498,11 @@ def tenants_create(c: Ctx, name: str) -> None:
 @click.option("--max-steps", type=click.IntRange(1, 1000), help="Steps allowed per definition.")
 @click.option("--activity-concurrency", type=click.IntRange(1), help="Activity attempts running at once.")
 @click.option("--unserved-after", help="Dead-letter tasks no worker takes within this long, e.g. 10m.")
+@click.option("--max-history-events", type=click.IntRange(10), help="Events per run before it is cancelled.")
+@click.option("--max-run-time", help="Total time per run before it is cancelled, e.g. 30d.")
+@click.option(
+    "--max-timers", type=click.IntRange(1), help="Durable timers armed at once (starts beyond: 429)."
+)
 @pass_ctx
 def tenants_set(
     c: Ctx,
@@ -503,6 +512,9 @@ def tenants_set(
     max_steps: int | None,
     activity_concurrency: int | None,
     unserved_after: str | None,
+    max_history_events: int | None,
+    max_run_time: str | None,
+    max_timers: int | None,
 ) -> None:
     """Change tenant NAME's limits (only the options given)."""
     changes: dict[str, Any] = {
@@ -510,9 +522,10 @@ def tenants_set(
         "starts_per_second": starts_per_second,
         "max_steps": max_steps,
         "activity_concurrency": activity_concurrency,
-        "unserved_after": _duration(unserved_after, "--unserved-after").total_seconds()
-        if unserved_after
-        else None,
+        "unserved_after": _seconds(unserved_after, "--unserved-after"),
+        "max_history_events": max_history_events,
+        "max_run_seconds": _seconds(max_run_time, "--max-run-time"),
+        "max_timers": max_timers,
     }
     changes = {k: v for k, v in changes.items() if v is not None}
     if not changes:
