@@ -8,9 +8,9 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "lockstep"
 
 # Which top-level parts of the package each layer may import. The service layer is several modules
-# (service, principals, approvals, observability); entry points (cli, engine, serve, api, ui, examples)
-# may import anything and are imported by nothing below them.
-SERVICE = {"service", "principals", "approvals", "observability"}
+# (service, principals, approvals, observability, dispatch); entry points (cli, engine, serve, api, ui,
+# examples) may import anything and are imported by nothing below them.
+SERVICE = {"service", "principals", "approvals", "observability", "dispatch"}
 ALLOWED = {
     "core": {"core"},
     "store": {"core", "store"},

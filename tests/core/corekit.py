@@ -25,7 +25,7 @@ from lockstep.core.decide import decide
 from lockstep.core.definition import Definition, parse_definition
 from lockstep.core.events import Event
 from lockstep.core.state import RunState, evolve, fold
-from lockstep.core.timeutil import iso
+from lockstep.core.timeutil import iso, parse_iso
 
 T0 = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -36,7 +36,12 @@ steps:
     activity: inventory.reserve
     input: {sku: "${input.sku}", qty: 2}
     timeout: 30s
-    retry: {max_attempts: 5, initial_interval: 1s, backoff: 2.0, max_interval: 1m, non_retryable: [OutOfStock]}
+    retry:
+      max_attempts: 5
+      initial_interval: 1s
+      backoff: 2.0
+      max_interval: 1m
+      non_retryable: [OutOfStock]
     idempotency_key: "reserve-${input.order_id}"
     compensate: {activity: inventory.release, input: {sku: "${input.sku}"}}
   - id: route
@@ -123,7 +128,8 @@ class Run:
 
     def _current(self) -> tuple[str, int, int]:
         a = self.s.active
-        assert a is not None and a.fencing is not None, "no claimed attempt"
+        assert a is not None, "no active attempt"
+        assert a.fencing is not None, "the active attempt is not claimed"
         return a.task_id, a.attempt, a.fencing
 
     def succeed(self, output: Any = None) -> list[Event]:
@@ -131,7 +137,12 @@ class Run:
         return self.send(ReportSuccess(task_id=task, attempt=attempt, fencing=fencing, output=output))
 
     def fail(
-        self, code: str = "Boom", message: str = "it broke", *, retryable: bool = True, unexpected: bool = False
+        self,
+        code: str = "Boom",
+        message: str = "it broke",
+        *,
+        retryable: bool = True,
+        unexpected: bool = False,
     ) -> list[Event]:
         task, attempt, fencing = self._current()
         return self.send(
@@ -155,11 +166,13 @@ class Run:
         return self.claim() + self.succeed(output)
 
     def fire(self, key: str | None = None) -> list[Event]:
-        """Fire the given armed timer (or the only one)."""
+        """Fire the given armed timer (or the only one), moving the clock to its fire_at if that is
+        still ahead: like the scheduler, which fires due timers only (an early FireTimer is not_due)."""
         if key is None:
             assert len(self.s.timers) == 1, f"expected one timer, got {list(self.s.timers)}"
             key = next(iter(self.s.timers))
         t = self.s.timers[key]
+        self.now = max(self.now, parse_iso(t.fire_at))
         return self.send(FireTimer(key=key, generation=t.generation))
 
     def cancel(self, reason: str = "customer asked", actor: str | None = "ops") -> list[Event]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from corekit import EXAMPLE_YAML, example, load
+from corekit import EXAMPLE_YAML, example
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,7 +80,8 @@ def test_example_parses_with_every_field_compiled() -> None:
     assert isinstance(wait, WaitStep)
     assert wait.duration == timedelta(seconds=2)
     assert isinstance(d.step("rejected"), FailStep)
-    assert d.digest.startswith("sha256:") and len(d.digest) == len("sha256:") + 64
+    assert d.digest.startswith("sha256:")
+    assert len(d.digest) == len("sha256:") + 64
 
 
 def test_example_following_respects_next_and_order() -> None:
@@ -113,7 +114,8 @@ def test_unknown_step_field_suggests_the_close_match() -> None:
     doc["steps"][0]["timout"] = "5s"
     path, reason = only(doc)
     assert path == "steps[0](a).timout"
-    assert "unknown field" in reason and "did you mean `timeout`" in reason
+    assert "unknown field" in reason
+    assert "did you mean `timeout`" in reason
 
 
 def test_unknown_top_level_field_suggests_the_close_match() -> None:
@@ -149,7 +151,8 @@ def test_activity_without_timeout_is_refused() -> None:
     del doc["steps"][0]["timeout"]
     path, reason = only(doc)
     assert path == "steps[0](a).timeout"
-    assert "required" in reason and "timeout: 30s" in reason
+    assert "required" in reason
+    assert "timeout: 30s" in reason
 
 
 @pytest.mark.parametrize(
@@ -235,7 +238,9 @@ def test_unknown_variable_in_condition_is_reported() -> None:
     path, reason = only(doc)
     assert path == "steps[1](c).choice[0].if"
     assert "unknown variable qty" in reason
-    assert "input" in reason and "steps" in reason and "run" in reason
+    assert "input" in reason
+    assert "steps" in reason
+    assert "run" in reason
 
 
 def test_unknown_variable_in_template_is_reported() -> None:
@@ -263,7 +268,8 @@ def test_next_to_missing_step_suggests_close_match() -> None:
     doc["steps"].append({"id": "ship", "succeed": True})
     path, reason = only(doc)
     assert path == "steps(a).next"
-    assert "no step `shp`" in reason and "did you mean `ship`" in reason
+    assert "no step `shp`" in reason
+    assert "did you mean `ship`" in reason
 
 
 def test_choice_to_missing_step_is_reported() -> None:
@@ -334,7 +340,10 @@ def test_choice_only_loop_is_refused() -> None:
 
 def test_choice_self_loop_is_refused() -> None:
     """A choice whose branch targets itself is a choice-only loop."""
-    doc = {"name": "spin", "steps": [{"id": "a", "choice": [{"if": "input.x", "next": "a"}, {"else": "end"}]}]}
+    doc = {
+        "name": "spin",
+        "steps": [{"id": "a", "choice": [{"if": "input.x", "next": "a"}, {"else": "end"}]}],
+    }
     assert only(doc) == ("steps(a)", "choice steps form a loop with no wait or activity in it")
 
 
@@ -366,13 +375,64 @@ def test_input_schema_must_be_a_mapping() -> None:
     assert only(doc) == ("input_schema", "must be a JSON Schema object")
 
 
-def test_approval_steps_are_refused_for_now() -> None:
-    """Approval steps are refused with a clear 'not available' reason, not silently ignored."""
+def test_approval_step_needs_approvers_and_timeout() -> None:
+    """An approval step without approvers or timeout is refused, each with its path and an example."""
     doc = base()
-    doc["steps"].append({"id": "ok", "approval": {"approvers": ["boss"]}})
+    doc["steps"].append({"id": "ok", "approval": {}})
+    paths = dict(problems(doc))
+    assert set(paths) == {"steps[1](ok).approval.approvers", "steps[1](ok).approval.timeout"}
+    assert "users: [alice, bob]" in paths["steps[1](ok).approval.approvers"]
+    assert "timeout: 3d" in paths["steps[1](ok).approval.timeout"]
+
+
+def test_approval_quorum_that_can_never_be_met_is_refused() -> None:
+    """A quorum larger than the listed users (and no groups) can never be met and is refused."""
+    doc = base()
+    doc["steps"].append(
+        {"id": "ok", "approval": {"approvers": {"users": ["alice"]}, "quorum": 2, "timeout": "3d"}}
+    )
+    assert only(doc) == ("steps[1](ok).approval.quorum", "quorum 2 can never be met by the 1 listed user(s)")
+
+
+def test_approval_fields_are_checked() -> None:
+    """Misspelt approval fields get a did-you-mean; approver names must be lowercase names."""
+    doc = base()
+    doc["steps"].append(
+        {"id": "ok", "approval": {"approvers": {"users": ["Alice"]}, "timeout": "3d", "quorom": 1}}
+    )
+    paths = dict(problems(doc))
+    assert "did you mean `quorum`" in paths["steps[1](ok).approval.quorom"]
+    assert "list of names" in paths["steps[1](ok).approval.approvers.users"]
+
+
+def test_approval_on_reject_to_missing_step_is_refused() -> None:
+    """on_reject naming a step that does not exist is reported with a did-you-mean."""
+    doc = base()
+    doc["steps"] += [
+        {
+            "id": "ok",
+            "approval": {"approvers": {"users": ["alice"]}, "timeout": "3d", "on_reject": "rejectd"},
+        },
+        {"id": "rejected", "fail": {"error": "Rejected"}},
+    ]
     path, reason = only(doc)
-    assert path == "steps[1](ok).approval"
-    assert "not available" in reason
+    assert path == "steps(ok).approval.on_reject"
+    assert "did you mean `rejected`" in reason
+
+
+def test_valid_approval_step_parses_with_defaults() -> None:
+    """A minimal approval step parses: quorum 1, one rejection rejects, timeout rejects, no initiator."""
+    from lockstep.core.definition import ApprovalStep
+
+    doc = base()
+    doc["steps"].append(
+        {"id": "ok", "approval": {"approvers": {"users": ["alice"], "groups": ["finance"]}, "timeout": "3d"}}
+    )
+    step = parse_definition(doc).step("ok")
+    assert isinstance(step, ApprovalStep)
+    assert (step.users, step.groups, step.quorum, step.reject_quorum) == (("alice",), ("finance",), 1, 1)
+    assert step.timeout == timedelta(days=3)
+    assert (step.on_timeout, step.on_reject, step.allow_initiator) == ("reject", "fail", False)
 
 
 def test_step_with_two_kinds_is_refused() -> None:
@@ -381,7 +441,8 @@ def test_step_with_two_kinds_is_refused() -> None:
     doc["steps"].append({"id": "x", "wait": "1s", "activity": "svc.call"})
     path, reason = only(doc)
     assert path == "steps[1](x)"
-    assert "exactly one of" in reason and "found activity, wait" in reason
+    assert "exactly one of" in reason
+    assert "found activity, wait" in reason
 
 
 def test_bad_delivery_name_and_step_id() -> None:
@@ -422,7 +483,8 @@ def test_all_problems_are_reported_at_once() -> None:
     assert paths == {"$.stepz", "steps[0](a).timeout", "steps[1](c).choice[0].if"}
     text = str(info.value)
     assert text.startswith("invalid definition: ")
-    assert "$.stepz: unknown field" in text and "steps[0](a).timeout: required" in text
+    assert "$.stepz: unknown field" in text
+    assert "steps[0](a).timeout: required" in text
 
 
 def test_errors_are_definition_errors_and_value_errors() -> None:
@@ -430,16 +492,18 @@ def test_errors_are_definition_errors_and_value_errors() -> None:
     assert issubclass(DefinitionError, ValueError)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a YAML timestamp (unquoted `until: 2024-06-01T00:00:00Z`) makes parse_definition "
-    "raise TypeError from digest() instead of a DefinitionError with a path",
-)
 def test_non_json_yaml_values_are_reported_not_crashed() -> None:
-    """A YAML value that is not JSON (an unquoted timestamp) is a DefinitionError, not a TypeError."""
+    """A YAML value that is not JSON (an unquoted timestamp) is a DefinitionError with its path, not a
+    TypeError, and the message says how to fix it."""
     doc = yaml.safe_load("name: x\nsteps:\n  - id: w\n    wait: {until: 2024-06-01T00:00:00Z}\n")
-    with pytest.raises(DefinitionError):
+    with pytest.raises(DefinitionError) as info:
         parse_definition(doc)
+    [(path, message)] = info.value.problems
+    assert path == "$.steps[0].wait.until"
+    assert message.startswith("datetime is not JSON: quote the value")
+    assert "$.steps[0].wait.until: datetime is not JSON: quote the value" in str(info.value)
+    quoted = yaml.safe_load("name: x\nsteps:\n  - id: w\n    wait: {until: '2024-06-01T00:00:00Z'}\n")
+    parse_definition(quoted)  # quoting it, as the message says, makes it valid
 
 
 # --- digest ----------------------------------------------------------------------------------------
@@ -471,9 +535,7 @@ def test_digest_changes_with_content() -> None:
 
 def test_digest_is_a_pinned_value() -> None:
     """The digest of the example is pinned: changing canonical JSON would re-identify stored versions."""
-    assert example().digest == (
-        "sha256:88e7bd87b74ac25a3b494ceeddb5366c17d49769397c36e228d03dd5aafca475"
-    )
+    assert example().digest == ("sha256:88e7bd87b74ac25a3b494ceeddb5366c17d49769397c36e228d03dd5aafca475")
 
 
 def test_parse_does_not_mutate_or_alias_the_top_level_document() -> None:
@@ -678,13 +740,33 @@ def test_expr_roots_and_evaluate() -> None:
     assert ts == "2024-01-01T00:00:00.000Z"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: CEL comprehension variables (exists/all/map/filter) are refused as unknown variables: "
-    "compile_expr takes program.variables(), which includes the bound iteration variable",
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("input.items.exists(i, i > 2)", True),
+        ("input.items.all(i, i > 2)", False),
+        ("input.items.exists_one(i, i > 2)", True),
+        ("input.items.map(i, i * 2)", [2, 6]),
+        ("input.items.filter(i, i > 2)", [3]),
+    ],
 )
-def test_comprehension_macros_compile() -> None:
-    """Standard CEL macros like input.items.exists(i, i > 2) compile; their bound variable is not a root."""
-    e = compile_expr("input.items.exists(i, i > 2)")
-    assert e.roots == frozenset({"input"})
-    assert evaluate(e, {"input": {"items": [1, 3]}}) is True
+def test_comprehension_macros_compile(source: str, expected: Any) -> None:
+    """Standard CEL macros like input.items.exists(i, i > 2) compile and evaluate."""
+    assert evaluate(compile_expr(source), {"input": {"items": [1, 3]}}) == expected
+
+
+def test_comprehension_macro_body_still_refuses_unknown_variables() -> None:
+    """Only the macro's own variable is allowed: another unknown name in its body is still refused."""
+    with pytest.raises(ExprError, match="unknown variable foo"):
+        compile_expr("input.items.exists(i, i > foo)")
+
+
+def test_comprehension_macro_variable_is_not_a_root() -> None:
+    """The variable a macro binds is not a root of the expression: roots stay within input/steps/run."""
+    assert compile_expr("input.items.exists(i, i > 2)").roots == frozenset({"input"})
+
+
+def test_macro_variable_used_outside_its_macro_is_refused_at_compile_time() -> None:
+    """`x` is bound only inside exists(); using it after the macro is an unknown variable."""
+    with pytest.raises(ExprError, match="unknown variable x"):
+        compile_expr("input.items.exists(x, x > 1) && x > 0")

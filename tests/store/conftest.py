@@ -235,7 +235,7 @@ class Driver:
 
     def claim(self, run_id: str, *, worker: str = "w1", now: datetime = T0, timeout_s: int = 30) -> int:
         """Lease the run's scheduled task; return the fencing token."""
-        task = f"{run_id}/work/a{self.load(run_id).state.active.attempt}"  # type: ignore[union-attr]
+        task = self.load(run_id).state.active.task_id  # type: ignore[union-attr]
         events = self.command(
             run_id, ClaimTask(task, worker, iso(now + timedelta(seconds=timeout_s))), now=now
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -11,12 +12,13 @@ from datetime import timedelta
 import pytest
 
 from lockstep.core.commands import ClaimTask, FireTimer, ReportSuccess, StartRun
-from lockstep.core.decide import decide
+from lockstep.core.decide import decide, task_id
 from lockstep.core.definition import parse_definition
 from lockstep.core.effects import effects_of
 from lockstep.core.events import chain_hash
-from lockstep.core.state import fold
+from lockstep.core.state import SNAPSHOT_VERSION, fold
 from lockstep.core.timeutil import iso
+from lockstep.service import Service
 from lockstep.store import (
     ConcurrencyError,
     DefinitionRow,
@@ -32,8 +34,9 @@ from .conftest import ACTIVITY_DOC, ENGINE_SCHEMA, T0, WAIT_DOC, Backend, Driver
 GENESIS = "0" * 64
 
 
-def task_of(run_id: str, attempt: int = 1) -> str:
-    return f"{run_id}/work/a{attempt}"
+def task_of(run_id: str) -> str:
+    """The task of a run started by Driver.start: attempt 1 of `work`, scheduled by event 2."""
+    return task_id(run_id, "work", "action", 1, 2)
 
 
 def snapshot_row(backend: Backend, url: str, run_id: str) -> tuple:
@@ -162,8 +165,9 @@ def test_activity_scheduled_writes_its_task_row_in_the_same_transaction(store, d
     """ActivityScheduled and its ready task row are committed together (the outbox)."""
     events = driver.start("r1")
     scheduled = events[-1].data
+    assert scheduled["task_id"] == task_of("r1") == "r1/work/a1-2"
     with store.read() as tx:
-        t = tx.task(task_of("r1"))
+        t = tx.task(scheduled["task_id"])
     assert t is not None
     assert (t.run_id, t.tenant, t.step, t.attempt, t.kind) == ("r1", "t1", "work", 1, "action")
     assert (t.activity, t.queue, t.status, t.fencing, t.lease_owner) == (
@@ -222,25 +226,55 @@ def test_rollback_of_a_later_command_keeps_the_task_ready(store, backend, url, d
 # --- tasks and leases ----------------------------------------------------------------------------
 
 
-def test_ready_tasks_filters_by_activity_and_availability(store, driver: Driver):
-    """ready_tasks returns only ready tasks of the asked types (and tenant) that are available by now."""
+def test_ready_ids_filters_by_tenant_queue_activity_and_availability(store, driver: Driver):
+    """ready_ids returns only ready tasks of the tenant, queue and asked types that are available by now."""
     driver.start("r1")
     with store.read() as tx:
-        assert [t.task_id for t in tx.ready_tasks(["demo.work"], ms(T0), 10)] == [task_of("r1")]
-        assert tx.ready_tasks(["other.thing"], ms(T0), 10) == []
-        assert tx.ready_tasks(["demo.work"], ms(T0) - 1, 10) == []
-        assert tx.ready_tasks(["demo.work"], ms(T0), 0) == []
-        assert len(tx.ready_tasks(["demo.work"], ms(T0), 10, "t1")) == 1
-        assert tx.ready_tasks(["demo.work"], ms(T0), 10, "t2") == []
+        assert tx.ready_ids("t1", ["demo.work"], "default", ms(T0), 10) == [task_of("r1")]
+        assert tx.ready_ids("t1", ["other.thing", "demo.work"], "default", ms(T0), 10) == [task_of("r1")]
+        assert tx.ready_ids("t1", ["other.thing"], "default", ms(T0), 10) == []
+        assert tx.ready_ids("t1", [], "default", ms(T0), 10) == []
+        assert tx.ready_ids("t1", ["demo.work"], "default", ms(T0) - 1, 10) == []
+        assert tx.ready_ids("t1", ["demo.work"], "default", ms(T0), 0) == []
+        assert tx.ready_ids("t1", ["demo.work"], "other-queue", ms(T0), 10) == []
+        assert tx.ready_ids("t2", ["demo.work"], "default", ms(T0), 10) == []
 
 
-def test_ready_tasks_respects_the_limit_in_availability_order(store, driver: Driver):
-    """ready_tasks hands out at most `limit` tasks, oldest first."""
+def test_ready_ids_respects_the_limit_in_availability_order(store, driver: Driver):
+    """ready_ids hands out at most `limit` tasks, oldest first (at equal priority)."""
     for i in range(3):
         driver.start(f"r{i}", now=T0 + timedelta(seconds=3 - i))
     with store.read() as tx:
-        got = [t.run_id for t in tx.ready_tasks(["demo.work"], ms(T0 + timedelta(minutes=1)), 2)]
-    assert got == ["r2", "r1"]
+        got = tx.ready_ids("t1", ["demo.work"], "default", ms(T0 + timedelta(minutes=1)), 2)
+    assert got == [task_of("r2"), task_of("r1")]
+
+
+def test_ready_ids_hand_out_higher_priority_first(store, driver: Driver):
+    """A task of a higher-priority step is handed out before older tasks of lower priority."""
+    urgent = {"name": "urgent", "steps": [{**ACTIVITY_DOC["steps"][0], "priority": 5}]}
+    driver.start("old", now=T0)
+    driver.start("new", now=T0 + timedelta(seconds=1), doc=urgent)
+    with store.read() as tx:
+        assert tx.task(task_of("new")).status == "ready"
+        got = tx.ready_ids("t1", ["demo.work"], "default", ms(T0 + timedelta(minutes=1)), 10)
+    assert got == [task_of("new"), task_of("old")]
+
+
+def test_ready_tenants_lists_each_tenant_with_ready_tasks_once(store, driver: Driver):
+    """ready_tenants names each tenant with a ready task once, in order; leased tasks do not count."""
+    with store.read() as tx:
+        assert tx.ready_tenants() == []
+    driver.start("b1", tenant="t2")
+    driver.start("a1", tenant="t1")
+    driver.start("a2", tenant="t1")
+    with store.read() as tx:
+        assert tx.ready_tenants() == ["t1", "t2"]
+        assert tx.leased_count("t2") == 0
+    driver.claim("b1")
+    with store.read() as tx:
+        assert tx.ready_tenants() == ["t1"]
+        assert tx.leased_count("t2") == 1
+        assert tx.leased_count("t1") == 0
 
 
 def test_claim_leases_the_task_to_one_worker(store, driver: Driver):
@@ -249,7 +283,7 @@ def test_claim_leases_the_task_to_one_worker(store, driver: Driver):
     fencing = driver.claim("r1", worker="w1", timeout_s=30)
     with store.read() as tx:
         t = tx.task(task_of("r1"))
-        assert tx.ready_tasks(["demo.work"], ms(T0), 10) == []
+        assert tx.ready_ids("t1", ["demo.work"], "default", ms(T0), 10) == []
     assert t is not None
     assert (t.status, t.fencing, t.lease_owner) == ("leased", fencing, "w1")
     assert t.deadline == ms(T0 + timedelta(seconds=30))
@@ -364,6 +398,96 @@ def test_firing_a_timer_closes_its_row_in_the_same_transaction(store, backend, u
     with store.read() as tx:
         assert tx.due_timers(ms(at + timedelta(days=1)), 10) == []
     assert backend.fetch(url, "SELECT status FROM timers WHERE run_id = ?", ["r1"]) == [("fired",)]
+
+
+POLL_DOC = {
+    "name": "poll",
+    "steps": [
+        {"id": "check", "activity": "demo.work", "timeout": "30s"},
+        {"id": "route", "choice": [{"if": "steps.check.output.done", "next": "end"}, {"else": "pause"}]},
+        {"id": "pause", "wait": "10s", "next": "check"},
+    ],
+}
+
+
+def test_polling_loop_gets_a_fresh_task_row_on_every_pass(store, backend, url, driver: Driver):
+    """Re-entering an activity step (attempt 1 again) inserts a new ready task under the new task id."""
+    first = driver.start("r1", doc=POLL_DOC)[-1].data["task_id"]
+    deadline = iso(T0 + timedelta(seconds=30))
+    fencing = driver.command("r1", ClaimTask(first, "w1", deadline), doc=POLL_DOC)[0].data["fencing"]
+    events = driver.command("r1", ReportSuccess(first, 1, fencing, {"done": False}), doc=POLL_DOC)
+    gen = events[-1].data["generation"]
+    at = T0 + timedelta(seconds=10)
+    try:
+        events = driver.command("r1", FireTimer("wait:pause", gen), doc=POLL_DOC, now=at)
+    except backend.error as exc:
+        pytest.fail(f"the database refused the second pass: {exc}")
+    second = events[-1].data["task_id"]
+    assert (events[-1].type, events[-1].data["step"], events[-1].data["attempt"]) == (
+        "ActivityScheduled",
+        "check",
+        1,
+    )
+    assert second != first
+    rows = backend.fetch(
+        url, "SELECT task_id, attempt, status FROM tasks WHERE run_id = ? ORDER BY created_at", ["r1"]
+    )
+    assert rows == [(first, 1, "done"), (second, 1, "ready")]
+    fencing = driver.command("r1", ClaimTask(second, "w1", deadline), doc=POLL_DOC, now=at)[0].data["fencing"]
+    driver.command("r1", ReportSuccess(second, 1, fencing, {"done": True}), doc=POLL_DOC, now=at)
+    assert driver.load("r1").state.status == "completed"
+
+
+# --- snapshots written by an older lockstep ------------------------------------------------------
+
+
+def _outdated(snapshot: str, version: int | None) -> str:
+    """The snapshot as an older build wrote it: no snapshot_version (or an older one), and without the
+    fields added since the first release (so loading it as it is would differ from the replay)."""
+    doc = json.loads(snapshot)
+    for key in ("snapshot_version", "last_output_step", "approval"):
+        del doc[key]
+    if version is not None:
+        doc["snapshot_version"] = version
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("version", [None, 1], ids=["unversioned", "version-1"])
+def test_outdated_snapshot_is_rebuilt_from_the_events(store, backend, url, driver: Driver, version):
+    """load_run and runs() return the fold of the events for a snapshot of an older version, verify
+    finds nothing wrong, and the next append writes the snapshot back in the current version."""
+    assert version != SNAPSHOT_VERSION
+    driver.start("r1")
+    fencing = driver.claim("r1")
+    driver.command("r1", ReportSuccess(task_of("r1"), 1, fencing, {"ok": True}))  # sets last_output_step
+    driver.start("r2", doc=WAIT_DOC)
+    rows_before = {r: snapshot_row(backend, url, r) for r in ("r1", "r2")}
+    for run_id in ("r1", "r2"):
+        old = _outdated(rows_before[run_id][2], version)
+        backend.execute(url, "UPDATE runs SET snapshot = ? WHERE run_id = ?", [old, run_id])
+
+    with store.read() as tx:
+        replays = {r: fold([e for e, _ in tx.events(r)]) for r in ("r1", "r2")}
+        loaded = {r: tx.load_run(r) for r in ("r1", "r2")}
+        listed = {s.run_id: s for s in tx.runs("t1", status=None, definition=None, after="", limit=10)}
+    for run_id, replay in replays.items():
+        assert replay is not None
+        assert loaded[run_id] is not None
+        assert loaded[run_id].state.to_json() == replay.to_json()
+        assert loaded[run_id].last_hash == rows_before[run_id][3]
+        assert listed[run_id].to_json() == replay.to_json()
+    assert loaded["r1"].state.last_output_step == "work"  # the outdated snapshot had none
+    assert loaded["r1"].state.status == "completed"
+
+    report = Service(store, clock=lambda: T0).verify()
+    assert [(r["run_id"], r["ok"], r["problems"]) for r in report] == [("r1", True, []), ("r2", True, [])]
+
+    # An in-flight run goes on from the rebuilt state; its next append stores the current version.
+    gen = loaded["r2"].state.timers["wait:nap"].generation
+    driver.command("r2", FireTimer("wait:nap", gen), doc=WAIT_DOC, now=T0 + timedelta(seconds=10))
+    seq, status, snapshot, _ = snapshot_row(backend, url, "r2")
+    assert (seq, status) == (4, "completed")
+    assert json.loads(snapshot)["snapshot_version"] == SNAPSHOT_VERSION
 
 
 # --- definitions and start keys ------------------------------------------------------------------

@@ -53,8 +53,9 @@ def compile_expr(source: str) -> Expr:
         raise ExprError(f"invalid expression `{source}`: {first}") from None
     roots = frozenset(program.variables())
     # Macros (all, exists, exists_one, map, filter) bind a loop variable that variables() also lists.
-    bound = set(_MACRO_VAR.findall(source))
-    unknown = sorted(roots - ALLOWED_ROOTS - bound)
+    bound = {v for v in _MACRO_VAR.findall(source) if not _used_outside_macros(source, v)}
+    roots = roots - bound
+    unknown = sorted(roots - ALLOWED_ROOTS)
     if unknown:
         raise ExprError(
             f"unknown variable {', '.join(unknown)} in `{source}`: "
@@ -62,6 +63,32 @@ def compile_expr(source: str) -> Expr:
         )
     path = tuple(source.strip().split(".")) if _PATH.match(source.strip()) else None
     return Expr(source, program, roots, path)
+
+
+def _used_outside_macros(source: str, var: str) -> bool:
+    """True if `var` appears outside the macro calls that bind it (so it is really a free variable)."""
+    text = source
+    for m in reversed(
+        list(re.finditer(r"\.(?:all|exists|exists_one|map|filter)\(\s*" + re.escape(var) + r"\s*,", source))
+    ):
+        depth, j, quote = 1, m.end(), ""
+        while j < len(text) and depth:
+            ch = text[j]
+            if quote:
+                if ch == "\\":
+                    j += 1
+                elif ch == quote:
+                    quote = ""
+            elif ch in "\"'":
+                quote = ch
+            elif ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+            j += 1
+        text = text[: m.start()] + text[j:]
+    text = re.sub(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'", "", text)
+    return re.search(r"(?<![A-Za-z0-9_.])" + re.escape(var) + r"(?![A-Za-z0-9_])", text) is not None
 
 
 def _to_json(value: Any) -> Any:

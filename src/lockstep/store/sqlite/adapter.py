@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
@@ -73,7 +74,7 @@ class SqliteStore:
                     check_same_thread=False,
                     uri=self._uri,
                 )
-                conn.execute("PRAGMA journal_mode=WAL")
+                _with_retry(conn, "PRAGMA journal_mode=WAL", self.busy_timeout_s)
                 conn.execute(f"PRAGMA synchronous={self.synchronous}")
                 conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
                 conn.execute("PRAGMA foreign_keys=ON")
@@ -120,14 +121,7 @@ class SqliteStore:
         wanted = migrations("lockstep.store.sqlite")
         applied = self._applied(conn)
         if not applied:
-            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-            if tables:
-                raise SchemaError(
-                    f"{self.path} has tables ({', '.join(sorted(tables)[:5])}) but no lockstep schema "
-                    f"record: it is not a lockstep database, or its schema_migrations table was removed; "
-                    f"use another file"
-                )
-            self.upgrade()
+            self.upgrade(fresh_only=True)  # checks for foreign tables under the write lock
             return
         for m in wanted:
             if m.version in applied and applied[m.version] != m.checksum:
@@ -148,12 +142,22 @@ class SqliteStore:
                 f"lockstep ({wanted[-1].version}): upgrade lockstep"
             )
 
-    def upgrade(self) -> list[str]:
-        """Apply pending migrations; safe when several processes run it at once (BEGIN IMMEDIATE)."""
+    def upgrade(self, fresh_only: bool = False) -> list[str]:
+        """Apply pending migrations; safe when several processes run it at once (BEGIN IMMEDIATE).
+
+        With `fresh_only` (opening a database), refuse one that has tables but no migration record."""
         conn = self._conn()
         done = []
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if fresh_only and not self._applied(conn):
+                tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+                if tables:
+                    raise SchemaError(
+                        f"{self.path} has tables ({', '.join(sorted(tables)[:5])}) but no lockstep schema "
+                        f"record: it is not a lockstep database, or its schema_migrations table was removed; "
+                        f"use another file"
+                    )
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
                 "name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL)"
@@ -201,3 +205,17 @@ def _statements(sql: str) -> list[str]:
     if buf.strip():
         out.append(buf.strip())
     return out
+
+
+def _with_retry(conn: sqlite3.Connection, statement: str, timeout_s: float) -> None:
+    """Switching a new file to WAL needs an exclusive lock that the busy handler does not wait for;
+    several processes opening the same new file at once would otherwise fail with "locked"."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn.execute(statement)
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)

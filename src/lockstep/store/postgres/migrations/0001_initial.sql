@@ -94,8 +94,7 @@ CREATE TABLE tasks (
     deadline         BIGINT,
     created_at       BIGINT  NOT NULL,
     dead_reason      TEXT,
-    part             INTEGER GENERATED ALWAYS AS (get_byte(decode(right(run_id, 2), 'hex'), 0) % 64) STORED,
-    UNIQUE (run_id, step, kind, attempt)
+    part             INTEGER GENERATED ALWAYS AS (get_byte(decode(right(run_id, 2), 'hex'), 0) % 64) STORED
 );
 CREATE INDEX tasks_ready ON tasks (tenant, queue, priority DESC, available_at) WHERE status = 'ready';
 CREATE INDEX tasks_ready_age ON tasks (available_at) WHERE status = 'ready';

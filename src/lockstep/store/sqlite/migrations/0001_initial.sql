@@ -68,8 +68,7 @@ CREATE TABLE tasks (
     lease_owner      TEXT,
     lease_expires_at INTEGER,
     deadline         INTEGER,
-    created_at       INTEGER NOT NULL,
-    UNIQUE (run_id, step, kind, attempt)
+    created_at       INTEGER NOT NULL
 );
 CREATE INDEX tasks_ready ON tasks (activity, available_at) WHERE status = 'ready';
 CREATE INDEX tasks_leased ON tasks (lease_expires_at) WHERE status = 'leased';

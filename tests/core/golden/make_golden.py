@@ -1,0 +1,258 @@
+"""Generate the golden histories in this folder (run by hand, never by the test suite).
+
+    .venv/bin/python tests/core/golden/make_golden.py
+
+Each JSON file records one run as the engine wrote it: the definition document, every event (as
+Event.to_json()), the hash-chain head over those events and the final snapshot (RunState.to_json()).
+tests/core/test_golden.py replays the stored events with fold() and demands the stored snapshot.
+
+These files stand for runs already in production databases. Regenerate them ONLY for a deliberate,
+reviewed change of the event format or of evolve(); if test_golden fails after an ordinary change,
+the change breaks the replay of old runs: fix the change (or add an upcaster), not the files.
+The script is deterministic (fixed clock, fixed ids), so regenerating without such a change is a no-op.
+
+golden/v1/ holds the same scenarios as recorded before snapshot_version 2 (old task ids, unversioned
+snapshots). This script never writes there: those files stand for runs stored by that older build.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lockstep.core.commands import (
+    CancelRun,
+    ClaimTask,
+    Command,
+    ExpireLease,
+    FireTimer,
+    ReportFailure,
+    ReportSuccess,
+    StartRun,
+)
+from lockstep.core.decide import decide
+from lockstep.core.definition import Definition, parse_definition
+from lockstep.core.events import Event, chain_hash
+from lockstep.core.state import RunState, evolve
+from lockstep.core.timeutil import iso
+
+HERE = Path(__file__).resolve().parent
+T0 = datetime(2024, 1, 15, 9, 30, 0, tzinfo=UTC)
+
+ORDER = """
+name: order-fulfilment
+steps:
+  - id: reserve
+    activity: inventory.reserve
+    input: {sku: "${input.sku}", qty: 2}
+    timeout: 30s
+    retry:
+      max_attempts: 5
+      initial_interval: 1s
+      backoff: 2.0
+      max_interval: 1m
+      non_retryable: [OutOfStock]
+    idempotency_key: "reserve-${input.order_id}"
+    compensate: {activity: inventory.release, input: {sku: "${input.sku}"}}
+  - id: route
+    choice:
+      - {if: "input.qty > 10", next: cooling-off}
+      - {else: ship}
+  - id: cooling-off
+    wait: 2s
+  - id: ship
+    activity: shipping.create
+    timeout: 10s
+    next: end
+  - id: rejected
+    fail: {error: Rejected, message: "too many"}
+"""
+
+SAGA = """
+name: saga
+steps:
+  - id: reserve
+    activity: inventory.reserve
+    timeout: 30s
+    compensate: {activity: inventory.release, input: {sku: "${input.sku}"}}
+  - id: charge
+    activity: payments.charge
+    timeout: 30s
+    idempotency_key: "charge-${input.order_id}"
+    compensate:
+      activity: payments.refund
+      input: {amount: "${steps.charge.output.amount}"}
+      timeout: 1m
+      retry: {max_attempts: 3, initial_interval: 5s}
+  - id: notify
+    activity: email.send
+    timeout: 10s
+  - id: ship
+    activity: shipping.create
+    timeout: 10s
+    retry: {max_attempts: 3, initial_interval: 2s, non_retryable: [NoAddress]}
+"""
+
+PAYOUT = """
+name: payout
+steps:
+  - id: reserve
+    activity: inventory.reserve
+    timeout: 30s
+    compensate: {activity: inventory.release}
+  - id: pay
+    activity: bank.transfer
+    delivery: at_most_once
+    timeout: 30s
+    retry: {max_attempts: 3}
+"""
+
+
+class Recorder:
+    """Drives one run with a fixed clock and records its events."""
+
+    def __init__(self, text: str, input: Any) -> None:
+        self.document = yaml.safe_load(text)
+        self.d: Definition = parse_definition(self.document)
+        self.now = T0
+        self.state: RunState | None = None
+        self.events: list[Event] = []
+        self.send(StartRun(run_id="golden-1", tenant="acme", version=1, input=input, start_key="k-1"))
+
+    def send(self, command: Command) -> None:
+        for e in decide(self.state, command, self.now, self.d):
+            self.state = evolve(self.state, e)
+            self.events.append(e)
+
+    def wait(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+    @property
+    def s(self) -> RunState:
+        assert self.state is not None
+        return self.state
+
+    def claim(self, worker: str = "worker-1") -> tuple[str, int, int]:
+        a = self.s.active
+        assert a is not None
+        self.send(ClaimTask(a.task_id, worker, iso(self.now + timedelta(milliseconds=a.timeout_ms))))
+        a = self.s.active
+        assert a is not None
+        assert a.fencing is not None
+        return a.task_id, a.attempt, a.fencing
+
+    def ok(self, output: Any = None, took: float = 0.5) -> tuple[str, int, int]:
+        token = self.claim()
+        self.wait(took)
+        self.send(ReportSuccess(*token, output=output))
+        return token
+
+    def fail(self, code: str, message: str, took: float = 0.5) -> tuple[str, int, int]:
+        token = self.claim()
+        self.wait(took)
+        self.send(ReportFailure(*token, code=code, message=message))
+        return token
+
+    def fire(self) -> None:
+        (t,) = self.s.timers.values()
+        self.now = max(self.now, datetime.fromisoformat(t.fire_at.replace("Z", "+00:00")))
+        self.send(FireTimer(t.key, t.generation))
+
+
+def happy_path_with_retry() -> Recorder:
+    r = Recorder(ORDER, {"sku": "SKU-9", "qty": 12, "order_id": 1001})
+    first = r.fail("Busy", "inventory service overloaded")
+    r.fire()
+    r.ok({"reservation": "RES-1"})
+    r.send(ReportSuccess(*first, output={"late": True}))  # the lost attempt's late answer: evidence only
+    r.fire()  # cooling-off
+    r.ok({"tracking": "TRK-1"}, took=3)
+    return r
+
+
+def failure_with_compensation() -> Recorder:
+    r = Recorder(SAGA, {"sku": "SKU-2", "order_id": 77})
+    r.ok({"reservation": "RES-2"})
+    r.ok({"amount": 4200})
+    r.ok(None)
+    r.fail("NoAddress", "customer has no shipping address")
+    r.fail("BankDown", "refund API returned 503")
+    r.fire()
+    r.ok({"refund": "REF-1"})
+    r.ok(None)
+    return r
+
+
+def cancellation_with_compensation() -> Recorder:
+    r = Recorder(SAGA, {"sku": "SKU-3", "order_id": 78})
+    r.ok({"reservation": "RES-3"})
+    r.ok({"amount": 990})
+    r.claim()
+    r.wait(2)
+    r.send(CancelRun(reason="customer withdrew the order", actor="support:kim"))
+    a = r.s.active
+    assert a is not None
+    assert a.fencing is not None
+    r.wait(1)
+    r.send(ReportSuccess(a.task_id, a.attempt, a.fencing, output={"sent": True}))
+    r.ok({"refund": "REF-2"})
+    r.ok(None)
+    return r
+
+
+def at_most_once_needs_attention() -> Recorder:
+    r = Recorder(PAYOUT, {"account": "DE00 1234", "amount": 50})
+    r.ok({"reservation": "RES-4"})
+    task, attempt, fencing = r.claim()
+    r.wait(30)
+    r.send(ExpireLease(task, attempt, fencing, reason="no result before the deadline"))
+    return r
+
+
+SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
+    "happy_path_with_retry": (
+        "one failed attempt retried on a durable timer, a late duplicate result ignored, a wait, completed",
+        happy_path_with_retry,
+    ),
+    "failure_with_compensation": (
+        "a non-retryable failure; charge and reserve compensated in reverse order (one refund retried)",
+        failure_with_compensation,
+    ),
+    "cancellation_with_compensation": (
+        "cancel while an activity runs: wait for its result, compensate completed steps, cancelled",
+        cancellation_with_compensation,
+    ),
+    "at_most_once_needs_attention": (
+        "the lease of an at_most_once payment expires: outcome unknown, the run needs a human",
+        at_most_once_needs_attention,
+    ),
+}
+
+
+def main() -> None:
+    for name, (about, scenario) in SCENARIOS.items():
+        r = scenario()
+        head = ""
+        for e in r.events:
+            head = chain_hash(head, r.s.run_id, e)
+        record = {
+            "about": about,
+            "generated_by": "tests/core/golden/make_golden.py",
+            "run_id": r.s.run_id,
+            "definition": r.document,
+            "events": [e.to_json() for e in r.events],
+            "chain_head": head,
+            "snapshot": r.s.to_json(),
+        }
+        path = HERE / f"{name}.json"
+        path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"wrote {path.relative_to(HERE.parent.parent.parent)}: {len(r.events)} events, {r.s.status}")
+
+
+if __name__ == "__main__":
+    main()
