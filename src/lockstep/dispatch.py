@@ -7,18 +7,23 @@ always: no deadlocks), re-checks the candidate inside the lock, and applies one 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .core.commands import ClaimTask, DeadLetter, ExpireLease, FireTimer, Rejected
 from .core.timeutil import iso
-from .store import LoadedRun, RowLocked, Tx
+from .store import DueTimer, ExpiredLease, LoadedRun, RowLocked, Tx
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .service import Service
+
+log = logging.getLogger("lockstep.dispatch")
+T = TypeVar("T")
 
 __all__ = [
     "TaskLease",
@@ -69,6 +74,21 @@ def round_robin(per_tenant: dict[str, list[str]], limit: int) -> list[str]:
     return out
 
 
+def _isolated(svc: Service, tx: Tx, what: str, fn: Callable[..., T], *args: Any) -> T | None:
+    """Run one item of a batch in a savepoint: a broken run (unreadable snapshot, a bug) is logged and
+    skipped instead of failing the whole batch, and the next pass tries it again."""
+    buffer = getattr(svc._local, "buffer", None)
+    mark = len(buffer) if buffer is not None else 0
+    try:
+        with tx.savepoint():
+            return fn(svc, tx, *args)
+    except Exception:
+        log.exception("skipped %s in this pass", what)
+        if buffer is not None:
+            del buffer[mark:]  # its events were rolled back: listeners must not see them
+        return None
+
+
 def _lock(tx: Tx, run_id: str) -> LoadedRun | Literal[False] | None:
     """The run, locked; None if it does not exist; False if another transaction holds it."""
     try:
@@ -105,104 +125,137 @@ def claim(
             if room > 0:
                 per_tenant[ten] = tx.ready_ids(ten, activities, queue, now_ms, room)
         for task_id in round_robin(per_tenant, limit):
-            t = tx.task(task_id)
-            if t is None:
-                continue
-            loaded = _lock(tx, t.run_id)
-            if loaded is False:
-                continue
-            t = tx.task(task_id)  # re-read under the run's lock: someone may have taken or closed it
-            if t is None or t.status != "ready":
-                continue
-            if loaded is None:
-                tx.close_task(task_id, "stale")
-                continue
-            deadline = now + timedelta(milliseconds=t.timeout_ms)
-            try:
-                d = svc.definition_for(tx, t.tenant, t.definition, t.version)
-                _after, events = svc.apply(tx, loaded, ClaimTask(t.task_id, worker, iso(deadline)), now, d)
-            except Rejected:
-                tx.close_task(t.task_id, "stale")
-                continue
-            tx.set_lease(t.task_id, _ms(now + lease_ttl))
-            out.append(
-                TaskLease(
-                    t.task_id,
-                    t.tenant,
-                    t.run_id,
-                    t.step,
-                    t.attempt,
-                    t.kind,
-                    t.activity,
-                    t.input,
-                    t.idempotency_key,
-                    t.definition,
-                    t.version,
-                    t.delivery,
-                    events[0].data["fencing"],
-                    deadline,
-                )
+            lease = _isolated(
+                svc,
+                tx,
+                f"task {task_id}",
+                _claim_one,
+                task_id,
+                worker,
+                now,
+                lease_ttl,
             )
+            if lease is not None:
+                out.append(lease)
     return out
+
+
+def _claim_one(
+    svc: Service, tx: Tx, task_id: str, worker: str, now: datetime, lease_ttl: timedelta
+) -> TaskLease | None:
+    t = tx.task(task_id)
+    if t is None:
+        return None
+    loaded = _lock(tx, t.run_id)
+    if loaded is False:
+        return None
+    t = tx.task(task_id)  # re-read under the run's lock: someone may have taken or closed it
+    if t is None or t.status != "ready":
+        return None
+    if loaded is None:
+        tx.close_task(task_id, "stale")
+        return None
+    deadline = now + timedelta(milliseconds=t.timeout_ms)
+    try:
+        d = svc.definition_for(tx, t.tenant, t.definition, t.version)
+        _after, events = svc.apply(tx, loaded, ClaimTask(t.task_id, worker, iso(deadline)), now, d)
+    except Rejected:
+        tx.close_task(t.task_id, "stale")
+        return None
+    tx.set_lease(t.task_id, _ms(now + lease_ttl))
+    return TaskLease(
+        t.task_id,
+        t.tenant,
+        t.run_id,
+        t.step,
+        t.attempt,
+        t.kind,
+        t.activity,
+        t.input,
+        t.idempotency_key,
+        t.definition,
+        t.version,
+        t.delivery,
+        events[0].data["fencing"],
+        deadline,
+    )
 
 
 def fire_due_timers(svc: Service, limit: int = 200, partitions: list[int] | None = None) -> int:
     now = svc.clock()
-    fired = 0
     with svc.write() as tx:
-        for t in tx.due_timers(_ms(now), limit, partitions):
-            loaded = _lock(tx, t.run_id)
-            if loaded is False or tx.timer_status(t.run_id, t.key, t.generation) != "scheduled":
-                continue
-            if loaded is None:
-                tx.close_timer(t.run_id, t.key, t.generation, "stale")
-                continue
-            s = loaded.state
-            try:
-                d = svc.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
-                svc.apply(tx, loaded, FireTimer(t.key, t.generation), now, d)
-                fired += 1
-            except Rejected as r:
-                # A duplicate or superseded timer: the generation check turns it into a no-op.
-                if r.code == "stale_timer":
-                    tx.close_timer(t.run_id, t.key, t.generation, "stale")
-    return fired
+        due = tx.due_timers(_ms(now), limit, partitions)
+        return sum(
+            bool(_isolated(svc, tx, f"timer {t.key} of run {t.run_id}", _fire_one, t, now)) for t in due
+        )
+
+
+def _fire_one(svc: Service, tx: Tx, t: DueTimer, now: datetime) -> bool:
+    loaded = _lock(tx, t.run_id)
+    if loaded is False or tx.timer_status(t.run_id, t.key, t.generation) != "scheduled":
+        return False
+    if loaded is None:
+        tx.close_timer(t.run_id, t.key, t.generation, "stale")
+        return False
+    s = loaded.state
+    try:
+        d = svc.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
+        svc.apply(tx, loaded, FireTimer(t.key, t.generation), now, d)
+        return True
+    except Rejected as r:
+        # A duplicate or superseded timer: the generation check turns it into a no-op.
+        if r.code == "stale_timer":
+            tx.close_timer(t.run_id, t.key, t.generation, "stale")
+        return False
 
 
 def expire_leases(svc: Service, limit: int = 200, partitions: list[int] | None = None) -> int:
     now = svc.clock()
-    now_ms = _ms(now)
-    expired = 0
     with svc.write() as tx:
-        for lease in tx.expired_leases(now_ms, limit, partitions):
-            loaded = _lock(tx, lease.run_id)
-            if loaded is False:
-                continue
-            current = tx.task(lease.task_id)  # a heartbeat may have renewed it meanwhile
-            if (
-                current is None
-                or current.status != "leased"
-                or current.fencing != lease.fencing
-                or (current.lease_expires_at or 0) > now_ms
-            ):
-                continue
-            if loaded is None:
-                tx.close_task(lease.task_id, "stale")
-                continue
-            if now_ms >= lease.deadline:
-                reason = "the attempt did not finish within its timeout"
-            else:
-                reason = f"worker {lease.worker} stopped renewing its lease (crashed, hung or cut off)"
-            s = loaded.state
-            try:
-                d = svc.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
-                svc.apply(
-                    tx, loaded, ExpireLease(lease.task_id, lease.attempt, lease.fencing, reason), now, d
+        expired = tx.expired_leases(_ms(now), limit, partitions)
+        return sum(
+            bool(
+                _isolated(
+                    svc,
+                    tx,
+                    f"lease of task {lease.task_id}",
+                    _expire_one,
+                    lease,
+                    now,
                 )
-                expired += 1
-            except Rejected:
-                tx.close_task(lease.task_id, "stale")
-    return expired
+            )
+            for lease in expired
+        )
+
+
+def _expire_one(svc: Service, tx: Tx, lease: ExpiredLease, now: datetime) -> bool:
+    now_ms = _ms(now)
+    loaded = _lock(tx, lease.run_id)
+    if loaded is False:
+        return False
+    current = tx.task(lease.task_id)  # a heartbeat may have renewed it meanwhile
+    if (
+        current is None
+        or current.status != "leased"
+        or current.fencing != lease.fencing
+        or (current.lease_expires_at or 0) > now_ms
+    ):
+        return False
+    if loaded is None:
+        tx.close_task(lease.task_id, "stale")
+        return False
+    if now_ms >= lease.deadline:
+        reason = "the attempt did not finish within its timeout"
+    else:
+        reason = f"worker {lease.worker} stopped renewing its lease (crashed, hung or cut off)"
+    s = loaded.state
+    try:
+        d = svc.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
+        svc.apply(tx, loaded, ExpireLease(lease.task_id, lease.attempt, lease.fencing, reason), now, d)
+        return True
+    except Rejected:
+        tx.close_task(lease.task_id, "stale")
+        return False
 
 
 def dead_letter_unserved(svc: Service, limit: int = 200) -> int:

@@ -181,7 +181,7 @@ class Notifier:
             try:
                 if self.tick():
                     continue
-            except LockstepError as exc:
+            except Exception as exc:  # never let the notifier thread die
                 log.warning("notifier pass failed: %s", exc)
             self.wake.wait(self.poll)
             self.wake.clear()

@@ -72,7 +72,9 @@ class Scheduler:
                     continue
                 pause = self._sleep_for()
                 backoff = self.poll
-            except LockstepError as exc:  # database unavailable: keep trying, never die
+            except Exception as exc:  # database unavailable or a bug: keep trying, never die
+                if not isinstance(exc, LockstepError):
+                    log.exception("scheduler pass failed unexpectedly")
                 log.warning("scheduler pass failed: %s; retrying in %.1fs", exc, backoff)
                 pause, backoff = backoff, min(backoff * 2, 5.0)
             self.wake.wait(pause)

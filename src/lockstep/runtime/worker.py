@@ -120,7 +120,9 @@ class Worker:
                     self.worker_id, self.activities, limit=free, lease_ttl=self.lease_ttl, queue=self.queue
                 )
                 backoff = self.poll
-            except LockstepError as exc:
+            except Exception as exc:  # database down or a bug: log, back off, never let the thread die
+                if not isinstance(exc, LockstepError):
+                    log.exception("claim failed unexpectedly")
                 log.warning("claim failed: %s; retrying in %.1fs", exc, backoff)
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
@@ -135,19 +137,23 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         interval = max(self.lease_ttl.total_seconds() / 3, 0.05)
-        while not self.stop_event.wait(interval) or self.busy:
+        while True:
+            # Renew at the normal pace, also while draining after stop(); leave once nothing is in flight.
+            deadline = time.monotonic() + interval
+            while time.monotonic() < deadline:
+                if self.stop_event.is_set() and not self.busy:
+                    return
+                time.sleep(min(0.05, interval))
             with self._lock:
                 items = list(self._inflight.values())
             for item in items:
                 if not item.lost:
                     item.lost = not self._beat(item.lease)
-            if self.stop_event.is_set() and not items:
-                return
 
     def _beat(self, lease: TaskLease) -> bool:
         try:
             return self.service.heartbeat(lease.task_id, lease.fencing, self.lease_ttl)
-        except LockstepError as exc:
+        except Exception as exc:  # never let the heartbeat thread die
             log.warning("heartbeat for %s failed: %s", lease.task_id, exc)
             return True  # unknown: keep working; the fencing token decides at report time
 

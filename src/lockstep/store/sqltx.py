@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ..core.canonical import canonical_json
@@ -493,6 +494,18 @@ class SqlTx:
     def timer_status(self, run_id: str, key: str, generation: int) -> str | None:
         row = self._one("timer_status", run_id=run_id, key=key, generation=generation)
         return str(row[0]) if row else None
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A nested transaction: on an exception only the work inside it is undone."""
+        self.c.execute("SAVEPOINT lockstep_item")
+        try:
+            yield
+        except BaseException:
+            self.c.execute("ROLLBACK TO SAVEPOINT lockstep_item")
+            self.c.execute("RELEASE SAVEPOINT lockstep_item")
+            raise
+        self.c.execute("RELEASE SAVEPOINT lockstep_item")
 
     # --- fair claiming, quotas, dead letters, scheduler partitions -----------------------------
     def list_param(self, values: Sequence[str]) -> Any:

@@ -1,0 +1,352 @@
+"""Crash and recovery with real `lockstep` worker and scheduler processes on one SQLite file.
+
+Each test drives real subprocesses (SIGKILL, SIGTERM, SIGSTOP/SIGCONT), synchronises only by polling
+the database or the downstream ledger with a deadline, and checks the history, the ledger (effects once
+per idempotency key) and `lockstep verify`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import time
+from collections import Counter
+from contextlib import closing
+from typing import Any
+
+import pytest
+from prockit import Cluster, Ledger, wait_until
+
+from lockstep import Engine
+from lockstep.core.timeutil import parse_iso
+
+pytestmark = pytest.mark.slow
+
+LEASE_S = 1.0  # every worker here runs with --lease-ttl 1s
+
+
+def one_step(name: str, *, delivery: str = "idempotent", max_attempts: int = 3) -> dict[str, Any]:
+    """A definition whose only step runs test.step with the run input, keyed by input.order."""
+    return {
+        "name": name,
+        "steps": [
+            {
+                "id": "work",
+                "activity": "test.step",
+                "input": "${input}",
+                "timeout": "30s",
+                "delivery": delivery,
+                "retry": {"max_attempts": max_attempts, "initial_interval": "100ms", "backoff": 1.0},
+                "idempotency_key": "work-${input.order}",
+            }
+        ],
+    }
+
+
+def events(engine: Engine, run_id: str, *types: str) -> list[dict[str, Any]]:
+    return [e for e in engine.events(run_id) if not types or e["type"] in types]
+
+
+def attempts(engine: Engine, run_id: str, type_: str) -> list[int]:
+    return [e["attempt"] for e in events(engine, run_id, type_)]
+
+
+def finish(engine: Engine, run_id: str, status: str, timeout: float = 30) -> dict[str, Any]:
+    shown = engine.wait_for(run_id, timeout=timeout)
+    assert shown["status"] == status, json.dumps(shown, indent=2)
+    return shown
+
+
+def verify_ok(cluster: Cluster) -> None:
+    report = json.loads(cluster.cli("verify", "--json").stdout)
+    assert report["ok"], report["problems"]
+
+
+def test_sigkill_mid_activity_then_a_new_worker_completes_the_run(
+    cluster: Cluster, engine: Engine, ledger: Ledger
+) -> None:
+    """A worker SIGKILLed mid-activity times out attempt 1; a worker started later succeeds on attempt 2."""
+    engine.publish(one_step("crash-mid"))
+    w1 = cluster.worker("w1")
+    run = engine.start("crash-mid", input={"order": "a1", "block_attempt": 1})
+    first = wait_until(lambda: ledger.started(run, 1), 20, "attempt 1 to start on w1")
+    assert first["pid"] == w1.pid
+
+    assert w1.kill() == -signal.SIGKILL
+    w2 = cluster.worker("w2")
+    shown = finish(engine, run, "completed")
+
+    assert shown["output"]["pid"] == w2.pid
+    assert shown["steps"]["work"]["attempts"] == 2
+    timed_out = events(engine, run, "ActivityTimedOut")
+    assert [(e["step"], e["attempt"]) for e in timed_out] == [("work", 1)]
+    assert timed_out[0]["data"]["will_retry"] is True
+    assert "w1" in timed_out[0]["data"]["reason"]
+    assert attempts(engine, run, "ActivitySucceeded") == [2]
+    assert [(e["attempt"], e["data"]["worker"]) for e in events(engine, run, "ActivityStarted")] == [
+        (1, "w1"),
+        (2, "w2"),
+    ]
+    assert [(c["attempt"], c["pid"], c["applied"]) for c in ledger.calls(run)] == [
+        (1, w1.pid, None),
+        (2, w2.pid, 1),
+    ]
+    verify_ok(cluster)
+
+
+def test_lost_response_is_retried_with_the_same_key_and_applied_once(
+    cluster: Cluster, engine: Engine, ledger: Ledger
+) -> None:
+    """Effect applied, worker dies before reporting: the retry reuses the key; one effect, two calls."""
+    engine.publish(one_step("lost-response"))
+    w1 = cluster.worker("w1")
+    run = engine.start("lost-response", input={"order": "b1", "crash_after_effect_attempt": 1})
+    assert w1.wait(20) == -signal.SIGKILL  # the activity killed its own worker after the effect
+    assert [(c["attempt"], c["applied"]) for c in ledger.calls(run)] == [(1, 1)]
+
+    cluster.worker("w2")
+    shown = finish(engine, run, "completed")
+
+    assert shown["output"]["replayed"] is True  # the ledger returned the saved effect
+    keys = [e["data"]["idempotency_key"] for e in events(engine, run, "ActivityScheduled")]
+    assert keys == ["work-b1", "work-b1"]
+    assert attempts(engine, run, "ActivityTimedOut") == [1]
+    assert attempts(engine, run, "ActivitySucceeded") == [2]
+    calls = ledger.calls(run)
+    assert [(c["attempt"], c["idempotency_key"], c["applied"]) for c in calls] == [
+        (1, "work-b1", 1),
+        (2, "work-b1", 0),
+    ]
+    assert [(e["idempotency_key"], e["attempt"]) for e in ledger.effects(run)] == [("work-b1", 1)]
+    verify_ok(cluster)
+
+
+def test_lost_response_at_most_once_needs_attention_and_is_never_retried(
+    cluster: Cluster, engine: Engine, ledger: Ledger
+) -> None:
+    """at_most_once: a worker lost after the effect leaves needs_attention/outcome_unknown, one call."""
+    engine.publish(one_step("at-most-once", delivery="at_most_once"))
+    w1 = cluster.worker("w1")
+    run = engine.start("at-most-once", input={"order": "c1", "crash_after_effect_attempt": 1})
+    assert w1.wait(20) == -signal.SIGKILL
+
+    cluster.worker("w2")  # serves test.step and expires leases: it would retry if anything asked it to
+    finish(engine, run, "needs_attention")
+    shown = cluster.cli_json("show", run, "--json")
+    assert shown["status"] == "needs_attention"
+    assert shown["attention"]["code"] == "outcome_unknown"
+    assert shown["attention"]["step"] == "work"
+    assert shown["wait_reason"]
+    assert shown["next_action"]
+    timed_out = events(engine, run, "ActivityTimedOut")
+    assert [(e["attempt"], e["data"]["will_retry"], e["data"]["outcome_unknown"]) for e in timed_out] == [
+        (1, False, True)
+    ]
+
+    # Absence of a retry can only be observed for a while: watch ~2.5 lease periods.
+    deadline = time.monotonic() + 2.5 * LEASE_S
+    while time.monotonic() < deadline:
+        assert len(ledger.calls(run)) == 1
+        assert attempts(engine, run, "ActivityScheduled") == [1]
+        assert engine.show(run)["status"] == "needs_attention"
+        time.sleep(0.1)
+    assert len(ledger.effects(run)) == 1
+    verify_ok(cluster)
+
+
+def test_sigterm_drains_the_running_activity_and_exits_zero(
+    cluster: Cluster, engine: Engine, ledger: Ledger
+) -> None:
+    """SIGTERM during a 1s activity: the activity finishes, that worker reports ActivitySucceeded, exit 0."""
+    engine.publish(one_step("drain"))
+    w1 = cluster.worker("drainer")
+    run = engine.start("drain", input={"order": "d1", "sleep_ms": 1000})
+    wait_until(lambda: ledger.started(run, 1), 20, "the activity to start")
+
+    w1.signal(signal.SIGTERM)
+    assert w1.wait(60) == 0  # generous: see test_draining_worker_renews_its_lease_at_the_normal_pace
+    assert "received SIGTERM" in w1.log()
+
+    shown = engine.show(run)  # reported before the process exited: no other process is running
+    assert shown["status"] == "completed"
+    assert shown["output"]["pid"] == w1.pid
+    started = events(engine, run, "ActivityStarted")
+    succeeded = events(engine, run, "ActivitySucceeded")
+    assert [(e["attempt"], e["data"]["worker"]) for e in started] == [(1, "drainer")]
+    assert [(e["attempt"], e["data"]["fencing"]) for e in succeeded] == [(1, started[0]["data"]["fencing"])]
+    assert not events(engine, run, "ActivityTimedOut", "ActivityFailed", "ResultIgnored")
+    assert [(c["finished"], c["applied"]) for c in ledger.calls(run)] == [(1, 1)]
+    verify_ok(cluster)
+
+
+def test_draining_worker_renews_its_lease_at_the_normal_pace(
+    cluster: Cluster, engine: Engine, ledger: Ledger
+) -> None:
+    """While draining after SIGTERM a worker renews its lease about every ttl/3, not in a busy loop."""
+    with closing(sqlite3.connect(cluster.db_path, isolation_level=None)) as conn:
+        conn.executescript(
+            "CREATE TABLE test_renewals (task_id TEXT);"
+            "CREATE TRIGGER test_count_renewals AFTER UPDATE OF lease_expires_at ON tasks "
+            "BEGIN INSERT INTO test_renewals VALUES (NEW.task_id); END;"
+        )
+
+        def renewals() -> int:
+            return int(conn.execute("SELECT COUNT(*) FROM test_renewals").fetchone()[0])
+
+        engine.publish(one_step("drain-pace"))
+        w1 = cluster.worker("drainer")
+        run = engine.start("drain-pace", input={"order": "p1", "sleep_ms": 1000})
+        wait_until(lambda: ledger.started(run, 1), 20, "the activity to start")
+        at_sigterm = renewals()
+        w1.signal(signal.SIGTERM)
+        assert w1.wait(60) == 0
+        during_drain = renewals() - at_sigterm
+    assert engine.show(run)["status"] == "completed"
+    # A ~1s drain with a 1s lease renewed every ~333ms needs about 3 renewals; allow generous slack.
+    assert during_drain <= 10, f"{during_drain} lease renewals while draining a 1s activity"
+
+
+def test_killed_scheduler_timer_is_fired_once_by_new_schedulers(cluster: Cluster, engine: Engine) -> None:
+    """A durable timer pending when its scheduler is SIGKILLed is fired exactly once by new schedulers."""
+    engine.publish({"name": "nap", "steps": [{"id": "nap", "wait": "1s"}]})
+    s1 = cluster.scheduler("s1")
+    run = engine.start("nap")
+    assert engine.show(run)["status"] == "waiting"
+    assert s1.kill() == -signal.SIGKILL
+    assert not events(engine, run, "TimerFired"), "s1 fired the 1s timer before it was killed"
+
+    # Two schedulers race for the recovered timer; the conditional claim lets only one fire it.
+    s2 = cluster.scheduler("s2", wait_ready=False)
+    s3 = cluster.scheduler("s3", wait_ready=False)
+    cluster.wait_ready(s2, "scheduler running")
+    cluster.wait_ready(s3, "scheduler running")
+    finish(engine, run, "completed")
+
+    scheduled = events(engine, run, "TimerScheduled")
+    fired = events(engine, run, "TimerFired")
+    assert len(scheduled) == 1
+    assert len(fired) == 1
+    assert fired[0]["data"]["generation"] == scheduled[0]["data"]["generation"]
+    assert parse_iso(fired[0]["at"]) >= parse_iso(scheduled[0]["data"]["fire_at"])
+    verify_ok(cluster)
+
+
+def test_one_unreadable_run_does_not_stop_the_scheduler_for_the_others(
+    cluster: Cluster, engine: Engine
+) -> None:
+    """A run whose stored snapshot cannot be read does not stop a scheduler from firing other runs' timers."""
+    engine.publish({"name": "short-nap", "steps": [{"id": "nap", "wait": "200ms"}]})
+    poisoned = engine.start("short-nap")
+    healthy = engine.start("short-nap")
+    with closing(sqlite3.connect(cluster.db_path)) as conn:
+        conn.execute("UPDATE runs SET snapshot = 'not json' WHERE run_id = ?", (poisoned,))
+        conn.commit()
+    s1 = cluster.scheduler("s1")
+
+    wait_until(
+        lambda: engine.show(healthy)["status"] == "completed" or "Traceback" in s1.log(),
+        20,
+        "the healthy run to complete (or the scheduler to crash)",
+    )
+    assert engine.show(healthy)["status"] == "completed", s1.log()
+    assert s1.alive()
+
+
+def pipeline() -> dict[str, Any]:
+    """Three activity steps; the middle one fails `input.fail` times before it succeeds."""
+
+    def step(sid: str, extra: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": sid,
+            "activity": "test.step",
+            "input": {"order": "${input.n}", **extra},
+            "timeout": "30s",
+            "retry": {"max_attempts": 4, "initial_interval": "100ms", "backoff": 1.0},
+            "idempotency_key": f"{sid}-${{input.n}}",
+        }
+
+    return {
+        "name": "pipeline",
+        "steps": [step("a", {}), step("b", {"fail_attempts": "${input.fail}"}), step("c", {})],
+    }
+
+
+def test_two_workers_two_schedulers_thirty_runs_all_complete_once(
+    cluster: Cluster, engine: Engine, ledger: Ledger
+) -> None:
+    """2 workers + 2 schedulers, 30 runs with a flaky step: all complete, no duplicate success, one effect."""
+    engine.publish(pipeline())
+    procs = [
+        cluster.worker("w1", scheduler=False, wait_ready=False),
+        cluster.worker("w2", scheduler=False, wait_ready=False),
+        cluster.scheduler("s1", wait_ready=False),
+        cluster.scheduler("s2", wait_ready=False),
+    ]
+    for p in procs:
+        cluster.wait_ready(p, "scheduler running" if p.name.startswith("s") else "serving")
+    runs = {engine.start("pipeline", input={"n": n, "fail": n % 3}): n for n in range(30)}
+
+    def all_done() -> bool:
+        return all(s["status"] == "completed" for s in engine.runs(status="completed", limit=100)) and (
+            len(engine.runs(status="completed", limit=100)) == len(runs)
+        )
+
+    wait_until(all_done, 60, "all 30 runs to complete", interval=0.1)
+
+    for run, n in runs.items():
+        succeeded = Counter((e["step"], e["attempt"]) for e in events(engine, run, "ActivitySucceeded"))
+        assert all(c == 1 for c in succeeded.values()), (run, succeeded)
+        assert sorted(step for step, _ in succeeded) == ["a", "b", "c"]
+        failed = [e for e in events(engine, run, "ActivityFailed") if e["step"] == "b"]
+        assert len(failed) == n % 3
+        fired = Counter(e["data"]["generation"] for e in events(engine, run, "TimerFired"))
+        assert all(c == 1 for c in fired.values()), (run, fired)
+        calls = ledger.calls(run)
+        per_key = Counter(c["idempotency_key"] for c in calls if c["applied"] == 1)
+        assert per_key == {f"a-{n}": 1, f"b-{n}": 1, f"c-{n}": 1}, (run, calls)
+        per_attempt = Counter((c["idempotency_key"], c["attempt"]) for c in calls)
+        assert all(c == 1 for c in per_attempt.values()), (run, calls)  # an attempt is delivered once
+    assert len(ledger.effects()) == 90
+    report = json.loads(cluster.cli("verify", "--json").stdout)
+    assert report == {"runs": 30, "ok": True, "problems": []}
+
+
+def test_late_result_of_a_stopped_worker_is_recorded_as_result_ignored(
+    cluster: Cluster, engine: Engine, ledger: Ledger
+) -> None:
+    """A SIGSTOPped worker's late report, after the retry succeeded elsewhere, is ResultIgnored only."""
+    engine.publish(one_step("late"))
+    w1 = cluster.worker("w1", scheduler=False, concurrency=1)
+    run = engine.start("late", input={"order": "g1", "block_attempt": 1})
+    wait_until(lambda: ledger.started(run, 1), 20, "attempt 1 to start on w1")
+    cluster.stop_quiescent(w1)
+
+    w2 = cluster.worker("w2")  # expires w1's lease and runs attempt 2
+    before = finish(engine, run, "completed")
+    assert before["output"]["pid"] == w2.pid
+
+    ledger.release(run, 1)
+    w1.signal(signal.SIGCONT)
+    ignored = wait_until(lambda: events(engine, run, "ResultIgnored"), 20, "w1's late report")
+    after = engine.show(run)
+
+    assert len(ignored) == 1
+    data = ignored[0]["data"]
+    assert (data["attempt"], data["result"]["outcome"]) == (1, "succeeded")
+    assert data["result"]["output"]["pid"] == w1.pid
+    assert data["reason"]
+    assert after["ignored_results"] == before["ignored_results"] + 1
+    assert after["seq"] == before["seq"] + 1
+    for key in ("status", "output", "steps", "current_step", "error", "finished_at", "attention"):
+        assert after[key] == before[key], key
+    assert attempts(engine, run, "ActivitySucceeded") == [2]
+    assert attempts(engine, run, "ActivityTimedOut") == [1]
+    assert [(e["attempt"], e["data"]["worker"]) for e in events(engine, run, "ActivityStarted")] == [
+        (1, "w1"),
+        (2, "w2"),
+    ]
+    # The late attempt reached the ledger after attempt 2 had applied the effect: a replay, not a repeat.
+    assert [(c["attempt"], c["applied"]) for c in ledger.calls(run)] == [(1, 0), (2, 1)]
+    assert w1.alive()
+    verify_ok(cluster)
