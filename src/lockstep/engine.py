@@ -39,6 +39,8 @@ def load_document(source: str | Path | dict[str, Any]) -> dict[str, Any]:
         doc = yaml.safe_load(text)
     except RecursionError:
         raise InvalidInput(f"{where}: nested too deeply to be a definition") from None
+    except ValueError as exc:  # e.g. an integer with thousands of digits
+        raise InvalidInput(f"{where}: {str(exc)[:200]}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

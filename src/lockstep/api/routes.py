@@ -76,7 +76,7 @@ async def publish(
     if request.headers.get("content-type", "").split(";")[0].strip() == "application/json":
         try:
             doc = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, or an integer too long to convert
             raise InvalidInput(f"the body is not valid JSON: {str(exc)[:200]}") from None
         if not isinstance(doc, dict):
             raise InvalidInput("a definition must be a JSON object with name and steps")

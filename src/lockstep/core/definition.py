@@ -664,6 +664,8 @@ def _non_json(
         for k, v in value.items():
             if not isinstance(k, str):
                 out.append((f"{path}.{k}", "keys must be strings: quote it"))
+            elif _non_json(k, path):
+                out.append((path, "a key contains an invalid character (a lone UTF-16 surrogate)"))
             out += _non_json(v, f"{path}.{k}", inner, depth + 1)
         return out
     if isinstance(value, list):
