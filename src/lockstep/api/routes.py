@@ -213,3 +213,12 @@ def retry_step(
 @router.get("/dead-letters", summary="Runs whose task went to the dead-letter state, with the reason")
 def dead_letters(svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> list[dict[str, Any]]:
     return svc.dead_letters(p.tenant)
+
+
+@router.get(
+    "/runs/{run_id}/verify",
+    responses=NOT_FOUND,
+    summary="Replay the run's events and compare with its snapshot, sequence and hash chain",
+)
+def verify_run(run_id: str, svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> dict[str, Any]:
+    return svc.verify(run_id, tenant=p.tenant)[0]
