@@ -3,10 +3,10 @@
 The files in golden/ stand for runs already stored by an older build (see golden/make_golden.py). A
 change to evolve(), the event format or canonical JSON that breaks them breaks old runs in production.
 
-golden/v1/ keeps the same scenarios as recorded before snapshots were versioned (snapshot_version 2)
-and task ids carried the seq of their scheduling event: make_golden.py never rewrites them. Their
-events must still replay, and their snapshots are outdated: loading one raises OutdatedSnapshot and
-the store rebuilds the state with fold(events).
+golden/v1/ and golden/v2/ keep the same scenarios as recorded by older builds (v1: unversioned
+snapshots and task ids without the scheduling seq; v2: snapshots before the `paused` field):
+make_golden.py never rewrites them. Their events must still replay, and their snapshots are outdated:
+loading one raises OutdatedSnapshot and the store rebuilds the state with fold(events).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from lockstep.core.timeutil import parse_iso
 
 GOLDEN = Path(__file__).parent / "golden"
 FILES = sorted(GOLDEN.glob("*.json"))
-V1_FILES = sorted((GOLDEN / "v1").glob("*.json"))
+# Runs stored by older builds: v1 (unversioned snapshots, old task ids), v2 (before `paused`).
+OLD_FILES = sorted(GOLDEN.glob("v*/*.json"))
 EXPECTED_STATUS = {
     "happy_path_with_retry": "completed",
     "failure_with_compensation": "failed",
@@ -55,7 +56,8 @@ def _load_like_the_store(snapshot: dict[str, Any], events: list[Event]) -> RunSt
 def test_golden_files_are_present() -> None:
     """Every golden scenario has its recorded file, in the current and in the v1 format."""
     assert {p.stem for p in FILES} == set(EXPECTED_STATUS)
-    assert {p.stem for p in V1_FILES} == set(EXPECTED_STATUS)
+    for folder in ("v1", "v2"):
+        assert {p.stem for p in OLD_FILES if p.parent.name == folder} == set(EXPECTED_STATUS)
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
@@ -149,18 +151,20 @@ def test_snapshot_of_an_older_version_is_outdated_and_rebuilt_equal_to_replay(pa
     assert RunState.from_json(rebuilt.to_json()).to_json() == rebuilt.to_json()  # writing it back fixes it
 
 
-@pytest.mark.parametrize("path", V1_FILES, ids=[p.stem for p in V1_FILES])
-def test_v1_history_replays_and_its_snapshot_is_rebuilt(path: Path) -> None:
-    """A run stored before snapshot versions (old task ids, no snapshot_version): its events still
-    replay, its chain still verifies, its snapshot is outdated and the rebuild has the same values."""
+@pytest.mark.parametrize("path", OLD_FILES, ids=[f"{p.parent.name}-{p.stem}" for p in OLD_FILES])
+def test_old_history_replays_and_its_snapshot_is_rebuilt(path: Path) -> None:
+    """A run stored by an older build: its events still replay, its chain still verifies, its snapshot is
+    outdated and the rebuild keeps every value it recorded (fields added since take their defaults)."""
     record = _load(path)
     events = _events(record)
-    assert "snapshot_version" not in record["snapshot"]
+    assert record["snapshot"].get("snapshot_version") != SNAPSHOT_VERSION
     with pytest.raises(OutdatedSnapshot):
         RunState.from_json(record["snapshot"])
-    rebuilt = _load_like_the_store(record["snapshot"], events)
-    assert rebuilt.to_json() == {**record["snapshot"], "snapshot_version": SNAPSHOT_VERSION}
-    assert rebuilt.status == EXPECTED_STATUS[path.stem]
+    rebuilt = _load_like_the_store(record["snapshot"], events).to_json()
+    old = {k: v for k, v in record["snapshot"].items() if k != "snapshot_version"}
+    assert {k: rebuilt[k] for k in old} == old
+    assert rebuilt["snapshot_version"] == SNAPSHOT_VERSION
+    assert rebuilt["status"] == EXPECTED_STATUS[path.stem]
     head = ""
     for e in events:
         head = chain_hash(head, record["run_id"], e)

@@ -11,15 +11,21 @@ __all__ = [
     "Command",
     "DeadLetter",
     "DecideApproval",
+    "EditInput",
     "ExpireLease",
     "FireTimer",
     "IssueApprovalLink",
+    "MigrateRun",
+    "PauseRun",
     "Rejected",
     "ReplaceApprover",
     "ReportFailure",
     "ReportSuccess",
+    "ResolveStep",
+    "ResumeRun",
     "RetryStep",
     "RevokeApprovalLink",
+    "SkipStep",
     "StartRun",
 ]
 
@@ -137,6 +143,59 @@ class RetryStep:
 
 
 @dataclass(frozen=True)
+class PauseRun:
+    reason: str
+    actor: str | None = None
+
+
+@dataclass(frozen=True)
+class ResumeRun:
+    reason: str
+    actor: str | None = None
+
+
+@dataclass(frozen=True)
+class SkipStep:
+    """Operator: skip the current step; `output` stands in for its output. `roles` are the actor's roles
+    (a step's skip_policy may name which roles may skip)."""
+
+    step: str
+    reason: str
+    output: Any = None
+    actor: str | None = None
+    roles: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EditInput:
+    input: Any
+    reason: str
+    actor: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolveStep:
+    """Operator: settle a step whose outcome was unknown, after checking the downstream system."""
+
+    step: str
+    outcome: str  # "succeeded" | "failed"
+    reason: str
+    output: Any = None
+    actor: str | None = None
+
+
+@dataclass(frozen=True)
+class MigrateRun:
+    """Move the run to another version of its definition (`target`, already parsed), mapping step ids."""
+
+    target: Any  # Definition (kept Any here so commands stay free of the definition module)
+    target_version: int
+    mapping: tuple[tuple[str, str], ...]
+    reason: str
+    actor: str | None = None
+
+
+@dataclass(frozen=True)
 class RevokeApprovalLink:
     request_id: str
     approver: str
@@ -168,4 +227,10 @@ Command = (
     | RevokeApprovalLink
     | DeadLetter
     | RetryStep
+    | PauseRun
+    | ResumeRun
+    | SkipStep
+    | EditInput
+    | ResolveStep
+    | MigrateRun
 )

@@ -23,15 +23,21 @@ from .commands import (
     Command,
     DeadLetter,
     DecideApproval,
+    EditInput,
     ExpireLease,
     FireTimer,
     IssueApprovalLink,
+    MigrateRun,
+    PauseRun,
     Rejected,
     ReplaceApprover,
     ReportFailure,
     ReportSuccess,
+    ResolveStep,
+    ResumeRun,
     RetryStep,
     RevokeApprovalLink,
+    SkipStep,
     StartRun,
 )
 from .definition import (
@@ -53,7 +59,8 @@ from .flow import (
     task_id,
     timer,
 )
-from .repair import dead_letter, retry_step
+from .migrate import migrate
+from .repair import dead_letter, edit_input, pause, resolve, resume, retry_step, skip
 from .state import Attempt, RunState
 from .timeutil import format_duration, parse_iso
 
@@ -98,6 +105,18 @@ def decide(
         dead_letter(tx, command)
     elif isinstance(command, RetryStep):
         retry_step(tx, command)
+    elif isinstance(command, PauseRun):
+        pause(tx, command)
+    elif isinstance(command, ResumeRun):
+        resume(tx, command)
+    elif isinstance(command, SkipStep):
+        skip(tx, command)
+    elif isinstance(command, EditInput):
+        edit_input(tx, command)
+    elif isinstance(command, ResolveStep):
+        resolve(tx, command)
+    elif isinstance(command, MigrateRun):
+        migrate(tx, command)
     else:  # pragma: no cover - the Command union is closed
         raise Rejected("unknown_command", f"unknown command {type(command).__name__}")
     s = tx.state

@@ -178,6 +178,8 @@ class Definition:
     output: Template | None
     description: str = ""
     index: dict[str, int] = field(default_factory=dict)
+    # Steps an operator may skip, and which roles may do it (`skippable: true` means operator and admin).
+    skip_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def step(self, step_id: str) -> Step:
         return self.steps[self.index[step_id]]
@@ -226,6 +228,7 @@ def _json_path(root: str, parts: list[Any]) -> str:
 class _Checker:
     def __init__(self) -> None:
         self.problems: list[tuple[str, str]] = []
+        self.skip_roles: dict[str, tuple[str, ...]] = {}
 
     def add(self, path: str, reason: str) -> None:
         self.problems.append((path, reason))
@@ -478,6 +481,22 @@ def _parse_succeed(c: _Checker, p: str, raw: Mapping[str, Any], sid: str) -> Ste
     )
 
 
+def _skip_roles(c: _Checker, p: str, raw: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """`skippable: true` (operators and admins may skip) or `skip_policy: {roles: [...]}`."""
+    if "skip_policy" in raw:
+        pol = raw["skip_policy"]
+        roles = pol.get("roles") if isinstance(pol, Mapping) else None
+        if not isinstance(roles, list) or not roles or not all(isinstance(r, str) for r in roles):
+            c.add(f"{p}.skip_policy", "must be {roles: [operator, admin]}: the roles that may skip this step")
+            return None
+        return tuple(roles)
+    skippable = raw.get("skippable", False)
+    if not isinstance(skippable, bool):
+        c.add(f"{p}.skippable", "must be true or false")
+        return None
+    return ("operator", "admin") if skippable else None
+
+
 def _parse_step(c: _Checker, i: int, raw: Any, lim: Limits) -> Step | None:
     p = f"steps[{i}]"
     if not isinstance(raw, Mapping):
@@ -497,6 +516,10 @@ def _parse_step(c: _Checker, i: int, raw: Any, lim: Limits) -> Step | None:
     if nxt is not None and not isinstance(nxt, str):
         c.add(f"{p}.next", "must be a step id or `end`")
         nxt = None
+    skip = _skip_roles(c, p, raw)
+    if skip is not None:
+        c.skip_roles[sid] = skip
+    raw = {k: v for k, v in raw.items() if k not in ("skippable", "skip_policy")}
     kind = kinds[0]
     if kind == "activity":
         return _parse_activity(c, p, raw, sid, nxt, lim)
@@ -734,4 +757,5 @@ def parse_definition(document: Any, limits: Limits | None = None) -> Definition:
         output=output,
         description=desc,
         index={s.id: i for i, s in enumerate(steps)},
+        skip_roles=dict(c.skip_roles),
     )

@@ -45,6 +45,13 @@ EVENT_TYPES = frozenset(
         "ApprovalLinkRevoked",
         "ActivityDeadLettered",
         "StepRetried",
+        "RunPaused",
+        "RunResumed",
+        "TransitionDeferred",
+        "StepSkipped",
+        "InputEdited",
+        "StepResolved",
+        "WorkflowMigrated",
     }
 )
 

@@ -31,6 +31,7 @@ WAIT_KINDS = (
     "retry",
     "approval",
     "attention",
+    "paused",
     "cancelling",
     "compensating",
     "transition",
@@ -43,6 +44,8 @@ def wait_kind(s: RunState) -> str | None:
         return None
     if s.attention is not None:
         return "attention"
+    if s.paused is not None:
+        return "paused"
     if s.compensating is not None:
         return "compensating"
     if s.cancel is not None:
@@ -77,8 +80,23 @@ def _explain(s: RunState, now: datetime) -> dict[str, Any]:
             "wait_reason": f"needs attention since {_ago(att['since'], now)} ago: {att['reason']}",
             "waiting_since": att["since"],
             "waiting_until": None,
-            "next_action": "an operator decides: check the downstream system, then cancel the run "
-            "(`lockstep cancel RUN --reason ...`) or settle the step by hand",
+            "next_action": _attention_next(att),
+        }
+    if s.paused is not None:
+        p = s.paused
+        pending = ", ".join(d["action"].replace("_", " ") for d in p["deferred"]) or "nothing yet"
+        running = (
+            f"; attempt {s.active.attempt} of step {s.active.step} is still running and will be recorded"
+            if s.active is not None
+            else ""
+        )
+        return {
+            "wait_reason": f"paused by {p.get('actor') or 'an operator'} {_ago(p['at'], now)} ago: "
+            f"{p['reason']}{running}",
+            "waiting_since": p["at"],
+            "waiting_until": None,
+            "next_action": "nothing starts until an operator resumes it (`lockstep resume RUN --reason ...`)"
+            f"; held back for resume: {pending}",
         }
     a = s.active
     prefix = ""
@@ -175,3 +193,19 @@ def _explain_approval(a: dict[str, Any], now: datetime) -> dict[str, Any]:
         f"moves on; {p['reject_quorum']} rejection(s) reject it; if nobody decides by {a['expires_at']}, "
         f"{on_timeout}",
     }
+
+
+def _attention_next(att: dict[str, Any]) -> str:
+    step = att.get("step")
+    resolve = f"`lockstep resolve RUN {step} --as succeeded|failed --reason ...`"
+    retry = f"`lockstep retry RUN {step} --reason ...`"
+    return {
+        "outcome_unknown": f"an operator checks the downstream system, then {resolve} (or {retry} if it did "
+        f"not happen), or cancels the run",
+        "dead_letter": f"an operator starts a worker for it and runs {retry}, or cancels the run",
+        "compensation_failed": f"an operator retries the compensation ({retry}) or undoes it by hand "
+        f"and resolves it",
+    }.get(
+        att.get("code") or "",
+        "an operator decides: retry, resolve, skip or cancel the run (each needs --reason)",
+    )

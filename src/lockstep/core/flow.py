@@ -27,11 +27,13 @@ __all__ = [
     "advance_after",
     "begin_cancel",
     "complete",
+    "defer",
     "enter",
     "expression_context",
     "fail",
     "next_compensation",
     "request_approval",
+    "resume_deferred",
     "schedule_action",
     "step_failed",
     "task_id",
@@ -85,8 +87,33 @@ class Tx:
         self.events.append(e)
 
 
+def defer(tx: Tx, action: str, **args: Any) -> bool:
+    """While a run is paused, a transition that would start work is recorded (TransitionDeferred) and
+    carried out by RunResumed instead. Returns True if deferred."""
+    if tx.s.paused is None:
+        return False
+    tx.emit("TransitionDeferred", action=action, args=args)
+    return True
+
+
+def resume_deferred(tx: Tx, action: str, args: dict[str, Any]) -> None:
+    """Carry out one deferred transition (see defer)."""
+    if action == "enter":
+        enter(tx, args["step"])
+    elif action == "schedule_action":
+        step = tx.d.step(args["step"])
+        if isinstance(step, ActivityStep):
+            schedule_action(tx, step, args["attempt"], args.get("key_suffix", ""))
+    elif action == "next_compensation":
+        next_compensation(tx, args["attempt"])
+    elif action == "fail":
+        fail(tx, args["error"])
+
+
 def enter(tx: Tx, step_id: str | None) -> None:
     """Enter steps until one must wait (activity, timer) or the run ends."""
+    if defer(tx, "enter", step=step_id):
+        return
     while True:
         if step_id is None:
             complete(tx, None)
@@ -179,6 +206,8 @@ def complete(tx: Tx, succeed: SucceedStep | None) -> None:
 
 
 def schedule_action(tx: Tx, step: ActivityStep, attempt: int, key_suffix: str = "") -> None:
+    if defer(tx, "schedule_action", step=step.id, attempt=attempt, key_suffix=key_suffix):
+        return
     ctx = expression_context(tx.s)
     try:
         payload = step.input.render(ctx)
@@ -245,6 +274,8 @@ def step_failed(tx: Tx, step_id: str, error: dict[str, Any]) -> None:
 
 def fail(tx: Tx, error: dict[str, Any]) -> None:
     """A step failed for good: compensate completed steps in reverse order, then end failed."""
+    if defer(tx, "fail", error=error):
+        return
     if tx.s.completed:
         tx.emit("CompensationStarted", cause="failed", error=error, steps=list(reversed(tx.s.completed)))
         next_compensation(tx)
@@ -262,6 +293,8 @@ def begin_cancel(tx: Tx) -> None:
 
 
 def next_compensation(tx: Tx, attempt: int = 1) -> None:
+    if defer(tx, "next_compensation", attempt=attempt):
+        return
     remaining = tx.s.compensating or ()
     if not remaining:
         if tx.s.compensation_cause == "cancelled":

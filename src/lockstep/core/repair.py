@@ -3,11 +3,21 @@ migrate join them): each is a state-machine command with a reason and an audit e
 
 from __future__ import annotations
 
-from .commands import DeadLetter, Rejected, RetryStep
-from .definition import ActivityStep
-from .flow import Tx, next_compensation, schedule_action
+from .commands import DeadLetter, EditInput, PauseRun, Rejected, ResolveStep, ResumeRun, RetryStep, SkipStep
+from .definition import ActivityStep, DefinitionError
+from .flow import (
+    Tx,
+    advance_after,
+    begin_cancel,
+    defer,
+    fail,
+    next_compensation,
+    resume_deferred,
+    schedule_action,
+)
+from .state import RunState
 
-__all__ = ["dead_letter", "retry_step"]
+__all__ = ["dead_letter", "edit_input", "pause", "resolve", "resume", "retry_step", "skip"]
 
 RETRYABLE_ATTENTION = ("dead_letter", "outcome_unknown", "compensation_failed")
 
@@ -70,3 +80,169 @@ def retry_step(tx: Tx, c: RetryStep) -> None:
         next_compensation(tx, attempt=attempt)
     else:
         schedule_action(tx, step, attempt, key_suffix=f"~retry{tx.s.seq}" if c.new_key else "")
+
+
+# --- pause and resume --------------------------------------------------------------------------------
+
+
+def pause(tx: Tx, c: PauseRun) -> None:
+    s = tx.s
+    _check_open(s, c.reason, "pause")
+    if s.paused is not None:
+        raise Rejected("already_paused", f"the run is already paused since {s.paused['at']}")
+    if s.cancel is not None or s.compensating is not None:
+        raise Rejected("not_pausable", "the run is being cancelled or compensated; let it finish")
+    tx.emit("RunPaused", reason=c.reason, actor=c.actor)
+    a = tx.s.active
+    if a is not None and a.fencing is None:
+        # Nobody started this attempt yet: withdraw it now and schedule it again on resume.
+        tx.emit(
+            "ActivityCancelled",
+            step=a.step,
+            task_id=a.task_id,
+            attempt=a.attempt,
+            reason="run paused; scheduled again on resume",
+            rescheduled=True,
+            compensation=a.kind == "compensation",
+        )
+        if a.kind == "compensation":
+            defer(tx, "next_compensation", attempt=a.attempt)
+        else:
+            defer(tx, "schedule_action", step=a.step, attempt=a.attempt, key_suffix="")
+
+
+def resume(tx: Tx, c: ResumeRun) -> None:
+    s = tx.s
+    _check_open(s, c.reason, "resume")
+    if s.paused is None:
+        raise Rejected("not_paused", "the run is not paused")
+    deferred = list(s.paused["deferred"])
+    tx.emit("RunResumed", reason=c.reason, actor=c.actor, deferred=deferred)
+    for d in deferred:
+        resume_deferred(tx, d["action"], d["args"])
+
+
+def _check_open(s: RunState, reason: str, what: str) -> None:
+    if s.terminal:
+        raise Rejected("terminal", f"the run is already {s.status}; there is nothing to {what}")
+    if not reason.strip():
+        raise Rejected("reason_required", f"{what} needs a reason")
+
+
+# --- skip, edit input, resolve -----------------------------------------------------------------------
+
+
+def skip(tx: Tx, c: SkipStep) -> None:
+    s = tx.s
+    _check_open(s, c.reason, "skip")
+    here = s.current_step if s.attention is None else s.attention["step"]
+    if c.step != here:
+        raise Rejected(
+            "not_current",
+            f"step {c.step} is not the current step ({here or 'none'}); only the current step can be skipped",
+        )
+    roles = tx.d.skip_roles.get(c.step)
+    if roles is None:
+        raise Rejected(
+            "not_skippable",
+            f"step {c.step} may not be skipped (the definition does not mark it "
+            f"skippable); cancel the run to compensate instead",
+        )
+    if not set(c.roles) & set(roles):
+        raise Rejected("forbidden", f"only {', '.join(roles)} may skip step {c.step}")
+    if s.compensating is not None or s.cancel is not None:
+        raise Rejected("not_skippable", "the run is being cancelled or compensated")
+    a = s.active
+    if a is not None and a.step == c.step:
+        if a.fencing is not None:
+            raise Rejected(
+                "in_flight",
+                f"attempt {a.attempt} of step {c.step} is running on {a.worker}; wait for "
+                f"its result (or cancel the run) before skipping",
+            )
+        tx.emit("ActivityCancelled", step=a.step, task_id=a.task_id, attempt=a.attempt, reason="step skipped")
+    for t in sorted(tx.s.timers.values(), key=lambda t: t.key):
+        if t.step == c.step:
+            tx.emit(
+                "TimerCancelled",
+                key=t.key,
+                generation=t.generation,
+                kind=t.kind,
+                step=t.step,
+                reason="step skipped",
+            )
+    if tx.s.approval is not None and tx.s.approval["step"] == c.step:
+        tx.emit(
+            "ApprovalCancelled", step=c.step, request_id=tx.s.approval["request_id"], reason="step skipped"
+        )
+    before = s.steps[c.step]
+    tx.emit(
+        "StepSkipped",
+        step=c.step,
+        output=c.output,
+        reason=c.reason,
+        actor=c.actor,
+        before={"status": before.status, "attempts": before.attempts, "output": before.output},
+    )
+    advance_after(tx, c.step)
+
+
+def edit_input(tx: Tx, c: EditInput) -> None:
+    s = tx.s
+    _check_open(s, c.reason, "edit the input of")
+    try:
+        tx.d.check_input(c.input)
+    except DefinitionError as exc:
+        raise Rejected("invalid_input", str(exc)) from None
+    tx.emit("InputEdited", old=s.input, new=c.input, reason=c.reason, actor=c.actor)
+
+
+def resolve(tx: Tx, c: ResolveStep) -> None:
+    s = tx.s
+    _check_open(s, c.reason, "resolve")
+    att = s.attention
+    if (
+        att is None
+        or att["step"] != c.step
+        or att["code"] not in ("outcome_unknown", "dead_letter", "compensation_failed")
+    ):
+        raise Rejected("not_resolvable", f"step {c.step} has no unknown or stuck outcome to settle")
+    if c.outcome not in ("succeeded", "failed"):
+        raise Rejected("invalid_outcome", "resolve --as succeeded or --as failed")
+    comp = att["code"] == "compensation_failed"
+    if comp and c.outcome == "failed":
+        raise Rejected(
+            "invalid_outcome",
+            "a failed compensation can only be resolved as succeeded (undone by hand); otherwise retry it",
+        )
+    step = tx.d.step(c.step)
+    compensable = isinstance(step, ActivityStep) and step.compensate is not None and not comp
+    tx.emit(
+        "StepResolved",
+        step=c.step,
+        outcome=c.outcome,
+        output=c.output,
+        reason=c.reason,
+        actor=c.actor,
+        code=att["code"],
+        compensation=comp,
+        compensable=compensable and c.outcome == "succeeded",
+    )
+    if comp:
+        next_compensation(tx)
+    elif c.outcome == "succeeded":
+        if tx.s.cancel is not None:
+            begin_cancel(tx)
+        else:
+            advance_after(tx, c.step)
+    elif tx.s.cancel is not None:
+        begin_cancel(tx)
+    else:
+        fail(
+            tx,
+            {
+                "code": "ResolvedFailed",
+                "message": f"resolved as failed by {c.actor or 'an operator'}: {c.reason}",
+                "step": c.step,
+            },
+        )

@@ -27,7 +27,7 @@ __all__ = [
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 # Bump when RunState gains or changes a field: stored snapshots of an older version are rebuilt from
 # their events when loaded (snapshots are derived data; the events are the facts).
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 
 
 class OutdatedSnapshot(ValueError):
@@ -104,6 +104,8 @@ class RunState:
     last_output_step: str | None = None
     # The pending approval request, if the run waits for people (see ApprovalRequested).
     approval: dict[str, Any] | None = None
+    # Set while an operator has paused the run: {reason, actor, at, deferred: [transitions for resume]}.
+    paused: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -137,6 +139,7 @@ class RunState:
             "ignored_results": self.ignored_results,
             "last_output_step": self.last_output_step,
             "approval": copy.deepcopy(self.approval),
+            "paused": copy.deepcopy(self.paused),
         }
 
     @staticmethod
@@ -169,6 +172,7 @@ class RunState:
             ignored_results=o["ignored_results"],
             last_output_step=o.get("last_output_step"),
             approval=o.get("approval"),
+            paused=o.get("paused"),
         )
 
 
@@ -181,6 +185,8 @@ def _derive_status(s: RunState) -> str:
         return s.status
     if s.attention is not None:
         return "needs_attention"
+    if s.paused is not None:
+        return "paused"
     if s.compensating is not None:
         return "compensating"
     if s.cancel is not None:
@@ -277,7 +283,46 @@ def _apply(s: RunState, e: Event) -> RunState:
     if t == "StepRetried":
         return replace(s, attention=None)
     if t == "ActivityCancelled":
+        if d.get("rescheduled"):  # withdrawn by a pause; scheduled again on resume
+            steps = _comp(s, d["step"], status="paused") if is_comp else _step(s, d["step"], status="paused")
+            return replace(s, active=None, steps=steps)
         return replace(s, active=None, steps=_step(s, d["step"], status="cancelled", finished_at=e.at))
+    if t == "StepSkipped":
+        last = d["step"] if d.get("output") is not None else s.last_output_step
+        return replace(
+            s,
+            attention=None,
+            last_output_step=last,
+            steps=_step(s, d["step"], status="skipped", output=d.get("output"), error=None, finished_at=e.at),
+        )
+    if t == "InputEdited":
+        return replace(s, input=d["new"])
+    if t == "WorkflowMigrated":
+        return _migrated(s, d)
+    if t == "StepResolved":
+        if d.get("compensation"):
+            rest = s.compensating[1:] if s.compensating else ()
+            return replace(
+                s,
+                attention=None,
+                compensating=rest,
+                steps=_comp(s, d["step"], status="compensated", error=None),
+            )
+        ok = d["outcome"] == "succeeded"
+        completed = (*s.completed, d["step"]) if d.get("compensable") else s.completed
+        return replace(
+            s,
+            attention=None,
+            completed=completed,
+            last_output_step=d["step"] if ok else s.last_output_step,
+            steps=_step(
+                s,
+                d["step"],
+                status="succeeded" if ok else "failed",
+                output=d.get("output") if ok else None,
+                finished_at=e.at,
+            ),
+        )
     if t == "ResultIgnored":
         return replace(s, ignored_results=s.ignored_results + 1)
     if t == "ChoiceEvaluated":
@@ -339,7 +384,22 @@ def _apply(s: RunState, e: Event) -> RunState:
             s, attention={"step": d["step"], "code": d["code"], "reason": d["reason"], "since": e.at}
         )
     if t == "CancelRequested":
-        return replace(s, cancel={"reason": d["reason"], "actor": d.get("actor"), "at": e.at}, attention=None)
+        # Cancelling a paused run resumes it for the cancellation (compensations must be able to run).
+        return replace(
+            s,
+            cancel={"reason": d["reason"], "actor": d.get("actor"), "at": e.at},
+            attention=None,
+            paused=None,
+        )
+    if t == "RunPaused":
+        return replace(s, paused={"reason": d["reason"], "actor": d.get("actor"), "at": e.at, "deferred": []})
+    if t == "TransitionDeferred":
+        if s.paused is None:
+            raise ValueError(f"TransitionDeferred at seq {e.seq} on a run that is not paused")
+        deferred = [*s.paused["deferred"], {"action": d["action"], "args": d["args"]}]
+        return replace(s, paused={**s.paused, "deferred": deferred})
+    if t == "RunResumed":
+        return replace(s, paused=None)
     if t == "CompensationStarted":
         return replace(
             s,
@@ -367,6 +427,29 @@ def _apply(s: RunState, e: Event) -> RunState:
             s, status="cancelled", current_step=None, finished_at=e.at, compensating=None, timers={}
         )
     raise ValueError(f"unknown event type {t!r} at seq {e.seq}")
+
+
+def _migrated(s: RunState, d: dict[str, Any]) -> RunState:
+    """Re-key the run onto the target version's steps (mapping: old id -> new id)."""
+    mapping: dict[str, str] = d["mapping"]
+    inverse = {new: old for old, new in mapping.items()}
+    steps = {sid: s.steps.get(inverse.get(sid, ""), StepState()) for sid in d["steps"]}
+
+    def m(x: str | None) -> str | None:
+        return mapping.get(x, x) if x is not None else None
+
+    approval = s.approval
+    if approval is not None:
+        approval = {**approval, "step": m(approval["step"])}
+    return replace(
+        s,
+        definition=d["definition"],
+        steps=steps,
+        current_step=m(s.current_step),
+        completed=tuple(mapping.get(x, x) for x in s.completed),
+        last_output_step=m(s.last_output_step),
+        approval=approval,
+    )
 
 
 def _apply_approval(s: RunState, e: Event) -> RunState:

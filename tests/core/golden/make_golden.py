@@ -11,8 +11,9 @@ reviewed change of the event format or of evolve(); if test_golden fails after a
 the change breaks the replay of old runs: fix the change (or add an upcaster), not the files.
 The script is deterministic (fixed clock, fixed ids), so regenerating without such a change is a no-op.
 
-golden/v1/ holds the same scenarios as recorded before snapshot_version 2 (old task ids, unversioned
-snapshots). This script never writes there: those files stand for runs stored by that older build.
+golden/v1/ and golden/v2/ hold the same scenarios as recorded by older builds (v1: unversioned
+snapshots, old task ids; v2: snapshot_version 2, before `paused`). This script never writes there:
+those files stand for runs stored by those builds.
 """
 
 from __future__ import annotations

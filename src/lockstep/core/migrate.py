@@ -1,0 +1,147 @@
+"""Moving a running run to another version of its definition (WorkflowMigrated).
+
+The run keeps its history; the event records both versions and the step mapping. What cannot be carried
+safely is refused with the reasons (a dry run shows the same plan without appending anything): a
+completed step whose compensation the target version no longer has, a current step with no counterpart,
+an input the target's schema refuses, an at-most-once attempt in flight.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .commands import MigrateRun, Rejected
+from .definition import ActivityStep, ApprovalStep, Definition, DefinitionError, WaitStep
+from .flow import Tx, enter
+
+__all__ = ["migrate", "plan_migration"]
+
+
+def plan_migration(
+    s: Any, current: Definition, target: Definition, mapping: dict[str, str]
+) -> dict[str, Any]:
+    """What a migration would do: step mapping, added/removed steps, carried waits, problems."""
+
+    def m(x: str) -> str:
+        return mapping.get(x, x)
+
+    problems: list[str] = []
+    for old, new in mapping.items():
+        if old not in current.index:
+            problems.append(f"--map {old}={new}: the current version has no step {old}")
+        if new not in target.index:
+            problems.append(f"--map {old}={new}: version has no step {new}")
+    try:
+        target.check_input(s.input)
+    except DefinitionError as exc:
+        problems.append(f"the run's input does not fit the target input_schema ({exc})")
+    for sid in s.completed:
+        t = m(sid)
+        step = target.step(t) if t in target.index else None
+        if not isinstance(step, ActivityStep) or step.compensate is None:
+            problems.append(
+                f"completed step {sid} has a compensation but the target has no compensable step {t}: "
+                f"a later failure or cancel could not undo it"
+            )
+    if s.compensating is not None or s.cancel is not None:
+        problems.append("the run is being cancelled or compensated")
+    cur = s.approval["step"] if s.approval else s.current_step
+    carried: list[str] = []
+    restart = None
+    if cur is not None and not s.terminal:
+        new = m(cur)
+        if new not in target.index:
+            problems.append(f"the current step {cur} has no counterpart in the target (add --map {cur}=STEP)")
+        else:
+            kind_old, kind_new = current.step(cur), target.step(new)
+            a = s.active
+            if a is not None and a.fencing is not None and a.delivery == "at_most_once":
+                problems.append(f"an at-most-once attempt of {cur} is in flight; wait for its outcome first")
+            if s.approval is not None and isinstance(kind_new, ApprovalStep) and new == cur:
+                carried.append(f"approval request {s.approval['request_id']} of {cur}")
+            elif (
+                any(t.kind == "wait" and t.step == cur for t in s.timers.values())
+                and isinstance(kind_new, WaitStep)
+                and new == cur
+            ):
+                carried.append(f"wait timer of {cur}")
+            elif a is not None or s.approval is not None or any(t.step == cur for t in s.timers.values()):
+                restart = new
+                if type(kind_old) is not type(kind_new):
+                    carried.append(f"{cur} ({kind_old.kind}) restarts as {new} ({kind_new.kind})")
+    old_ids, new_ids = set(current.index), set(target.index)
+    return {
+        "from": s.definition,
+        "to": {"name": target.name, "digest": target.digest},
+        "mapping": {sid: m(sid) for sid in current.index if m(sid) in new_ids},
+        "steps_added": sorted(new_ids - {m(x) for x in old_ids}),
+        "steps_removed": sorted(x for x in old_ids if m(x) not in new_ids),
+        "current_step": {"from": cur, "to": m(cur) if cur else None},
+        "carried": carried,
+        "restart": restart,
+        "problems": problems,
+    }
+
+
+def migrate(tx: Tx, c: MigrateRun) -> None:
+    s = tx.s
+    target: Definition = c.target
+    if s.terminal:
+        raise Rejected("terminal", f"the run is already {s.status}; there is nothing to migrate")
+    if not c.reason.strip():
+        raise Rejected("reason_required", "a migration needs a reason")
+    if target.name != s.definition["name"]:
+        raise Rejected(
+            "other_definition",
+            f"version {c.target_version} belongs to {target.name}, not {s.definition['name']}",
+        )
+    if c.target_version == s.definition["version"]:
+        raise Rejected("same_version", f"the run is already on version {c.target_version}")
+    mapping = dict(c.mapping)
+    plan = plan_migration(s, tx.d, target, mapping)
+    if plan["problems"]:
+        raise Rejected("incompatible", "; ".join(plan["problems"]))
+    restart = plan["restart"]
+    if restart is not None:
+        cur = plan["current_step"]["from"]
+        a = s.active
+        if a is not None:
+            tx.emit(
+                "ActivityCancelled",
+                step=a.step,
+                task_id=a.task_id,
+                attempt=a.attempt,
+                reason=f"run migrated to version {c.target_version}; a late result is ignored",
+            )
+        for t in sorted(tx.s.timers.values(), key=lambda t: t.key):
+            if t.step == cur:
+                tx.emit(
+                    "TimerCancelled",
+                    key=t.key,
+                    generation=t.generation,
+                    kind=t.kind,
+                    step=t.step,
+                    reason=f"run migrated to version {c.target_version}",
+                )
+        if tx.s.approval is not None:
+            tx.emit(
+                "ApprovalCancelled",
+                step=cur,
+                request_id=tx.s.approval["request_id"],
+                reason=f"run migrated to version {c.target_version}",
+            )
+    tx.emit(
+        "WorkflowMigrated",
+        previous=dict(s.definition),
+        definition={"name": target.name, "version": c.target_version, "digest": target.digest},
+        mapping=plan["mapping"],
+        steps=[st.id for st in target.steps],
+        carried=plan["carried"],
+        steps_added=plan["steps_added"],
+        steps_removed=plan["steps_removed"],
+        reason=c.reason,
+        actor=c.actor,
+    )
+    tx.d = target
+    if restart is not None:
+        enter(tx, restart)
