@@ -10,7 +10,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "lockstep"
 # Which top-level parts of the package each layer may import. The service layer is several modules
 # (service, principals, approvals, observability, dispatch); entry points (cli, engine, serve, api, ui,
 # examples) may import anything and are imported by nothing below them.
-SERVICE = {"service", "principals", "approvals", "observability", "dispatch"}
+SERVICE = {"service", "principals", "approvals", "observability", "dispatch", "repair"}
 ALLOWED = {
     "core": {"core"},
     "store": {"core", "store"},

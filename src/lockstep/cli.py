@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .core.narrate import narrate
@@ -59,7 +60,7 @@ class Ctx:
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    err.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
     sys.exit(code)
 
 
@@ -237,6 +238,7 @@ def events(c: Ctx, run_id: str, as_json: bool) -> None:
         [
             "running",
             "waiting",
+            "paused",
             "needs_attention",
             "cancelling",
             "compensating",
@@ -457,6 +459,10 @@ def main() -> None:
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
+    except BrokenPipeError:
+        # the reader went away (e.g. `lockstep events RUN | head`): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except Exception as exc:
         if debug:
             raise
@@ -793,3 +799,156 @@ def dead_letters(c: Ctx, as_json: bool) -> None:
     for r in rows:
         t.add_row(r["run_id"], r["step"], r["since"], r["reason"])
     out.print(t)
+
+
+def _repairs(c: Ctx) -> Any:
+    from .repair import Repairs  # noqa: PLC0415
+
+    return Repairs(c.engine.service)
+
+
+reason_opt = click.option(
+    "--reason", required=True, help="Why (recorded with your name in the run's history)."
+)
+
+
+@cli.command()
+@click.argument("run_id")
+@reason_opt
+@pass_ctx
+def pause(c: Ctx, run_id: str, reason: str) -> None:
+    """Pause a run: nothing new starts; in-flight attempts finish and are recorded; due timers wait."""
+    _json(_repairs(c).pause(c.tenant, run_id, reason, actor=os.environ.get("USER")))
+
+
+@cli.command()
+@click.argument("run_id")
+@reason_opt
+@pass_ctx
+def resume(c: Ctx, run_id: str, reason: str) -> None:
+    """Resume a paused run: transitions held back while paused (due timers, next steps) happen now."""
+    _json(_repairs(c).resume(c.tenant, run_id, reason, actor=os.environ.get("USER")))
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("step")
+@click.option("--output", help="JSON that stands in for the step's output.")
+@reason_opt
+@pass_ctx
+def skip(c: Ctx, run_id: str, step: str, output: str | None, reason: str) -> None:
+    """Skip the current step where the definition allows it (skippable / skip_policy)."""
+    _json(
+        _repairs(c).skip(
+            c.tenant,
+            run_id,
+            step,
+            reason,
+            output=_parse_json(output, "--output"),
+            actor=os.environ.get("USER"),
+            roles=("operator", "admin"),
+        )
+    )
+
+
+@cli.command("edit-input")
+@click.argument("run_id")
+@click.option("--input", "input_", required=True, help="The new input as JSON, or @file.json.")
+@reason_opt
+@pass_ctx
+def edit_input(c: Ctx, run_id: str, input_: str, reason: str) -> None:
+    """Replace the run's input (checked against its version's input_schema) for steps not yet started."""
+    _json(
+        _repairs(c).edit_input(
+            c.tenant, run_id, _parse_json(input_, "--input"), reason, actor=os.environ.get("USER")
+        )
+    )
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("step")
+@click.option("--as", "outcome", required=True, type=click.Choice(["succeeded", "failed"]))
+@click.option("--output", help="The step's output as JSON (with --as succeeded).")
+@reason_opt
+@pass_ctx
+def resolve(c: Ctx, run_id: str, step: str, outcome: str, output: str | None, reason: str) -> None:
+    """Settle a step whose outcome was unknown, after checking the downstream system."""
+    _json(
+        _repairs(c).resolve(
+            c.tenant,
+            run_id,
+            step,
+            outcome,
+            reason,
+            output=_parse_json(output, "--output"),
+            actor=os.environ.get("USER"),
+        )
+    )
+
+
+def _mapping(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        old, sep, new = p.partition("=")
+        if not sep or not old or not new:
+            raise InvalidInput(f"--map {p!r}: write OLD_STEP=NEW_STEP")
+        out[old] = new
+    return out
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--to-version", type=click.IntRange(1), required=True)
+@click.option("--map", "maps", multiple=True, help="OLD_STEP=NEW_STEP for renamed steps (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Explain what would happen; change nothing.")
+@click.option("--definition", help="Bulk: migrate the runs of this definition ...")
+@click.option("--from-version", type=click.IntRange(1), help="... that are on this version ...")
+@click.option("--where", "where", help="... and match status=S (e.g. status=waiting).")
+@reason_opt
+@pass_ctx
+def migrate(
+    c: Ctx,
+    run_id: str | None,
+    to_version: int,
+    maps: tuple[str, ...],
+    dry_run: bool,
+    definition: str | None,
+    from_version: int | None,
+    where: str | None,
+    reason: str,
+) -> None:
+    """Move a running run (or, with --definition, many) to another version of its definition."""
+    mapping = _mapping(maps)
+    actor = os.environ.get("USER")
+    if run_id is not None:
+        if definition or from_version or where:
+            raise InvalidInput("give either RUN_ID or --definition/--from-version/--where, not both")
+        result = _repairs(c).migrate(
+            c.tenant, run_id, to_version, reason, mapping=mapping, dry_run=dry_run, actor=actor
+        )
+        _json(result)
+        if not result.get("ok", True):
+            sys.exit(5)
+        return
+    if not definition or not from_version:
+        raise InvalidInput("give a RUN_ID, or --definition NAME --from-version N for a bulk migration")
+    status = None
+    if where:
+        key, _, value = where.partition("=")
+        if key != "status" or not value:
+            raise InvalidInput("--where supports status=STATUS, e.g. --where status=waiting")
+        status = value
+    _json(
+        _repairs(c).migrate_many(
+            c.tenant,
+            definition,
+            from_version,
+            to_version,
+            reason,
+            status=status,
+            mapping=mapping,
+            dry_run=dry_run,
+            actor=actor,
+        )
+    )

@@ -15,7 +15,7 @@ from ..errors import Unauthenticated
 from ..observability import Metrics
 from ..principals import Principals
 from ..service import Service
-from . import approvals, problems, routes, tasks
+from . import approvals, problems, repair, routes, tasks
 
 __all__ = ["create_app"]
 
@@ -46,6 +46,7 @@ def create_app(
     app.include_router(routes.router)
     app.include_router(tasks.router)
     app.include_router(approvals.router)
+    app.include_router(repair.router)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, Any]:

@@ -35,6 +35,7 @@ MAX_DEFINITION_BYTES = 1 << 20
 STATUSES = (
     "running",
     "waiting",
+    "paused",
     "needs_attention",
     "cancelling",
     "compensating",

@@ -105,6 +105,35 @@ def narrate(type_: str, data: dict[str, Any], at: str | None = None) -> str:
         return (
             f"approver {d['old']} replaced by {d['new']} by {d.get('actor') or 'an operator'}: {d['reason']}"
         )
+    if type_ == "RunPaused":
+        return f"paused by {d.get('actor') or 'an operator'}: {d['reason']}"
+    if type_ == "RunResumed":
+        held = ", ".join(x["action"].replace("_", " ") for x in d.get("deferred", [])) or "nothing"
+        return f"resumed by {d.get('actor') or 'an operator'}: {d['reason']} (carried out: {held})"
+    if type_ == "TransitionDeferred":
+        return (
+            f"held back while paused: {d['action'].replace('_', ' ')} {d.get('args', {}).get('step') or ''}"
+        )
+    if type_ == "StepSkipped":
+        return f"step {d['step']} skipped by {d.get('actor') or 'an operator'}: {d['reason']}"
+    if type_ == "InputEdited":
+        return f"input replaced by {d.get('actor') or 'an operator'}: {d['reason']}"
+    if type_ == "StepResolved":
+        return (
+            f"step {d['step']} resolved as {d['outcome']} by {d.get('actor') or 'an operator'}: {d['reason']}"
+        )
+    if type_ == "StepRetried":
+        key = " with a new idempotency key" if d.get("new_key") else ""
+        return f"step {d['step']} retried{key} by {d.get('actor') or 'an operator'}: {d['reason']}"
+    if type_ == "ActivityDeadLettered":
+        return f"task of step {d['step']} went to the dead-letter state: {d['reason']}"
+    if type_ == "WorkflowMigrated":
+        p, n = d["previous"], d["definition"]
+        added = f"; added {', '.join(d['steps_added'])}" if d.get("steps_added") else ""
+        return (
+            f"migrated from v{p['version']} to v{n['version']} by {d.get('actor') or 'an operator'}: "
+            f"{d['reason']}{added}"
+        )
     if type_ == "RunCompleted":
         return "run completed"
     if type_ == "RunFailed":

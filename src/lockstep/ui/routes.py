@@ -18,7 +18,7 @@ from fastapi.templating import Jinja2Templates
 from ..core.explain import WAIT_KINDS
 from ..core.narrate import narrate
 from ..core.timeutil import format_duration, parse_iso
-from ..errors import LockstepError, NotFound
+from ..errors import InvalidInput, LockstepError, NotFound
 from ..principals import Principal, Principals
 from ..service import Service
 
@@ -30,6 +30,7 @@ LOGIN_CSRF_COOKIE = "lockstep_login_csrf"
 STATUSES = (
     "running",
     "waiting",
+    "paused",
     "needs_attention",
     "cancelling",
     "compensating",
@@ -352,6 +353,73 @@ def retry(
     except LockstepError as exc:
         msg = f"Not retried: {exc}"
     return flash_redirect(request, f"/ui/runs/{run_id}", msg)
+
+
+@router.post("/runs/{run_id}/action")
+def operator_action(
+    request: Request,
+    run_id: str,
+    session: Session,
+    csrf: Annotated[str, Form()] = "",
+    action: Annotated[str, Form()] = "",
+    reason: Annotated[str, Form()] = "",
+    step: Annotated[str, Form()] = "",
+    version: Annotated[str, Form()] = "",
+) -> Response:
+    """Pause, resume, skip, resolve and migrate from the run page; each needs a reason."""
+    from ..repair import Repairs  # noqa: PLC0415 - only operators reach this
+
+    me, expected = session
+    _check_csrf(expected, csrf)
+    repairs = Repairs(_svc(request))
+    try:
+        me.require("operate")
+        if action == "pause":
+            repairs.pause(me.tenant, run_id, reason, actor=me.name)
+            msg = "Run paused: nothing new starts until it is resumed."
+        elif action == "resume":
+            repairs.resume(me.tenant, run_id, reason, actor=me.name)
+            msg = "Run resumed."
+        elif action == "skip":
+            repairs.skip(me.tenant, run_id, step, reason, actor=me.name, roles=me.roles)
+            msg = f"Step {step} skipped."
+        elif action in ("resolve_succeeded", "resolve_failed"):
+            outcome = action.removeprefix("resolve_")
+            repairs.resolve(me.tenant, run_id, step, outcome, reason, actor=me.name)
+            msg = f"Step {step} resolved as {outcome}."
+        elif action in ("migrate", "migrate_dry_run"):
+            if not version.isdigit():
+                raise InvalidInput("give the version number to migrate to")
+            plan = repairs.migrate(
+                me.tenant,
+                run_id,
+                int(version),
+                reason or "dry run",
+                dry_run=action == "migrate_dry_run",
+                actor=me.name,
+            )
+            msg = _describe_plan(plan)
+        else:
+            raise InvalidInput(f"unknown action {action!r}")
+    except LockstepError as exc:
+        msg = f"Not done: {exc}"
+    return flash_redirect(request, f"/ui/runs/{run_id}", msg)
+
+
+def _describe_plan(plan: dict[str, Any]) -> str:
+    head = "Dry run: " if plan.get("dry_run") else "Migrated: "
+    if plan["problems"]:
+        return head + "refused — " + "; ".join(plan["problems"])
+    parts = [f"v{plan['from']['version']} -> v{plan['to']['version']}"]
+    if plan["steps_added"]:
+        parts.append("steps added: " + ", ".join(plan["steps_added"]))
+    if plan["steps_removed"]:
+        parts.append("steps removed: " + ", ".join(plan["steps_removed"]))
+    if plan["carried"]:
+        parts.append("carried: " + "; ".join(plan["carried"]))
+    if plan["restart"]:
+        parts.append(f"step {plan['restart']} starts again on the new version")
+    return head + "; ".join(parts)
 
 
 @router.get("/definitions", response_class=HTMLResponse)

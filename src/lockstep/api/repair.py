@@ -1,0 +1,95 @@
+"""/v1/runs/{id}/... operator repair: pause, resume, skip, edit-input, resolve, migrate (role operator)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..principals import Principal
+from ..repair import Repairs
+from ..service import Service
+from .deps import get_service, need
+from .problems import PROBLEM_RESPONSES, _r
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/runs", responses=PROBLEM_RESPONSES, tags=["repair"])
+Svc = Annotated[Service, Depends(get_service)]
+Operator = Annotated[Principal, Depends(need("operate"))]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: _r(404, "No such run in the caller's tenant"),
+    409: _r(409, "The state machine refused the command (the detail says why); nothing was recorded"),
+}
+
+
+class Reason(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(
+        min_length=1, max_length=2000, description="Recorded with the actor in the run's history"
+    )
+
+
+class SkipRequest(Reason):
+    step: str = Field(min_length=1, max_length=64)
+    output: Any = Field(default=None, description="Stands in for the step's output")
+
+
+class EditInputRequest(Reason):
+    input: Any
+
+
+class ResolveRequest(Reason):
+    step: str = Field(min_length=1, max_length=64)
+    outcome: Literal["succeeded", "failed"] = Field(alias="as")
+    output: Any = None
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class MigrateRequest(Reason):
+    to_version: int = Field(ge=1, le=2**31)
+    map: dict[str, str] = Field(default_factory=dict, description="Renamed steps: old id -> new id")
+    dry_run: bool = False
+
+
+@router.post("/{run_id}/pause", responses=ERRORS, summary="Pause: nothing new starts until resumed")
+def pause(run_id: str, body: Reason, svc: Svc, p: Operator) -> dict[str, Any]:
+    return Repairs(svc).pause(p.tenant, run_id, body.reason, actor=p.name)
+
+
+@router.post("/{run_id}/resume", responses=ERRORS, summary="Resume: held-back transitions happen now")
+def resume(run_id: str, body: Reason, svc: Svc, p: Operator) -> dict[str, Any]:
+    return Repairs(svc).resume(p.tenant, run_id, body.reason, actor=p.name)
+
+
+@router.post(
+    "/{run_id}/skip", responses=ERRORS, summary="Skip the current step where the definition allows it"
+)
+def skip(run_id: str, body: SkipRequest, svc: Svc, p: Operator) -> dict[str, Any]:
+    return Repairs(svc).skip(
+        p.tenant, run_id, body.step, body.reason, output=body.output, actor=p.name, roles=p.roles
+    )
+
+
+@router.post("/{run_id}/edit-input", responses=ERRORS, summary="Replace the input for steps not yet started")
+def edit_input(run_id: str, body: EditInputRequest, svc: Svc, p: Operator) -> dict[str, Any]:
+    return Repairs(svc).edit_input(p.tenant, run_id, body.input, body.reason, actor=p.name)
+
+
+@router.post("/{run_id}/resolve", responses=ERRORS, summary="Settle a step whose outcome was unknown")
+def resolve(run_id: str, body: ResolveRequest, svc: Svc, p: Operator) -> dict[str, Any]:
+    return Repairs(svc).resolve(
+        p.tenant, run_id, body.step, body.outcome, body.reason, output=body.output, actor=p.name
+    )
+
+
+@router.post(
+    "/{run_id}/migrate",
+    responses=ERRORS,
+    summary="Move the run to another version (dry_run explains what would happen)",
+)
+def migrate(run_id: str, body: MigrateRequest, svc: Svc, p: Operator) -> dict[str, Any]:
+    return Repairs(svc).migrate(
+        p.tenant, run_id, body.to_version, body.reason, mapping=body.map, dry_run=body.dry_run, actor=p.name
+    )

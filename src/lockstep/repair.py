@@ -1,0 +1,160 @@
+"""Operator repair and version upgrades (service layer): each is one audited state-machine command with a
+reason and an actor; the run's history records the state before and after."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .core.canonical import digest
+from .core.commands import EditInput, MigrateRun, PauseRun, ResolveStep, ResumeRun, SkipStep
+from .core.migrate import plan_migration
+from .errors import InvalidInput, NotFound, Refused
+from .service import Service
+
+__all__ = ["Repairs"]
+
+
+def _reason(reason: str) -> str:
+    if not reason or not reason.strip():
+        raise InvalidInput("a reason is required (--reason TEXT); it is recorded in the run's history")
+    return reason.strip()
+
+
+class Repairs:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def _done(self, run_id: str, state: Any, events: list[Any]) -> dict[str, Any]:
+        return {"run_id": run_id, "status": state.status, "events": [e.type for e in events]}
+
+    def pause(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
+        return self._done(run_id, *self.service.command(run_id, PauseRun(_reason(reason), actor), tenant))
+
+    def resume(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
+        return self._done(run_id, *self.service.command(run_id, ResumeRun(_reason(reason), actor), tenant))
+
+    def skip(
+        self,
+        tenant: str,
+        run_id: str,
+        step: str,
+        reason: str,
+        *,
+        output: Any = None,
+        actor: str | None = None,
+        roles: tuple[str, ...] = ("operator",),
+    ) -> dict[str, Any]:
+        self._json(output, "--output")
+        cmd = SkipStep(step, _reason(reason), output, actor, roles)
+        return self._done(run_id, *self.service.command(run_id, cmd, tenant))
+
+    def edit_input(
+        self, tenant: str, run_id: str, new_input: Any, reason: str, actor: str | None = None
+    ) -> dict[str, Any]:
+        self._json(new_input, "--input")
+        cmd = EditInput(new_input, _reason(reason), actor)
+        return self._done(run_id, *self.service.command(run_id, cmd, tenant))
+
+    def resolve(
+        self,
+        tenant: str,
+        run_id: str,
+        step: str,
+        outcome: str,
+        reason: str,
+        *,
+        output: Any = None,
+        actor: str | None = None,
+    ) -> dict[str, Any]:
+        if outcome not in ("succeeded", "failed"):
+            raise InvalidInput("--as must be succeeded or failed")
+        self._json(output, "--output")
+        cmd = ResolveStep(step, outcome, _reason(reason), output, actor)
+        return self._done(run_id, *self.service.command(run_id, cmd, tenant))
+
+    def migrate(
+        self,
+        tenant: str,
+        run_id: str,
+        to_version: int,
+        reason: str,
+        *,
+        mapping: dict[str, str] | None = None,
+        dry_run: bool = False,
+        actor: str | None = None,
+    ) -> dict[str, Any]:
+        """Move a run to another version; with dry_run, explain what would happen and change nothing."""
+        state = self.service.state(tenant, run_id)
+        name = state.definition["name"]
+        with self.service.read() as tx:
+            current = self.service.definition_for(tx, tenant, name, state.definition["version"])
+            if tx.definition(tenant, name, to_version) is None:
+                raise NotFound(f"definition {name} has no version {to_version} in tenant {tenant}")
+            target = self.service.definition_for(tx, tenant, name, to_version)
+        plan = plan_migration(state, current, target, mapping or {})
+        plan["to"]["version"] = to_version
+        plan["run_id"] = run_id
+        if dry_run or state.terminal:
+            if state.terminal:
+                plan["problems"] = [*plan["problems"], f"the run is already {state.status}"]
+            plan["ok"] = not plan["problems"]
+            plan["dry_run"] = True
+            return plan
+        if plan["problems"]:
+            raise Refused("migration refused: " + "; ".join(plan["problems"]), code="incompatible")
+        cmd = MigrateRun(target, to_version, tuple(sorted((mapping or {}).items())), _reason(reason), actor)
+        after, events = self.service.command(run_id, cmd, tenant)
+        return {
+            **plan,
+            "ok": True,
+            "dry_run": False,
+            "status": after.status,
+            "events": [e.type for e in events],
+        }
+
+    def migrate_many(
+        self,
+        tenant: str,
+        definition: str,
+        from_version: int,
+        to_version: int,
+        reason: str,
+        *,
+        status: str | None = None,
+        mapping: dict[str, str] | None = None,
+        dry_run: bool = False,
+        actor: str | None = None,
+        limit: int = 10_000,
+    ) -> dict[str, Any]:
+        """Bulk migration with a per-run outcome report; one run's refusal does not stop the others."""
+        runs = [
+            r
+            for r in self.service.runs(tenant, definition=definition, status=status, limit=limit)
+            if r["definition"]["version"] == from_version
+            and r["status"] not in ("completed", "failed", "cancelled")
+        ]
+        report = []
+        for r in runs:
+            try:
+                out = self.migrate(
+                    tenant, r["run_id"], to_version, reason, mapping=mapping, dry_run=dry_run, actor=actor
+                )
+                report.append({"run_id": r["run_id"], "ok": out["ok"], "problems": out["problems"]})
+            except (Refused, NotFound, InvalidInput) as exc:
+                report.append({"run_id": r["run_id"], "ok": False, "problems": [str(exc)]})
+        return {
+            "definition": definition,
+            "from_version": from_version,
+            "to_version": to_version,
+            "dry_run": dry_run,
+            "runs": len(report),
+            "migrated": sum(1 for x in report if x["ok"]),
+            "report": report,
+        }
+
+    @staticmethod
+    def _json(value: Any, what: str) -> None:
+        try:
+            digest(value)
+        except (TypeError, ValueError, UnicodeEncodeError) as exc:
+            raise InvalidInput(f"{what} is not valid JSON: {str(exc)[:200]}") from None
