@@ -1,14 +1,18 @@
-"""Fixtures for service tests: a SQLite store in tmp_path, a fake clock, raw SQL access for tampering."""
+"""Fixtures for service tests: a store on each backend (SQLite in tmp_path, PostgreSQL in the session's
+throwaway cluster), a fake clock, raw SQL access for checking and tampering."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from store.pgdb import PgDatabases  # tests/store/pgdb.py: pytest puts tests/ on sys.path (no tests/__init__)
 
 from lockstep.service import Service
 from lockstep.store import Store, open_store
@@ -56,38 +60,96 @@ class FakeClock:
         return self.now
 
 
-class Raw:
-    """Raw SQL on the same SQLite file, for checking what is stored and for tampering."""
+BACKENDS = ["sqlite", "postgresql"]
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+
+class Raw:
+    """Raw SQL on the store's database, for checking what is stored and for tampering.
+
+    SQL is written with `?` placeholders (translated to `%s` for psycopg) in SQL both backends accept.
+    """
+
+    def __init__(self, backend: str, url: str) -> None:
+        self.backend = backend
+        self.url = url
+
+    @contextmanager
+    def _connect(self) -> Iterator[Any]:
+        if self.backend == "sqlite":
+            conn: Any = sqlite3.connect(self.url[len("sqlite:///") :], isolation_level=None, timeout=10)
+        else:
+            conn = psycopg.connect(self.url, autocommit=True)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def _run(self, conn: Any, sql: str, params: tuple[Any, ...]) -> Any:
+        if self.backend == "sqlite":
+            return conn.execute(sql, params)
+        if not params:
+            return conn.execute(sql)
+        return conn.execute(sql.replace("%", "%%").replace("?", "%s"), params)
 
     def fetch(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=10)
-        try:
-            return conn.execute(sql, params).fetchall()
-        finally:
-            conn.close()
+        with self._connect() as conn:
+            return [tuple(r) for r in self._run(conn, sql, params).fetchall()]
 
     def execute(self, sql: str, *params: Any) -> None:
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=10)
-        try:
-            conn.execute(sql, params)
-        finally:
-            conn.close()
+        with self._connect() as conn:
+            self._run(conn, sql, params)
+
+    def tamper_events(self, sql: str, *params: Any) -> None:
+        """Run an UPDATE/DELETE on events past the append-only guard, as an attacker with DBA rights would:
+        SQLite drops the guarding triggers; PostgreSQL skips ordinary triggers for this session."""
+        with self._connect() as conn:
+            if self.backend == "sqlite":
+                conn.execute("DROP TRIGGER IF EXISTS events_append_only_update")
+                conn.execute("DROP TRIGGER IF EXISTS events_append_only_delete")
+            else:
+                conn.execute("SET session_replication_role = replica")
+            self._run(conn, sql, params)
 
     def count(self, table: str) -> int:
         return int(self.fetch(f"SELECT COUNT(*) FROM {table}")[0][0])
 
 
+@pytest.fixture(scope="session")
+def pg_databases(pg_cluster: Any) -> PgDatabases:
+    """Migrated PostgreSQL databases, reused across tests (see tests/store/pgdb.py for why and how)."""
+    return PgDatabases(pg_cluster)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each backend in turn (PostgreSQL tests skip, or fail under CI=true, without the server binaries)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """An empty database with the current schema (SQLite: a new file, migrated when opened)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'lockstep.db'}"
+        return
+    databases: PgDatabases = request.getfixturevalue("pg_databases")
+    url = databases.migrated()
+    try:
+        yield url
+    finally:
+        databases.release_migrated(url)
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
+    """A SQLite file path, for the tests that are about SQLite itself."""
     return tmp_path / "lockstep.db"
 
 
 @pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    s = open_store(f"sqlite:///{db_path}")
+def store(db_url: str) -> Iterator[Store]:
+    """The store on `db_url`, closed after the test."""
+    s = open_store(db_url)
     try:
         yield s
     finally:
@@ -96,14 +158,17 @@ def store(db_path: Path) -> Iterator[Store]:
 
 @pytest.fixture
 def clock() -> FakeClock:
+    """A clock that only moves when the test advances it."""
     return FakeClock()
 
 
 @pytest.fixture
 def svc(store: Store, clock: FakeClock) -> Service:
+    """The service over `store` with the fake clock."""
     return Service(store, clock=clock)
 
 
 @pytest.fixture
-def raw(db_path: Path, store: Store) -> Raw:
-    return Raw(db_path)
+def raw(backend: str, db_url: str, store: Store) -> Raw:
+    """Raw SQL on the service's database (after the store opened, so migrated, it)."""
+    return Raw(backend, db_url)

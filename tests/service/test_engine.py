@@ -1,4 +1,4 @@
-"""The embedding API end to end: Engine + a real in-process Worker thread + registered activities."""
+"""The embedding API end to end on both backends: Engine + a real in-process Worker thread + activities."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,8 +19,9 @@ WAIT = 15.0  # generous ceiling for wait_for; runs normally finish in well under
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    e = Engine.open(f"sqlite:///{tmp_path / 'engine.db'}")
+def engine(db_url: str) -> Iterator[Engine]:
+    """An engine on each backend's database (see conftest.db_url), closed after the test."""
+    e = Engine.open(db_url)
     try:
         yield e
     finally:

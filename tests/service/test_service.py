@@ -1,4 +1,5 @@
-"""The application service over a real SQLite store, driven by a fake clock (no workers, no sleeps)."""
+"""The application service over a real store (SQLite and PostgreSQL), driven by a fake clock (no workers,
+no sleeps)."""
 
 from __future__ import annotations
 
@@ -534,10 +535,12 @@ def _problems(svc: Service, run: str) -> list[str]:
 def test_verify_detects_an_edited_event(svc: Service, raw, runs_for_verify):
     """Changing an event's data in the database breaks the hash chain at that seq."""
     run = runs_for_verify[0]
-    raw.execute("DROP TRIGGER events_append_only_update")
-    raw.execute(
-        "UPDATE events SET data = json_set(data, '$.input.order', 999) WHERE run_id = ? AND seq = 2", run
+    raw.tamper_events(
+        "UPDATE events SET data = replace(data, '\"order\":1', '\"order\":999') WHERE run_id = ? AND seq = 2",
+        run,
     )
+    (data,) = raw.fetch("SELECT data FROM events WHERE run_id = ? AND seq = 2", run)[0]
+    assert json.loads(data)["input"] == {"order": 999}
     assert any("hash chain broken at seq 2" in p for p in _problems(svc, run))
     others = [r for r in svc.verify() if r["run_id"] != run]
     assert all(r["ok"] for r in others)
@@ -557,8 +560,7 @@ def test_verify_detects_an_edited_snapshot(svc: Service, raw, runs_for_verify):
 def test_verify_detects_a_deleted_event(svc: Service, raw, runs_for_verify):
     """Deleting an event from the middle of a history is reported as a sequence gap."""
     run = runs_for_verify[0]
-    raw.execute("DROP TRIGGER events_append_only_delete")
-    raw.execute("DELETE FROM events WHERE run_id = ? AND seq = 3", run)
+    raw.tamper_events("DELETE FROM events WHERE run_id = ? AND seq = 3", run)
     problems = _problems(svc, run)
     assert any("sequence gap" in p for p in problems), problems
 
@@ -586,11 +588,11 @@ def test_concurrent_duplicate_reports_are_accepted_once(svc: Service, published)
     assert svc.verify(run)[0]["ok"] is True
 
 
-# --- known bugs ----------------------------------------------------------------------------------
+# --- SQLite only ---------------------------------------------------------------------------------
 
 
 def test_a_locked_database_is_reported_as_unavailable(db_path, clock):
-    """When the database stays locked past the busy timeout, service calls raise Unavailable."""
+    """SQLite locked by another writer past the busy timeout: service calls raise Unavailable."""
     store = open_store(f"sqlite:///{db_path}", busy_timeout_s=0.05)
     blocker = sqlite3.connect(db_path, isolation_level=None)
     try:
@@ -603,6 +605,9 @@ def test_a_locked_database_is_reported_as_unavailable(db_path, clock):
     finally:
         blocker.close()
         store.close()
+
+
+# --- regressions ---------------------------------------------------------------------------------
 
 
 def test_a_definition_published_under_raised_limits_can_be_started(store, clock):

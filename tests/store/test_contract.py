@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -28,8 +29,9 @@ from lockstep.store import (
     open_store,
     upgrade_store,
 )
+from lockstep.store.migrate import Migration, migrations
 
-from .conftest import ACTIVITY_DOC, ENGINE_SCHEMA, T0, WAIT_DOC, Backend, Driver, ms
+from .conftest import ACTIVITY_DOC, T0, WAIT_DOC, Backend, Driver, ms
 
 GENESIS = "0" * 64
 
@@ -63,24 +65,24 @@ def event_rows(backend: Backend, url: str, run_id: str) -> list[tuple]:
 
 def test_first_append_creates_run_events_and_snapshot(store, driver: Driver):
     """A first append stores the events from seq 1, the snapshot at the last seq and the hash chain head."""
-    events = driver.start("r1")
-    loaded = driver.load("r1")
+    events = driver.start("r01")
+    loaded = driver.load("r01")
     assert loaded.state.seq == len(events) == 2
     with store.read() as tx:
-        stored = tx.events("r1")
+        stored = tx.events("r01")
     assert [(e.seq, e.type) for e, _ in stored] == [(1, "RunStarted"), (2, "ActivityScheduled")]
     h = GENESIS
     for e, stored_hash in stored:
-        h = chain_hash(h, "r1", e)
+        h = chain_hash(h, "r01", e)
         assert stored_hash == h
     assert loaded.last_hash == h
 
 
 def test_append_with_expected_seq_advances_the_run(driver: Driver):
     """Appending with the current seq as expected seq adds the next events and moves the snapshot on."""
-    driver.start("r1")
-    driver.claim("r1")
-    loaded = driver.load("r1")
+    driver.start("r01")
+    driver.claim("r01")
+    loaded = driver.load("r01")
     assert loaded.state.seq == 3
     assert loaded.state.active is not None
     assert loaded.state.active.worker == "w1"
@@ -88,74 +90,74 @@ def test_append_with_expected_seq_advances_the_run(driver: Driver):
 
 def test_second_append_with_same_expected_seq_is_refused_and_writes_nothing(store, backend, url, driver):
     """Two writers from the same seq: the second gets ConcurrencyError; events, snapshot, tasks stay put."""
-    driver.start("r1")
-    task = task_of("r1")
-    first = driver.plan("r1", ClaimTask(task, "w1", iso(T0 + timedelta(seconds=30))))
-    second = driver.plan("r1", ClaimTask(task, "w2", iso(T0 + timedelta(seconds=30))))
+    driver.start("r01")
+    task = task_of("r01")
+    first = driver.plan("r01", ClaimTask(task, "w1", iso(T0 + timedelta(seconds=30))))
+    second = driver.plan("r01", ClaimTask(task, "w2", iso(T0 + timedelta(seconds=30))))
     with store.write() as tx:
         tx.append(first[0], first[1], first[2], effects_of(first[2]), now_ms=ms(T0))
-    events_before = event_rows(backend, url, "r1")
-    run_before = snapshot_row(backend, url, "r1")
+    events_before = event_rows(backend, url, "r01")
+    run_before = snapshot_row(backend, url, "r01")
     task_before = task_row(backend, url, task)
 
     with pytest.raises(ConcurrencyError), store.write() as tx:
         tx.append(second[0], second[1], second[2], effects_of(second[2]), now_ms=ms(T0))
 
-    assert event_rows(backend, url, "r1") == events_before
-    assert snapshot_row(backend, url, "r1") == run_before
+    assert event_rows(backend, url, "r01") == events_before
+    assert snapshot_row(backend, url, "r01") == run_before
     assert task_row(backend, url, task) == task_before
     assert task_before[2] == "w1"
 
 
 def test_stale_snapshot_write_without_events_is_refused(store, driver: Driver):
     """The snapshot update is conditional on the expected seq even when no event collides."""
-    driver.start("r1")
-    stale = driver.load("r1")
-    driver.claim("r1")
+    driver.start("r01")
+    stale = driver.load("r01")
+    driver.claim("r01")
     with pytest.raises(ConcurrencyError), store.write() as tx:
         tx.append(stale, stale.state, [], [], now_ms=ms(T0))
-    assert driver.load("r1").state.seq == 3
+    assert driver.load("r01").state.seq == 3
 
 
 def test_events_must_follow_the_expected_seq(store, driver: Driver):
     """Events whose seq does not follow the expected seq contiguously are refused."""
-    driver.start("r1")
-    before, after, events = driver.plan("r1", ClaimTask(task_of("r1"), "w1", iso(T0)))
+    driver.start("r01")
+    before, after, events = driver.plan("r01", ClaimTask(task_of("r01"), "w1", iso(T0)))
     gap = [replace(e, seq=e.seq + 1) for e in events]
     with pytest.raises(ConcurrencyError), store.write() as tx:
         tx.append(before, replace(after, seq=after.seq + 1), gap, [], now_ms=ms(T0))
-    assert driver.load("r1").state.seq == 2
+    assert driver.load("r01").state.seq == 2
 
 
 def test_starting_the_same_run_twice_is_refused(store, driver: Driver):
     """A second first-append for an existing run id raises ConcurrencyError and keeps one history."""
-    driver.start("r1")
+    driver.start("r01")
     with pytest.raises(ConcurrencyError):
-        driver.start("r1")
+        driver.start("r01")
     with store.read() as tx:
-        assert len(tx.events("r1")) == 2
+        assert len(tx.events("r01")) == 2
 
 
 def test_events_are_unique_per_run_and_seq(backend, url, driver: Driver):
     """The database itself refuses a second event with the same (run, seq)."""
-    driver.start("r1")
+    driver.start("r01")
     with pytest.raises(backend.error):
         backend.execute(
             url,
             "INSERT INTO events (run_id, seq, type, at, v, data, hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            ["r1", 1, "RunStarted", iso(T0), 1, "{}", "x"],
+            ["r01", 1, "RunStarted", iso(T0), 1, "{}", "x"],
         )
 
 
 def test_events_table_is_append_only(backend, url, driver: Driver):
     """UPDATE and DELETE on events are refused by the database, not just avoided by the code."""
-    driver.start("r1")
-    before = event_rows(backend, url, "r1")
+    driver.start("r01")
+    before = event_rows(backend, url, "r01")
     with pytest.raises(backend.error, match="append-only"):
-        backend.execute(url, "UPDATE events SET data = '{}' WHERE run_id = ? AND seq = 1", ["r1"])
+        backend.execute(url, "UPDATE events SET data = '{}' WHERE run_id = ? AND seq = 1", ["r01"])
     with pytest.raises(backend.error, match="append-only"):
-        backend.execute(url, "DELETE FROM events WHERE run_id = ?", ["r1"])
-    assert event_rows(backend, url, "r1") == before
+        backend.execute(url, "DELETE FROM events WHERE run_id = ?", ["r01"])
+    assert event_rows(backend, url, "r01") == before
 
 
 # --- the outbox ----------------------------------------------------------------------------------
@@ -163,13 +165,13 @@ def test_events_table_is_append_only(backend, url, driver: Driver):
 
 def test_activity_scheduled_writes_its_task_row_in_the_same_transaction(store, driver: Driver):
     """ActivityScheduled and its ready task row are committed together (the outbox)."""
-    events = driver.start("r1")
+    events = driver.start("r01")
     scheduled = events[-1].data
-    assert scheduled["task_id"] == task_of("r1") == "r1/work/a1-2"
+    assert scheduled["task_id"] == task_of("r01") == "r01/work/a1-2"
     with store.read() as tx:
         t = tx.task(scheduled["task_id"])
     assert t is not None
-    assert (t.run_id, t.tenant, t.step, t.attempt, t.kind) == ("r1", "t1", "work", 1, "action")
+    assert (t.run_id, t.tenant, t.step, t.attempt, t.kind) == ("r01", "t1", "work", 1, "action")
     assert (t.activity, t.queue, t.status, t.fencing, t.lease_owner) == (
         "demo.work",
         "default",
@@ -188,29 +190,29 @@ def test_rollback_leaves_neither_events_nor_tasks(store, driver: Driver):
     def start_then_crash() -> None:
         with store.write() as tx:
             tx.append(None, *_start_parts(), now_ms=ms(T0))
-            seen_inside.append(tx.task(task_of("r1")))
+            seen_inside.append(tx.task(task_of("r01")))
             raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
         start_then_crash()
     assert seen_inside[0] is not None  # the task row was visible inside the transaction...
     with store.read() as tx:  # ...and gone after the rollback
-        assert tx.load_run("r1") is None
-        assert tx.events("r1") == []
-        assert tx.task(task_of("r1")) is None
+        assert tx.load_run("r01") is None
+        assert tx.events("r01") == []
+        assert tx.task(task_of("r01")) is None
         assert tx.run_ids(None) == []
         assert tx.task_counts() == {}
 
 
 def _start_parts():
-    events = decide(None, StartRun("r1", "t1", 1, {}), T0, parse_definition(ACTIVITY_DOC))
+    events = decide(None, StartRun("r01", "t1", 1, {}), T0, parse_definition(ACTIVITY_DOC))
     return fold(events), events, effects_of(events)
 
 
 def test_rollback_of_a_later_command_keeps_the_task_ready(store, backend, url, driver: Driver):
     """A rolled-back claim leaves the run at its old seq and the task ready for someone else."""
-    driver.start("r1")
-    before, after, events = driver.plan("r1", ClaimTask(task_of("r1"), "w1", iso(T0)))
+    driver.start("r01")
+    before, after, events = driver.plan("r01", ClaimTask(task_of("r01"), "w1", iso(T0)))
 
     def claim_then_crash() -> None:
         with store.write() as tx:
@@ -219,8 +221,8 @@ def test_rollback_of_a_later_command_keeps_the_task_ready(store, backend, url, d
 
     with pytest.raises(RuntimeError, match="crash"):
         claim_then_crash()
-    assert driver.load("r1").state.seq == 2
-    assert task_row(backend, url, task_of("r1"))[:3] == ("ready", None, None)
+    assert driver.load("r01").state.seq == 2
+    assert task_row(backend, url, task_of("r01"))[:3] == ("ready", None, None)
 
 
 # --- tasks and leases ----------------------------------------------------------------------------
@@ -228,10 +230,10 @@ def test_rollback_of_a_later_command_keeps_the_task_ready(store, backend, url, d
 
 def test_ready_ids_filters_by_tenant_queue_activity_and_availability(store, driver: Driver):
     """ready_ids returns only ready tasks of the tenant, queue and asked types that are available by now."""
-    driver.start("r1")
+    driver.start("r01")
     with store.read() as tx:
-        assert tx.ready_ids("t1", ["demo.work"], "default", ms(T0), 10) == [task_of("r1")]
-        assert tx.ready_ids("t1", ["other.thing", "demo.work"], "default", ms(T0), 10) == [task_of("r1")]
+        assert tx.ready_ids("t1", ["demo.work"], "default", ms(T0), 10) == [task_of("r01")]
+        assert tx.ready_ids("t1", ["other.thing", "demo.work"], "default", ms(T0), 10) == [task_of("r01")]
         assert tx.ready_ids("t1", ["other.thing"], "default", ms(T0), 10) == []
         assert tx.ready_ids("t1", [], "default", ms(T0), 10) == []
         assert tx.ready_ids("t1", ["demo.work"], "default", ms(T0) - 1, 10) == []
@@ -243,34 +245,34 @@ def test_ready_ids_filters_by_tenant_queue_activity_and_availability(store, driv
 def test_ready_ids_respects_the_limit_in_availability_order(store, driver: Driver):
     """ready_ids hands out at most `limit` tasks, oldest first (at equal priority)."""
     for i in range(3):
-        driver.start(f"r{i}", now=T0 + timedelta(seconds=3 - i))
+        driver.start(f"r0{i}", now=T0 + timedelta(seconds=3 - i))
     with store.read() as tx:
         got = tx.ready_ids("t1", ["demo.work"], "default", ms(T0 + timedelta(minutes=1)), 2)
-    assert got == [task_of("r2"), task_of("r1")]
+    assert got == [task_of("r02"), task_of("r01")]
 
 
 def test_ready_ids_hand_out_higher_priority_first(store, driver: Driver):
     """A task of a higher-priority step is handed out before older tasks of lower priority."""
     urgent = {"name": "urgent", "steps": [{**ACTIVITY_DOC["steps"][0], "priority": 5}]}
-    driver.start("old", now=T0)
-    driver.start("new", now=T0 + timedelta(seconds=1), doc=urgent)
+    driver.start("old01", now=T0)
+    driver.start("new02", now=T0 + timedelta(seconds=1), doc=urgent)
     with store.read() as tx:
-        assert tx.task(task_of("new")).status == "ready"
+        assert tx.task(task_of("new02")).status == "ready"
         got = tx.ready_ids("t1", ["demo.work"], "default", ms(T0 + timedelta(minutes=1)), 10)
-    assert got == [task_of("new"), task_of("old")]
+    assert got == [task_of("new02"), task_of("old01")]
 
 
 def test_ready_tenants_lists_each_tenant_with_ready_tasks_once(store, driver: Driver):
     """ready_tenants names each tenant with a ready task once, in order; leased tasks do not count."""
     with store.read() as tx:
         assert tx.ready_tenants() == []
-    driver.start("b1", tenant="t2")
-    driver.start("a1", tenant="t1")
-    driver.start("a2", tenant="t1")
+    driver.start("b01", tenant="t2")
+    driver.start("a01", tenant="t1")
+    driver.start("a02", tenant="t1")
     with store.read() as tx:
         assert tx.ready_tenants() == ["t1", "t2"]
         assert tx.leased_count("t2") == 0
-    driver.claim("b1")
+    driver.claim("b01")
     with store.read() as tx:
         assert tx.ready_tenants() == ["t1"]
         assert tx.leased_count("t2") == 1
@@ -279,10 +281,10 @@ def test_ready_tenants_lists_each_tenant_with_ready_tasks_once(store, driver: Dr
 
 def test_claim_leases_the_task_to_one_worker(store, driver: Driver):
     """Appending ActivityStarted leases the task: fencing, owner and deadline set; no longer ready."""
-    driver.start("r1")
-    fencing = driver.claim("r1", worker="w1", timeout_s=30)
+    driver.start("r01")
+    fencing = driver.claim("r01", worker="w1", timeout_s=30)
     with store.read() as tx:
-        t = tx.task(task_of("r1"))
+        t = tx.task(task_of("r01"))
         assert tx.ready_ids("t1", ["demo.work"], "default", ms(T0), 10) == []
     assert t is not None
     assert (t.status, t.fencing, t.lease_owner) == ("leased", fencing, "w1")
@@ -292,20 +294,20 @@ def test_claim_leases_the_task_to_one_worker(store, driver: Driver):
 
 def test_set_lease_is_capped_at_the_deadline(store, driver: Driver):
     """set_lease shortens the lease to the given time but never sets it past the attempt's deadline."""
-    driver.start("r1")
-    driver.claim("r1", timeout_s=30)
+    driver.start("r01")
+    driver.claim("r01", timeout_s=30)
     with store.write() as tx:
-        tx.set_lease(task_of("r1"), ms(T0 + timedelta(seconds=5)))
-        assert tx.task(task_of("r1")).lease_expires_at == ms(T0 + timedelta(seconds=5))
-        tx.set_lease(task_of("r1"), ms(T0 + timedelta(hours=1)))
-        assert tx.task(task_of("r1")).lease_expires_at == ms(T0 + timedelta(seconds=30))
+        tx.set_lease(task_of("r01"), ms(T0 + timedelta(seconds=5)))
+        assert tx.task(task_of("r01")).lease_expires_at == ms(T0 + timedelta(seconds=5))
+        tx.set_lease(task_of("r01"), ms(T0 + timedelta(hours=1)))
+        assert tx.task(task_of("r01")).lease_expires_at == ms(T0 + timedelta(seconds=30))
 
 
 def test_heartbeat_needs_the_current_fencing_token(store, driver: Driver):
     """A heartbeat with a stale fencing token is refused and leaves the lease alone."""
-    driver.start("r1")
-    fencing = driver.claim("r1")
-    task = task_of("r1")
+    driver.start("r01")
+    fencing = driver.claim("r01")
+    task = task_of("r01")
     with store.write() as tx:
         tx.set_lease(task, ms(T0 + timedelta(seconds=5)))
     with store.write() as tx:
@@ -317,46 +319,46 @@ def test_heartbeat_needs_the_current_fencing_token(store, driver: Driver):
 
 def test_heartbeat_never_extends_past_the_deadline(store, driver: Driver):
     """A heartbeat asking for more time than the attempt has gets exactly the deadline."""
-    driver.start("r1")
-    fencing = driver.claim("r1", timeout_s=30)
+    driver.start("r01")
+    fencing = driver.claim("r01", timeout_s=30)
     with store.write() as tx:
-        assert tx.heartbeat(task_of("r1"), fencing, ms(T0 + timedelta(days=1))) is True
-        assert tx.task(task_of("r1")).lease_expires_at == ms(T0 + timedelta(seconds=30))
+        assert tx.heartbeat(task_of("r01"), fencing, ms(T0 + timedelta(days=1))) is True
+        assert tx.task(task_of("r01")).lease_expires_at == ms(T0 + timedelta(seconds=30))
 
 
 def test_heartbeat_on_a_closed_task_is_refused(store, driver: Driver):
     """Once the result is recorded (task done), the old lease cannot be renewed."""
-    driver.start("r1")
-    fencing = driver.claim("r1")
-    driver.command("r1", ReportSuccess(task_of("r1"), 1, fencing, {"ok": True}))
+    driver.start("r01")
+    fencing = driver.claim("r01")
+    driver.command("r01", ReportSuccess(task_of("r01"), 1, fencing, {"ok": True}))
     with store.write() as tx:
-        assert tx.task(task_of("r1")).status == "done"
-        assert tx.heartbeat(task_of("r1"), fencing, ms(T0 + timedelta(seconds=5))) is False
+        assert tx.task(task_of("r01")).status == "done"
+        assert tx.heartbeat(task_of("r01"), fencing, ms(T0 + timedelta(seconds=5))) is False
 
 
 def test_close_task_is_conditional(store, driver: Driver):
     """Closing an already closed task changes nothing (done stays done)."""
-    driver.start("r1")
+    driver.start("r01")
     with store.write() as tx:
-        tx.close_task(task_of("r1"), "done")
-        tx.close_task(task_of("r1"), "cancelled")
-        assert tx.task(task_of("r1")).status == "done"
+        tx.close_task(task_of("r01"), "done")
+        tx.close_task(task_of("r01"), "cancelled")
+        assert tx.task(task_of("r01")).status == "done"
         assert tx.task_counts() == {"done": 1}
 
 
 def test_expired_leases_lists_leases_past_their_expiry(store, driver: Driver):
     """expired_leases returns a leased task once lease_expires_at <= now, with its fencing and worker."""
-    driver.start("r1")
-    fencing = driver.claim("r1", worker="w9", timeout_s=30)
+    driver.start("r01")
+    fencing = driver.claim("r01", worker="w9", timeout_s=30)
     with store.write() as tx:
-        tx.set_lease(task_of("r1"), ms(T0 + timedelta(seconds=5)))
+        tx.set_lease(task_of("r01"), ms(T0 + timedelta(seconds=5)))
     with store.read() as tx:
         assert tx.expired_leases(ms(T0 + timedelta(milliseconds=4999)), 10) == []
         got = tx.expired_leases(ms(T0 + timedelta(seconds=5)), 10)
         assert tx.next_wakeup_ms() == ms(T0 + timedelta(seconds=5))
-    assert got == [ExpiredLease(task_of("r1"), "r1", 1, fencing, "w9", ms(T0 + timedelta(seconds=30)))]
+    assert got == [ExpiredLease(task_of("r01"), "r01", 1, fencing, "w9", ms(T0 + timedelta(seconds=30)))]
     with store.write() as tx:
-        tx.close_task(task_of("r1"), "done")
+        tx.close_task(task_of("r01"), "done")
         assert tx.expired_leases(ms(T0 + timedelta(days=1)), 10) == []
         assert tx.next_wakeup_ms() is None
 
@@ -366,38 +368,38 @@ def test_expired_leases_lists_leases_past_their_expiry(store, driver: Driver):
 
 def test_due_timers_are_found_by_fire_time(store, driver: Driver):
     """A scheduled timer is due from its fire_at on, and is the next wakeup."""
-    events = driver.start("r1", doc=WAIT_DOC)
+    events = driver.start("r01", doc=WAIT_DOC)
     gen = events[-1].data["generation"]
     with store.read() as tx:
         assert tx.due_timers(ms(T0 + timedelta(milliseconds=9999)), 10) == []
-        assert tx.due_timers(ms(T0 + timedelta(seconds=10)), 10) == [DueTimer("r1", "wait:nap", gen)]
+        assert tx.due_timers(ms(T0 + timedelta(seconds=10)), 10) == [DueTimer("r01", "wait:nap", gen)]
         assert tx.next_wakeup_ms() == ms(T0 + timedelta(seconds=10))
 
 
 def test_close_timer_is_conditional(store, backend, url, driver: Driver):
     """Closing a timer takes it off the due list; closing it again (any status) changes nothing."""
-    gen = driver.start("r1", doc=WAIT_DOC)[-1].data["generation"]
+    gen = driver.start("r01", doc=WAIT_DOC)[-1].data["generation"]
     later = ms(T0 + timedelta(minutes=1))
     with store.write() as tx:
-        tx.close_timer("r1", "wait:nap", gen, "fired")
+        tx.close_timer("r01", "wait:nap", gen, "fired")
         assert tx.due_timers(later, 10) == []
     with store.write() as tx:
-        tx.close_timer("r1", "wait:nap", gen, "cancelled")
-        tx.close_timer("r1", "wait:nap", gen, "fired")
+        tx.close_timer("r01", "wait:nap", gen, "cancelled")
+        tx.close_timer("r01", "wait:nap", gen, "fired")
         assert tx.next_wakeup_ms() is None
-    rows = backend.fetch(url, "SELECT generation, status FROM timers WHERE run_id = ?", ["r1"])
+    rows = backend.fetch(url, "SELECT generation, status FROM timers WHERE run_id = ?", ["r01"])
     assert rows == [(gen, "fired")]
 
 
 def test_firing_a_timer_closes_its_row_in_the_same_transaction(store, backend, url, driver: Driver):
     """Appending TimerFired marks the timer row fired, so it is never due again."""
-    gen = driver.start("r1", doc=WAIT_DOC)[-1].data["generation"]
+    gen = driver.start("r01", doc=WAIT_DOC)[-1].data["generation"]
     at = T0 + timedelta(seconds=10)
-    driver.command("r1", FireTimer("wait:nap", gen), doc=WAIT_DOC, now=at)
-    assert driver.load("r1").state.status == "completed"
+    driver.command("r01", FireTimer("wait:nap", gen), doc=WAIT_DOC, now=at)
+    assert driver.load("r01").state.status == "completed"
     with store.read() as tx:
         assert tx.due_timers(ms(at + timedelta(days=1)), 10) == []
-    assert backend.fetch(url, "SELECT status FROM timers WHERE run_id = ?", ["r1"]) == [("fired",)]
+    assert backend.fetch(url, "SELECT status FROM timers WHERE run_id = ?", ["r01"]) == [("fired",)]
 
 
 POLL_DOC = {
@@ -412,14 +414,14 @@ POLL_DOC = {
 
 def test_polling_loop_gets_a_fresh_task_row_on_every_pass(store, backend, url, driver: Driver):
     """Re-entering an activity step (attempt 1 again) inserts a new ready task under the new task id."""
-    first = driver.start("r1", doc=POLL_DOC)[-1].data["task_id"]
+    first = driver.start("r01", doc=POLL_DOC)[-1].data["task_id"]
     deadline = iso(T0 + timedelta(seconds=30))
-    fencing = driver.command("r1", ClaimTask(first, "w1", deadline), doc=POLL_DOC)[0].data["fencing"]
-    events = driver.command("r1", ReportSuccess(first, 1, fencing, {"done": False}), doc=POLL_DOC)
+    fencing = driver.command("r01", ClaimTask(first, "w1", deadline), doc=POLL_DOC)[0].data["fencing"]
+    events = driver.command("r01", ReportSuccess(first, 1, fencing, {"done": False}), doc=POLL_DOC)
     gen = events[-1].data["generation"]
     at = T0 + timedelta(seconds=10)
     try:
-        events = driver.command("r1", FireTimer("wait:pause", gen), doc=POLL_DOC, now=at)
+        events = driver.command("r01", FireTimer("wait:pause", gen), doc=POLL_DOC, now=at)
     except backend.error as exc:
         pytest.fail(f"the database refused the second pass: {exc}")
     second = events[-1].data["task_id"]
@@ -430,12 +432,13 @@ def test_polling_loop_gets_a_fresh_task_row_on_every_pass(store, backend, url, d
     )
     assert second != first
     rows = backend.fetch(
-        url, "SELECT task_id, attempt, status FROM tasks WHERE run_id = ? ORDER BY created_at", ["r1"]
+        url, "SELECT task_id, attempt, status FROM tasks WHERE run_id = ? ORDER BY created_at", ["r01"]
     )
     assert rows == [(first, 1, "done"), (second, 1, "ready")]
-    fencing = driver.command("r1", ClaimTask(second, "w1", deadline), doc=POLL_DOC, now=at)[0].data["fencing"]
-    driver.command("r1", ReportSuccess(second, 1, fencing, {"done": True}), doc=POLL_DOC, now=at)
-    assert driver.load("r1").state.status == "completed"
+    claimed = driver.command("r01", ClaimTask(second, "w1", deadline), doc=POLL_DOC, now=at)
+    fencing = claimed[0].data["fencing"]
+    driver.command("r01", ReportSuccess(second, 1, fencing, {"done": True}), doc=POLL_DOC, now=at)
+    assert driver.load("r01").state.status == "completed"
 
 
 # --- snapshots written by an older lockstep ------------------------------------------------------
@@ -454,21 +457,20 @@ def _outdated(snapshot: str, version: int | None) -> str:
 
 @pytest.mark.parametrize("version", [None, 1], ids=["unversioned", "version-1"])
 def test_outdated_snapshot_is_rebuilt_from_the_events(store, backend, url, driver: Driver, version):
-    """load_run and runs() return the fold of the events for a snapshot of an older version, verify
-    finds nothing wrong, and the next append writes the snapshot back in the current version."""
+    """An older-version snapshot loads as the replay, verifies clean, and is rewritten on the next append."""
     assert version != SNAPSHOT_VERSION
-    driver.start("r1")
-    fencing = driver.claim("r1")
-    driver.command("r1", ReportSuccess(task_of("r1"), 1, fencing, {"ok": True}))  # sets last_output_step
-    driver.start("r2", doc=WAIT_DOC)
-    rows_before = {r: snapshot_row(backend, url, r) for r in ("r1", "r2")}
-    for run_id in ("r1", "r2"):
+    driver.start("r01")
+    fencing = driver.claim("r01")
+    driver.command("r01", ReportSuccess(task_of("r01"), 1, fencing, {"ok": True}))  # sets last_output_step
+    driver.start("r02", doc=WAIT_DOC)
+    rows_before = {r: snapshot_row(backend, url, r) for r in ("r01", "r02")}
+    for run_id in ("r01", "r02"):
         old = _outdated(rows_before[run_id][2], version)
         backend.execute(url, "UPDATE runs SET snapshot = ? WHERE run_id = ?", [old, run_id])
 
     with store.read() as tx:
-        replays = {r: fold([e for e, _ in tx.events(r)]) for r in ("r1", "r2")}
-        loaded = {r: tx.load_run(r) for r in ("r1", "r2")}
+        replays = {r: fold([e for e, _ in tx.events(r)]) for r in ("r01", "r02")}
+        loaded = {r: tx.load_run(r) for r in ("r01", "r02")}
         listed = {s.run_id: s for s in tx.runs("t1", status=None, definition=None, after="", limit=10)}
     for run_id, replay in replays.items():
         assert replay is not None
@@ -476,16 +478,16 @@ def test_outdated_snapshot_is_rebuilt_from_the_events(store, backend, url, drive
         assert loaded[run_id].state.to_json() == replay.to_json()
         assert loaded[run_id].last_hash == rows_before[run_id][3]
         assert listed[run_id].to_json() == replay.to_json()
-    assert loaded["r1"].state.last_output_step == "work"  # the outdated snapshot had none
-    assert loaded["r1"].state.status == "completed"
+    assert loaded["r01"].state.last_output_step == "work"  # the outdated snapshot had none
+    assert loaded["r01"].state.status == "completed"
 
     report = Service(store, clock=lambda: T0).verify()
-    assert [(r["run_id"], r["ok"], r["problems"]) for r in report] == [("r1", True, []), ("r2", True, [])]
+    assert [(r["run_id"], r["ok"], r["problems"]) for r in report] == [("r01", True, []), ("r02", True, [])]
 
     # An in-flight run goes on from the rebuilt state; its next append stores the current version.
-    gen = loaded["r2"].state.timers["wait:nap"].generation
-    driver.command("r2", FireTimer("wait:nap", gen), doc=WAIT_DOC, now=T0 + timedelta(seconds=10))
-    seq, status, snapshot, _ = snapshot_row(backend, url, "r2")
+    gen = loaded["r02"].state.timers["wait:nap"].generation
+    driver.command("r02", FireTimer("wait:nap", gen), doc=WAIT_DOC, now=T0 + timedelta(seconds=10))
+    seq, status, snapshot, _ = snapshot_row(backend, url, "r02")
     assert (seq, status) == (4, "completed")
     assert json.loads(snapshot)["snapshot_version"] == SNAPSHOT_VERSION
 
@@ -517,37 +519,37 @@ def test_definition_rows_are_unique_per_tenant_name_and_digest(store):
 
 def test_start_key_is_unique_per_tenant(store, driver: Driver):
     """run_by_key finds a run by (tenant, key); a second run with the key in that tenant is refused."""
-    driver.start("r1", tenant="t1", key="order-42", request_digest="sha256:req")
+    driver.start("r01", tenant="t1", key="order-42", request_digest="sha256:req")
     with pytest.raises(ConcurrencyError):
-        driver.start("r2", tenant="t1", key="order-42")
-    driver.start("r3", tenant="t2", key="order-42")
+        driver.start("r02", tenant="t1", key="order-42")
+    driver.start("r03", tenant="t2", key="order-42")
     with store.read() as tx:
-        assert tx.run_by_key("t1", "order-42") == ("r1", "sha256:req")
-        assert tx.run_by_key("t2", "order-42") == ("r3", None)
+        assert tx.run_by_key("t1", "order-42") == ("r01", "sha256:req")
+        assert tx.run_by_key("t2", "order-42") == ("r03", None)
         assert tx.run_by_key("t1", "other") is None
-        assert tx.load_run("r2") is None
-        assert tx.events("r2") == []
+        assert tx.load_run("r02") is None
+        assert tx.events("r02") == []
 
 
 def test_runs_are_listed_per_tenant_with_filters_and_paging(store, driver: Driver):
     """runs() lists only the tenant's runs, filtered by status/definition, paged by run id."""
-    driver.start("a1", tenant="t1")
-    driver.start("a2", tenant="t1", doc=WAIT_DOC)
-    driver.start("a3", tenant="t1")
-    driver.start("b1", tenant="t2")
+    driver.start("a01", tenant="t1")
+    driver.start("a02", tenant="t1", doc=WAIT_DOC)
+    driver.start("a03", tenant="t1")
+    driver.start("b01", tenant="t2")
     with store.read() as tx:
 
         def ids(tenant="t1", status=None, definition=None, after="", limit=100):
             found = tx.runs(tenant, status=status, definition=definition, after=after, limit=limit)
             return [s.run_id for s in found]
 
-        assert ids() == ["a1", "a2", "a3"]
-        assert ids(tenant="t2") == ["b1"]
-        assert ids(status="waiting") == ["a2"]
-        assert ids(definition="flow") == ["a1", "a3"]
-        assert ids(after="a1", limit=1) == ["a2"]
-        assert tx.run_ids("t1") == ["a1", "a2", "a3"]
-        assert tx.run_ids(None) == ["a1", "a2", "a3", "b1"]
+        assert ids() == ["a01", "a02", "a03"]
+        assert ids(tenant="t2") == ["b01"]
+        assert ids(status="waiting") == ["a02"]
+        assert ids(definition="flow") == ["a01", "a03"]
+        assert ids(after="a01", limit=1) == ["a02"]
+        assert tx.run_ids("t1") == ["a01", "a02", "a03"]
+        assert tx.run_ids(None) == ["a01", "a02", "a03", "b01"]
 
 
 # --- schema and migrations -----------------------------------------------------------------------
@@ -557,7 +559,7 @@ def test_fresh_database_is_migrated_on_open(backend, url, store):
     """Opening a new database applies every migration, creating exactly the objects they declare."""
     objects = backend.schema_objects(url)
     assert objects == backend.declared_schema()
-    assert objects >= ENGINE_SCHEMA
+    assert objects >= backend.engine_schema
     rows = backend.fetch(url, "SELECT version, name, checksum FROM schema_migrations ORDER BY version")
     assert rows == [(m.version, m.name, m.checksum) for m in backend.migrations()]
     assert store.upgrade() == []
@@ -566,11 +568,11 @@ def test_fresh_database_is_migrated_on_open(backend, url, store):
 
 def test_reopening_keeps_data_and_does_not_migrate_again(backend, url, store, driver: Driver):
     """A second open of a current database applies nothing and sees the committed runs."""
-    driver.start("r1")
+    driver.start("r01")
     again = open_store(url)
     try:
         with again.read() as tx:
-            assert tx.load_run("r1") is not None
+            assert tx.load_run("r01") is not None
         assert again.upgrade() == []
     finally:
         again.close()
@@ -587,7 +589,10 @@ def test_older_schema_is_refused_until_db_upgrade(backend, url):
     """A database behind this build is refused naming `lockstep db upgrade`; upgrading makes it usable."""
     shipped = backend.migrations()
     if len(shipped) < 2:
-        pytest.skip("needs at least two migrations to build an older database")
+        pytest.skip(
+            f"{backend.name} ships {len(shipped)} migration(s): building an older schema needs at least "
+            f"two (test_schema_behind_a_newer_build_is_refused_until_db_upgrade covers the refusal)"
+        )
     backend.build_at(url, shipped[-2].version)
     err = _open_refused(url)
     assert "lockstep db upgrade" in str(err)
@@ -596,6 +601,23 @@ def test_older_schema_is_refused_until_db_upgrade(backend, url):
     assert upgrade_store(url) == [f"{shipped[-1].version:04d}_{shipped[-1].name}"]
     open_store(url).close()
     assert backend.schema_objects(url) == backend.declared_schema()
+    assert upgrade_store(url) == []
+
+
+def test_schema_behind_a_newer_build_is_refused_until_db_upgrade(backend, url, store, monkeypatch):
+    """A build shipping one more migration refuses the current database until `lockstep db upgrade`."""
+    store.close()
+    shipped = backend.migrations()
+    probe = Migration(shipped[-1].version + 1, "probe", "CREATE TABLE probe_added (x INTEGER);\n")
+    adapter = importlib.import_module(f"{backend.package}.adapter")
+    monkeypatch.setattr(adapter, "migrations", lambda package: [*migrations(package), probe])
+    err = _open_refused(url)
+    assert "lockstep db upgrade" in str(err)
+    assert f"schema version {shipped[-1].version}" in str(err)
+    assert f"needs {probe.version}" in str(err)
+    assert upgrade_store(url) == [f"{probe.version:04d}_probe"]
+    open_store(url).close()
+    assert ("table", "probe_added") in backend.schema_objects(url)
     assert upgrade_store(url) == []
 
 
@@ -618,6 +640,22 @@ def test_changed_migration_checksum_is_refused(backend, url, store):
     err = _open_refused(url)
     assert "0001_initial" in str(err)
     assert "changed" in str(err)
+
+
+@pytest.mark.parametrize("setup", ["foreign_events_table", "migration_record_deleted"])
+def test_unrecognised_existing_schema_is_refused_with_schema_error(backend, url, setup):
+    """A database that has tables but no record of lockstep migrations is refused with SchemaError."""
+    if setup == "foreign_events_table":
+        with backend.raw(url) as conn:
+            backend.run(conn, "CREATE TABLE events (something TEXT)")
+    else:
+        open_store(url).close()
+        backend.execute(url, "DELETE FROM schema_migrations")
+    try:
+        with pytest.raises(SchemaError, match="not a lockstep database"):
+            open_store(url).close()
+    except backend.error as exc:
+        raise AssertionError(f"raw {type(exc).__name__}: {exc}") from None
 
 
 def _in_threads(n: int, fn) -> list:

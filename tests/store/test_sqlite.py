@@ -126,28 +126,6 @@ def test_refused_open_closes_its_connection(sqlite_url, monkeypatch):
     assert leaked == []
 
 
-@pytest.mark.parametrize("setup", ["foreign_events_table", "migration_record_deleted"])
-def test_unrecognised_existing_schema_is_refused_with_schema_error(sqlite_url, setup):
-    """A database that has tables but no record of lockstep migrations is refused with SchemaError."""
-    path = SqliteBackend.path(sqlite_url)
-    if setup == "foreign_events_table":
-        with sqlite3.connect(path) as raw:
-            raw.execute("CREATE TABLE events (something TEXT)")
-        raw.close()
-    else:
-        open_store(sqlite_url).close()
-        with sqlite3.connect(path) as raw:
-            raw.execute("DELETE FROM schema_migrations")
-        raw.close()
-    try:
-        open_store(sqlite_url).close()
-    except SchemaError:
-        return
-    except sqlite3.Error as exc:
-        raise AssertionError(f"raw {type(exc).__name__}: {exc}") from None
-    raise AssertionError("the database was opened")  # pragma: no cover
-
-
 def test_in_memory_store_is_one_database_across_threads():
     """A store opened on sqlite://:memory: shows the same (migrated) database to every thread."""
     s = open_store("sqlite://:memory:")

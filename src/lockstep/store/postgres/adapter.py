@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...core.timeutil import iso
 from ..migrate import migrations
-from ..port import LoadedRun, RowLocked, SchemaError, StoreUnavailable
+from ..port import ConcurrencyError, LoadedRun, RowLocked, SchemaError, StoreUnavailable
 from ..sql import load_queries
 from ..sqltx import SqlTx
 
@@ -93,6 +93,7 @@ class PgStore:
             open=False,
             timeout=connect_timeout,
             kwargs={"autocommit": False, "connect_timeout": max(1, int(connect_timeout))},
+            configure=_configure,
             reconnect_timeout=60,
             name="lockstep",
         )
@@ -115,6 +116,9 @@ class PgStore:
         try:
             with self.pool.connection() as conn, conn.transaction():
                 yield PgTx(conn, writing=writing)
+        except psycopg.errors.TransactionRollback as exc:
+            # deadlock or serialization failure: the transaction lost a race; the caller retries it
+            raise ConcurrencyError(str(exc).splitlines()[0]) from None
         except (PoolTimeout, psycopg.OperationalError) as exc:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {str(exc).splitlines()[0]}") from None
 
@@ -134,16 +138,8 @@ class PgStore:
         wanted = migrations("lockstep.store.postgres")
         with self.pool.connection() as conn:
             applied = self._applied(conn)
-            if not applied:
-                tables = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()")
-                row = tables.fetchone()
-                if row is not None and row[0] > 0:
-                    raise SchemaError(
-                        f"{_safe(self.url)} has tables but no lockstep schema record: it is not a "
-                        f"lockstep database; use another database"
-                    )
         if not applied:
-            self.upgrade()
+            self.upgrade(fresh_only=True)  # checks for foreign tables under the migration lock
             return
         for m in wanted:
             if m.version in applied and applied[m.version] != m.checksum:
@@ -164,8 +160,10 @@ class PgStore:
                 f"({wanted[-1].version}): upgrade lockstep"
             )
 
-    def upgrade(self) -> list[str]:
-        """Apply pending migrations, each in its own transaction, under an advisory lock."""
+    def upgrade(self, fresh_only: bool = False) -> list[str]:
+        """Apply pending migrations, each in its own transaction, under an advisory lock.
+
+        With `fresh_only` (opening a database), refuse one that has tables but no migration record."""
         done: list[str] = []
         try:
             with self.pool.connection() as conn:
@@ -177,6 +175,16 @@ class PgStore:
                         "name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL)"
                     )
                     applied = self._applied(conn)
+                    if fresh_only and not applied:
+                        row = conn.execute(
+                            "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() "
+                            "AND tablename <> 'schema_migrations'"
+                        ).fetchone()
+                        if row is not None and row[0] > 0:
+                            raise SchemaError(
+                                f"{_safe(self.url)} has tables but no lockstep schema record: it is "
+                                f"not a lockstep database; use another database"
+                            )
                     for m in migrations("lockstep.store.postgres"):
                         if m.version in applied:
                             continue
@@ -198,7 +206,7 @@ class PgStore:
         """Create the event partitions of the coming months (idempotent; the scheduler calls it daily)."""
         with self.write() as tx:
             tx.c.execute(
-                "SELECT lockstep_ensure_event_partition((date_trunc('month', now()) "
+                "SELECT lockstep_ensure_event_partition((date_trunc('month', now() AT TIME ZONE 'UTC') "
                 "+ make_interval(months => m))::date) FROM generate_series(0, 3) AS m"
             )
 
@@ -207,6 +215,13 @@ class PgStore:
             if not self._closed:
                 self._closed = True
                 self.pool.close()
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Like SQLite's busy timeout: a transaction stuck behind a lock gives up instead of waiting forever."""
+    conn.execute("SET lock_timeout = '30s'")
+    conn.execute("SET TIME ZONE 'UTC'")
+    conn.commit()
 
 
 def _safe(url: str) -> str:

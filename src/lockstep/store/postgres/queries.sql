@@ -302,7 +302,8 @@ INSERT INTO scheduler_members (owner, expires_at) VALUES (%(owner)s, %(until)s)
 ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at;
 
 -- name: members_prune
-DELETE FROM scheduler_members WHERE expires_at < %(now)s;
+DELETE FROM scheduler_members WHERE owner IN (
+    SELECT owner FROM scheduler_members WHERE expires_at < %(now)s FOR UPDATE SKIP LOCKED);
 
 -- name: partitions_live_owners
 SELECT COUNT(*) FROM scheduler_members WHERE expires_at > %(now)s AND owner <> %(owner)s;

@@ -57,9 +57,11 @@ CREATE TRIGGER events_append_only BEFORE UPDATE OR DELETE ON events
 -- Monthly partitions named events_yYYYYmMM; lockstep creates the coming months as it runs.
 CREATE FUNCTION lockstep_ensure_event_partition(month_start DATE) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    lo TEXT := lpad(to_hex((extract(epoch FROM month_start::timestamptz) * 1000)::bigint), 12, '0');
-    hi TEXT := lpad(to_hex((extract(epoch FROM (month_start + interval '1 month')::timestamptz) * 1000)::bigint),
+    -- Month boundaries in UTC whatever the session's TimeZone: run ids carry UTC milliseconds.
+    lo TEXT := lpad(to_hex((extract(epoch FROM month_start::timestamp AT TIME ZONE 'UTC') * 1000)::bigint),
                     12, '0');
+    hi TEXT := lpad(to_hex((extract(epoch FROM (month_start + interval '1 month')::timestamp AT TIME ZONE 'UTC')
+                            * 1000)::bigint), 12, '0');
     name TEXT := 'events_y' || to_char(month_start, 'YYYY') || 'm' || to_char(month_start, 'MM');
 BEGIN
     IF to_regclass(name) IS NULL THEN
@@ -67,7 +69,7 @@ BEGIN
     END IF;
 END;
 $$;
-SELECT lockstep_ensure_event_partition((date_trunc('month', now()) + make_interval(months => m))::date)
+SELECT lockstep_ensure_event_partition((date_trunc('month', now() AT TIME ZONE 'UTC') + make_interval(months => m))::date)
 FROM generate_series(-1, 3) AS m;
 
 CREATE TABLE tasks (
