@@ -327,6 +327,14 @@ def _import_activities(modules: tuple[str, ...]) -> None:
             raise InvalidInput(f"cannot import activity module {m!r}: {exc}") from None
 
 
+def _versions(values: tuple[str, ...]) -> list[str] | None:
+    for v in values:
+        name, sep, number = v.partition(":")
+        if not sep or not name or not number.isdigit():
+            raise InvalidInput(f"--versions {v!r}: write NAME:VERSION, e.g. order-fulfilment:2")
+    return list(values) or None
+
+
 def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
     stop = threading.Event()
 
@@ -362,6 +370,12 @@ def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
 @click.option("--no-scheduler", is_flag=True, help="Do not also fire timers and expire leases here.")
 @click.option("--worker-id", help="Name in leases and events (default host:pid).")
 @click.option("--queue", default="default", show_default=True, help="Take tasks of this queue only.")
+@click.option(
+    "--versions",
+    "versions",
+    multiple=True,
+    help="Only tasks of these definition versions, NAME:VERSION (repeatable; default: all).",
+)
 @pass_ctx
 def worker(
     c: Ctx,
@@ -373,6 +387,7 @@ def worker(
     no_scheduler: bool,
     worker_id: str | None,
     queue: str,
+    versions: tuple[str, ...],
 ) -> None:
     """Run activities from MODULE. SIGTERM drains gracefully; SIGKILL loses nothing."""
     _import_activities(modules)
@@ -393,6 +408,7 @@ def worker(
         scheduler=not no_scheduler,
         worker_id=worker_id,
         queue=queue,
+        versions=_versions(versions),
     )
     w.start()
     err.print(f"worker {w.worker_id} serving {', '.join(names)}" + ("" if no_scheduler else " (+ scheduler)"))

@@ -106,8 +106,11 @@ def claim(
     lease_ttl: timedelta,
     tenant: str | None = None,
     queue: str = "default",
+    versions: Sequence[str] | None = None,
 ) -> list[TaskLease]:
-    """Lease up to `limit` ready tasks in one transaction, tenants in turn, within their quotas."""
+    """Lease up to `limit` ready tasks in one transaction, tenants in turn, within their quotas.
+
+    `versions` ("name:version") restricts the claim to the definition versions this worker runs."""
     if not activities or limit <= 0:
         return []
     now = svc.clock()
@@ -123,7 +126,7 @@ def claim(
                 tx.lock_tenant(ten)  # two claimers must not both take the last free slot
                 room = min(room, int(quota) - tx.leased_count(ten))
             if room > 0:
-                per_tenant[ten] = tx.ready_ids(ten, activities, queue, now_ms, room)
+                per_tenant[ten] = tx.ready_ids(ten, activities, queue, now_ms, room, versions)
         for task_id in round_robin(per_tenant, limit):
             lease = _isolated(
                 svc,

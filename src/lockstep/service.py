@@ -457,10 +457,18 @@ class Service:
         lease_ttl: timedelta,
         tenant: str | None = None,
         queue: str = "default",
+        versions: Sequence[str] | None = None,
     ) -> list[TaskLease]:
         """Lease up to `limit` ready tasks in one transaction; each lease appends ActivityStarted."""
         return dispatch.claim(
-            self, worker, activities, limit=limit, lease_ttl=lease_ttl, tenant=tenant, queue=queue
+            self,
+            worker,
+            activities,
+            limit=limit,
+            lease_ttl=lease_ttl,
+            tenant=tenant,
+            queue=queue,
+            versions=versions,
         )
 
     def heartbeat(self, task_id: str, fencing: int, lease_ttl: timedelta) -> bool:

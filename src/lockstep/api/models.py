@@ -129,6 +129,9 @@ class PollRequest(BaseModel):
     wait_seconds: float = Field(default=20.0, ge=0, le=30)
     lease_seconds: float = Field(default=30.0, ge=1, le=3600)
     worker_id: str | None = Field(default=None, max_length=200)
+    versions: list[str] | None = Field(
+        default=None, max_length=100, description='Only tasks of these definition versions, e.g. ["orders:2"]'
+    )
 
 
 class TaskView(BaseModel):

@@ -50,6 +50,8 @@ async def poll(body: PollRequest, svc: Svc, p: Worker) -> dict[str, Any]:
             limit=body.max_tasks,
             lease_ttl=timedelta(seconds=body.lease_seconds),
             tenant=p.tenant,
+            queue=body.queue or "default",
+            versions=body.versions,
         )
         if leases or time.monotonic() >= deadline:
             break

@@ -49,9 +49,13 @@ class Worker:
         scheduler: bool = True,
         worker_id: str | None = None,
         queue: str = "default",
+        versions: list[str] | None = None,
     ) -> None:
         self.service = service
         self.queue = queue
+        # "name:version" pairs this worker runs (None: all). Old and new workers side by side during a
+        # deployment each take only the tasks of the versions their code implements.
+        self.versions = versions
         self.registry = registry or REGISTRY
         self.activities = activities or self.registry.names()
         missing = [a for a in self.activities if a not in self.registry]
@@ -117,7 +121,12 @@ class Worker:
                 continue
             try:
                 leases = self.service.claim(
-                    self.worker_id, self.activities, limit=free, lease_ttl=self.lease_ttl, queue=self.queue
+                    self.worker_id,
+                    self.activities,
+                    limit=free,
+                    lease_ttl=self.lease_ttl,
+                    queue=self.queue,
+                    versions=self.versions,
                 )
                 backoff = self.poll
             except Exception as exc:  # database down or a bug: log, back off, never let the thread die

@@ -516,14 +516,23 @@ class SqlTx:
         return [r[0] for r in self.c.execute(self.q["ready_tenants"], {})]
 
     def ready_ids(
-        self, tenant: str, activities: Sequence[str], queue: str, now_ms: int, limit: int
+        self,
+        tenant: str,
+        activities: Sequence[str],
+        queue: str,
+        now_ms: int,
+        limit: int,
+        served: Sequence[str] | None = None,
     ) -> list[str]:
+        """Ready task ids of a tenant; `served` ("name:version" pairs) limits them to the definition
+        versions a worker declares it runs (so old and new workers can run side by side)."""
         params = {
             "tenant": tenant,
             "activities": self.list_param(activities),
             "queue": queue,
             "now": now_ms,
             "limit": limit,
+            "served": self.list_param(served) if served is not None else None,
         }
         return [r[0] for r in self.c.execute(self.q["ready_ids"], params)]
 

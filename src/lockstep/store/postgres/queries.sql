@@ -272,6 +272,7 @@ SELECT tenant FROM t WHERE tenant IS NOT NULL;
 SELECT task_id FROM tasks
 WHERE status = 'ready' AND tenant = %(tenant)s AND queue = %(queue)s AND available_at <= %(now)s
   AND activity = ANY(%(activities)s)
+  AND (CAST(%(served)s AS TEXT[]) IS NULL OR definition || ':' || version = ANY(%(served)s))
 ORDER BY priority DESC, available_at LIMIT %(limit)s;
 
 -- name: leased_count

@@ -259,6 +259,7 @@ SELECT tenant FROM t WHERE tenant IS NOT NULL;
 SELECT task_id FROM tasks
 WHERE status = 'ready' AND tenant = :tenant AND queue = :queue AND available_at <= :now
   AND activity IN (SELECT value FROM json_each(:activities))
+  AND (:served IS NULL OR definition || ':' || version IN (SELECT value FROM json_each(:served)))
 ORDER BY priority DESC, available_at LIMIT :limit;
 
 -- name: leased_count
