@@ -118,7 +118,13 @@ def claim(
     out: list[TaskLease] = []
     with svc.write() as tx:
         per_tenant: dict[str, list[str]] = {}
-        for ten in [tenant] if tenant else tx.ready_tenants():
+        tenants = [tenant] if tenant else tx.ready_tenants()
+        # Start each claim at the next tenant: a worker with one free slot must not always serve the
+        # alphabetically first tenant.
+        if len(tenants) > 1:
+            k = svc.next_claim_turn() % len(tenants)
+            tenants = tenants[k:] + tenants[:k]
+        for ten in tenants:
             room = limit
             settings = tx.tenant(ten)
             quota = settings.settings.get("activity_concurrency") if settings else None

@@ -89,6 +89,8 @@ class Service:
         self.limits = limits or Limits()
         self._defs: dict[tuple[str, str, int], Definition] = {}
         self._settings_cache: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._claim_turn = 0
+        self._turn_lock = threading.Lock()
         # Called with (state after, events) for every committed command (metrics, logs).
         self.listeners: list[Callable[[RunState, list[Event]], None]] = []
         self._local = threading.local()
@@ -546,18 +548,27 @@ class Service:
     def expire_leases(self, limit: int = 200, partitions: list[int] | None = None) -> int:
         return dispatch.expire_leases(self, limit, partitions)
 
+    def next_claim_turn(self) -> int:
+        """A counter that rotates which tenant a claim serves first (per process)."""
+        with self._turn_lock:
+            self._claim_turn += 1
+            return self._claim_turn
+
     def scheduler_partitions(self, owner: str, ttl: timedelta) -> list[int] | None:
         """This scheduler's share of the run partitions (None: all of them, on single-writer SQLite)."""
         with self.write() as tx:
             return tx.scheduler_partitions(owner, _ms(self.clock()), int(ttl.total_seconds() * 1000))
 
-    def maintain(self) -> int:
-        """Periodic housekeeping: dead-letter tasks nobody serves, create coming event partitions."""
+    def dead_letter_unserved(self) -> int:
+        """Send tasks no worker took within their tenant's unserved_after to the dead-letter state."""
         done: int = dispatch.dead_letter_unserved(self)
+        return done
+
+    def maintain(self) -> None:
+        """Slow housekeeping: create the coming months' event partitions (PostgreSQL)."""
         ensure = getattr(self.store, "ensure_partitions", None)
         if ensure is not None:
             ensure()
-        return done
 
     def retry(
         self,

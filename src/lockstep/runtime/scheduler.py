@@ -38,6 +38,7 @@ class Scheduler:
         self.partitions: list[int] | None = None
         self._partitions_at = 0.0
         self._maintained_at = 0.0
+        self._swept_at = 0.0
 
     def _refresh_partitions(self) -> None:
         """Renew (or rebalance) this scheduler's share of partitions a few times per lease period."""
@@ -52,9 +53,12 @@ class Scheduler:
             return 0
         done = self.service.fire_due_timers(self.batch, self.partitions)
         done += self.service.expire_leases(self.batch, self.partitions)
-        if time.monotonic() - self._maintained_at >= 30:
+        if time.monotonic() - self._swept_at >= 1.0:
+            self._swept_at = time.monotonic()
+            done += self.service.dead_letter_unserved()
+        if time.monotonic() - self._maintained_at >= 3600:
             self._maintained_at = time.monotonic()
-            done += self.service.maintain()
+            self.service.maintain()
         return done
 
     def _sleep_for(self) -> float:
