@@ -94,12 +94,16 @@ class Repairs:
         plan = plan_migration(state, current, target, mapping or {})
         plan["to"]["version"] = to_version
         plan["run_id"] = run_id
-        if dry_run or state.terminal:
-            if state.terminal:
-                plan["problems"] = [*plan["problems"], f"the run is already {state.status}"]
+        if to_version == state.definition["version"]:
+            plan["problems"] = [*plan["problems"], f"the run is already on version {to_version}"]
+        if state.terminal:
+            plan["problems"] = [*plan["problems"], f"the run is already {state.status}"]
+        if dry_run:
             plan["ok"] = not plan["problems"]
             plan["dry_run"] = True
             return plan
+        if to_version == state.definition["version"]:
+            raise Refused(f"the run is already on version {to_version}", code="same_version")
         if plan["problems"]:
             raise Refused("migration refused: " + "; ".join(plan["problems"]), code="incompatible")
         cmd = MigrateRun(target, to_version, tuple(sorted((mapping or {}).items())), _reason(reason), actor)

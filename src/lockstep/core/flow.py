@@ -27,6 +27,7 @@ __all__ = [
     "advance_after",
     "begin_cancel",
     "complete",
+    "continue_run",
     "defer",
     "enter",
     "expression_context",
@@ -108,6 +109,21 @@ def resume_deferred(tx: Tx, action: str, args: dict[str, Any]) -> None:
         next_compensation(tx, args["attempt"])
     elif action == "fail":
         fail(tx, args["error"])
+
+
+def continue_run(tx: Tx) -> None:
+    """Work out the next transition from the state alone (after a migration replaced the transitions a
+    pause had held back, which were computed for the old version)."""
+    cur = tx.s.current_step
+    if cur is None or tx.s.terminal:
+        return
+    st = tx.s.steps.get(cur)
+    if st is not None and st.status in ("succeeded", "skipped"):
+        advance_after(tx, cur)
+    elif st is not None and st.status == "failed":
+        fail(tx, st.error or {"code": "Failed", "message": f"step {cur} failed", "step": cur})
+    else:
+        enter(tx, cur)
 
 
 def enter(tx: Tx, step_id: str | None) -> None:

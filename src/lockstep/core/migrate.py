@@ -12,7 +12,7 @@ from typing import Any
 
 from .commands import MigrateRun, Rejected
 from .definition import ActivityStep, ApprovalStep, Definition, DefinitionError, WaitStep
-from .flow import Tx, enter
+from .flow import Tx, continue_run, enter
 
 __all__ = ["migrate", "plan_migration"]
 
@@ -130,9 +130,11 @@ def migrate(tx: Tx, c: MigrateRun) -> None:
                 request_id=tx.s.approval["request_id"],
                 reason=f"run migrated to version {c.target_version}",
             )
+    held = list(s.paused["deferred"]) if s.paused is not None else []
     tx.emit(
         "WorkflowMigrated",
         previous=dict(s.definition),
+        superseded=held,
         definition={"name": target.name, "version": c.target_version, "digest": target.digest},
         mapping=plan["mapping"],
         steps=[st.id for st in target.steps],
@@ -145,3 +147,5 @@ def migrate(tx: Tx, c: MigrateRun) -> None:
     tx.d = target
     if restart is not None:
         enter(tx, restart)
+    elif held:
+        continue_run(tx)  # recompute, in the new version, what the pause had held back

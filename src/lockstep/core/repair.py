@@ -3,6 +3,8 @@ migrate join them): each is a state-machine command with a reason and an audit e
 
 from __future__ import annotations
 
+from typing import Any
+
 from .commands import DeadLetter, EditInput, PauseRun, Rejected, ResolveStep, ResumeRun, RetryStep, SkipStep
 from .definition import ActivityStep, DefinitionError
 from .flow import (
@@ -75,6 +77,7 @@ def retry_step(tx: Tx, c: RetryStep) -> None:
         code=att["code"],
         attempt=attempt,
         compensation=comp,
+        superseded=_held(s),
     )
     if comp:
         next_compensation(tx, attempt=attempt)
@@ -120,6 +123,11 @@ def resume(tx: Tx, c: ResumeRun) -> None:
     tx.emit("RunResumed", reason=c.reason, actor=c.actor, deferred=deferred)
     for d in deferred:
         resume_deferred(tx, d["action"], d["args"])
+
+
+def _held(s: RunState) -> list[dict[str, Any]]:
+    """Transitions held back by a pause that a repair replaces (recorded in its event, for the audit)."""
+    return list(s.paused["deferred"]) if s.paused is not None else []
 
 
 def _check_open(s: RunState, reason: str, what: str) -> None:
@@ -183,6 +191,7 @@ def skip(tx: Tx, c: SkipStep) -> None:
         reason=c.reason,
         actor=c.actor,
         before={"status": before.status, "attempts": before.attempts, "output": before.output},
+        superseded=_held(s),
     )
     advance_after(tx, c.step)
 
@@ -227,6 +236,7 @@ def resolve(tx: Tx, c: ResolveStep) -> None:
         code=att["code"],
         compensation=comp,
         compensable=compensable and c.outcome == "succeeded",
+        superseded=_held(s),
     )
     if comp:
         next_compensation(tx)

@@ -281,7 +281,7 @@ def _apply(s: RunState, e: Event) -> RunState:
     if t == "ActivityDeadLettered":
         return replace(s, active=None, steps=_step(s, d["step"], status="dead_letter", finished_at=e.at))
     if t == "StepRetried":
-        return replace(s, attention=None)
+        return replace(s, attention=None, paused=_superseded(s))
     if t == "ActivityCancelled":
         if d.get("rescheduled"):  # withdrawn by a pause; scheduled again on resume
             steps = _comp(s, d["step"], status="paused") if is_comp else _step(s, d["step"], status="paused")
@@ -292,6 +292,7 @@ def _apply(s: RunState, e: Event) -> RunState:
         return replace(
             s,
             attention=None,
+            paused=_superseded(s),
             last_output_step=last,
             steps=_step(s, d["step"], status="skipped", output=d.get("output"), error=None, finished_at=e.at),
         )
@@ -306,6 +307,7 @@ def _apply(s: RunState, e: Event) -> RunState:
                 s,
                 attention=None,
                 compensating=rest,
+                paused=_superseded(s),
                 steps=_comp(s, d["step"], status="compensated", error=None),
             )
         ok = d["outcome"] == "succeeded"
@@ -314,6 +316,7 @@ def _apply(s: RunState, e: Event) -> RunState:
             s,
             attention=None,
             completed=completed,
+            paused=_superseded(s),
             last_output_step=d["step"] if ok else s.last_output_step,
             steps=_step(
                 s,
@@ -429,6 +432,12 @@ def _apply(s: RunState, e: Event) -> RunState:
     raise ValueError(f"unknown event type {t!r} at seq {e.seq}")
 
 
+def _superseded(s: RunState) -> dict[str, Any] | None:
+    """A repair while paused replaces the transitions held back so far (they were computed for the state
+    the repair changes); the repair's own continuation is held back in their place."""
+    return {**s.paused, "deferred": []} if s.paused is not None else None
+
+
 def _migrated(s: RunState, d: dict[str, Any]) -> RunState:
     """Re-key the run onto the target version's steps (mapping: old id -> new id)."""
     mapping: dict[str, str] = d["mapping"]
@@ -449,6 +458,8 @@ def _migrated(s: RunState, d: dict[str, Any]) -> RunState:
         completed=tuple(mapping.get(x, x) for x in s.completed),
         last_output_step=m(s.last_output_step),
         approval=approval,
+        attention={**s.attention, "step": m(s.attention["step"])} if s.attention is not None else None,
+        paused=_superseded(s),
     )
 
 

@@ -394,7 +394,7 @@ def operator_action(
                 me.tenant,
                 run_id,
                 int(version),
-                reason or "dry run",
+                reason or ("preview" if action == "migrate_dry_run" else ""),
                 dry_run=action == "migrate_dry_run",
                 actor=me.name,
             )
