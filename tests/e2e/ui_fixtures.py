@@ -242,9 +242,10 @@ def outsider(ui_server: Server) -> tuple[str, str, str]:
     return "other", "boss", OUTSIDER_PASSWORD
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Debian Chromium for the whole session."""
+    """One headless Debian Chromium per module: Playwright's sync API keeps an event loop running in the
+    main thread while it is open, which would break the async tests of later modules."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
     from playwright.sync_api import sync_playwright

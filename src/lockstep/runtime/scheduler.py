@@ -69,6 +69,14 @@ class Scheduler:
         return max(0.005, min(self.poll, until))
 
     def run(self, stop: threading.Event) -> None:
+        listen = getattr(self.service.store, "listen", None)
+        if listen is not None:  # PostgreSQL: a new timer may be due before our next planned wake-up
+            threading.Thread(
+                target=listen,
+                args=(["lockstep_timers"], self.wake.set, stop),
+                name="lockstep-listen-timers",
+                daemon=True,
+            ).start()
         backoff = self.poll
         while not stop.is_set():
             try:

@@ -80,6 +80,14 @@ class Worker:
     def start(self) -> Worker:
         self._spawn(self._claim_loop, "lockstep-claim")
         self._spawn(self._heartbeat_loop, "lockstep-heartbeat")
+        listen = getattr(self.service.store, "listen", None)
+        if listen is not None:  # PostgreSQL: wake up when a task is queued instead of at the next poll
+            threading.Thread(
+                target=listen,
+                args=(["lockstep_tasks"], self.wake.set, self.stop_event),
+                name="lockstep-listen",
+                daemon=True,
+            ).start()
         if self.scheduler is not None:
             self._spawn(
                 lambda: self.scheduler.run(self.stop_event) if self.scheduler else None, "lockstep-scheduler"

@@ -175,6 +175,10 @@ class SqlTx:
         elif self.c.execute(self.q["run_update"], {**row, "expected_seq": expected}).rowcount != 1:
             raise ConcurrencyError(f"run {after.run_id} moved past seq {expected}")
         self._apply(after, effects, now_ms)
+        self.hint(effects)
+
+    def hint(self, effects: Sequence[Effect]) -> None:
+        """Wake-up hints for other processes after commit (PostgreSQL NOTIFY); polling stays correct alone."""
 
     def _apply(self, run: RunState, effects: Sequence[Effect], now_ms: int) -> None:
         for fx in effects:

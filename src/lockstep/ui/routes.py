@@ -365,6 +365,7 @@ def operator_action(
     reason: Annotated[str, Form()] = "",
     step: Annotated[str, Form()] = "",
     version: Annotated[str, Form()] = "",
+    new_input: Annotated[str, Form()] = "",
 ) -> Response:
     """Pause, resume, skip, resolve and migrate from the run page; each needs a reason."""
     from ..repair import Repairs  # noqa: PLC0415 - only operators reach this
@@ -387,6 +388,13 @@ def operator_action(
             outcome = action.removeprefix("resolve_")
             repairs.resolve(me.tenant, run_id, step, outcome, reason, actor=me.name)
             msg = f"Step {step} resolved as {outcome}."
+        elif action == "edit_input":
+            try:
+                value = json.loads(new_input)
+            except ValueError:
+                raise InvalidInput('the new input must be JSON, e.g. {"qty": 2}') from None
+            repairs.edit_input(me.tenant, run_id, value, reason, actor=me.name)
+            msg = "Input replaced; steps not yet started will use it."
         elif action in ("migrate", "migrate_dry_run"):
             if not version.isdigit():
                 raise InvalidInput("give the version number to migrate to")

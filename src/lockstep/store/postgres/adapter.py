@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ...core.effects import CreateTask, CreateTimer, Effect
 from ...core.timeutil import iso
 from ..migrate import migrations
 from ..port import ConcurrencyError, LoadedRun, RowLocked, SchemaError, StoreUnavailable
@@ -45,6 +46,13 @@ class PgTx(SqlTx):
         if row is None and skip_locked and self._one("run_exists", run_id=run_id) is not None:
             raise RowLocked(run_id)
         return self._loaded(run_id, row)
+
+    def hint(self, effects: Sequence[Effect]) -> None:
+        # NOTIFY is transactional: delivered only if this transaction commits, once per channel.
+        if any(isinstance(fx, CreateTask) for fx in effects):
+            self.c.execute("NOTIFY lockstep_tasks")
+        if any(isinstance(fx, CreateTimer) for fx in effects):
+            self.c.execute("NOTIFY lockstep_timers")
 
     def list_param(self, values: Sequence[str]) -> Any:
         return list(values)
@@ -201,6 +209,23 @@ class PgStore:
         except (PoolTimeout, psycopg.OperationalError) as exc:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {str(exc).splitlines()[0]}") from None
         return done
+
+    def listen(self, channels: Sequence[str], on_notify: Callable[[], None], stop: threading.Event) -> None:
+        """Call on_notify for every NOTIFY on channels until stop is set (run it in a thread). Only a hint:
+        it reconnects after errors and never raises; missing a notification only costs a poll interval."""
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                    for ch in channels:
+                        conn.execute(f"LISTEN {ch}")
+                    backoff = 0.5
+                    while not stop.is_set():
+                        for _ in conn.notifies(timeout=1.0):
+                            on_notify()
+            except psycopg.Error:
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
 
     def ensure_partitions(self) -> None:
         """Create the event partitions of the coming months (idempotent; the scheduler calls it daily)."""
