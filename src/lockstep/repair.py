@@ -102,6 +102,8 @@ class Repairs:
             plan["ok"] = not plan["problems"]
             plan["dry_run"] = True
             return plan
+        if state.terminal:
+            raise Refused(f"the run is already {state.status}; there is nothing to migrate", code="terminal")
         if to_version == state.definition["version"]:
             raise Refused(f"the run is already on version {to_version}", code="same_version")
         if plan["problems"]:

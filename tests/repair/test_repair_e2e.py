@@ -498,11 +498,6 @@ def test_migrate_a_run_waiting_for_approval_from_v1_to_v2_and_finish_on_v2(world
     world.verify_ok()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Repairs.migrate (src/lockstep/repair.py, `if dry_run or state.terminal`) answers a real "
-    "migration of a finished run with a dry-run plan (dry_run=True, ok=False) instead of refusing it",
-)
 def test_a_real_migration_of_a_finished_run_is_refused(world: World) -> None:
     """migrate (not a dry run) on a completed run raises Refused(terminal) like every other command."""
     world.publish(WORK_V1)
