@@ -7,7 +7,9 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["Migration", "migrations"]
+from .port import SchemaError
+
+__all__ = ["Migration", "check_applied", "migrations"]
 
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
@@ -32,3 +34,25 @@ def migrations(package: str) -> list[Migration]:
             out.append(Migration(int(m.group(1)), m.group(2), entry.read_text()))
     out.sort(key=lambda m: m.version)
     return out
+
+
+def check_applied(wanted: list[Migration], applied: dict[int, str], where: str) -> None:
+    """Refuse a database whose migrations differ from this build's: changed, missing or newer ones."""
+    for m in wanted:
+        if m.version in applied and applied[m.version] != m.checksum:
+            raise SchemaError(
+                f"migration {m.version:04d}_{m.name} was changed after it was applied to {where}; "
+                f"restore the original file"
+            )
+    missing = [m for m in wanted if m.version not in applied]
+    if missing:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
+        raise SchemaError(
+            f"database {where} is at schema version {max(applied)} and lacks migration(s) {names}; "
+            f"this lockstep needs {wanted[-1].version}: run `lockstep db upgrade` first"
+        )
+    if max(applied) > wanted[-1].version:
+        raise SchemaError(
+            f"database {where} has schema version {max(applied)}, newer than this lockstep "
+            f"({wanted[-1].version}): upgrade lockstep"
+        )

@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...core.effects import CreateTask, CreateTimer, Effect
 from ...core.timeutil import iso
-from ..migrate import migrations
+from ..migrate import check_applied, migrations
 from ..port import ConcurrencyError, LoadedRun, RowLocked, SchemaError, StoreUnavailable
 from ..sql import load_queries
 from ..sqltx import SqlTx
@@ -149,24 +149,7 @@ class PgStore:
         if not applied:
             self.upgrade(fresh_only=True)  # checks for foreign tables under the migration lock
             return
-        for m in wanted:
-            if m.version in applied and applied[m.version] != m.checksum:
-                raise SchemaError(
-                    f"migration {m.version:04d}_{m.name} was changed after it was applied; "
-                    f"restore the original file"
-                )
-        missing = [m for m in wanted if m.version not in applied]
-        if missing:
-            names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
-            raise SchemaError(
-                f"database is at schema version {max(applied)} and lacks migration(s) {names}; "
-                f"this lockstep needs {wanted[-1].version}: run `lockstep db upgrade` first"
-            )
-        if max(applied) > wanted[-1].version:
-            raise SchemaError(
-                f"database has schema version {max(applied)}, newer than this lockstep "
-                f"({wanted[-1].version}): upgrade lockstep"
-            )
+        check_applied(wanted, applied, _safe(self.url))
 
     def upgrade(self, fresh_only: bool = False) -> list[str]:
         """Apply pending migrations, each in its own transaction, under an advisory lock.

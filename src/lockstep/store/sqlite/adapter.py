@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ...core.timeutil import iso
-from ..migrate import migrations
+from ..migrate import check_applied, migrations
 from ..port import SchemaError, StoreUnavailable
 from ..sql import load_queries
 from ..sqltx import SqlTx
@@ -123,24 +123,7 @@ class SqliteStore:
         if not applied:
             self.upgrade(fresh_only=True)  # checks for foreign tables under the write lock
             return
-        for m in wanted:
-            if m.version in applied and applied[m.version] != m.checksum:
-                raise SchemaError(
-                    f"migration {m.version:04d}_{m.name} was changed after it was applied "
-                    f"to {self.path}; restore the original file"
-                )
-        missing = [m for m in wanted if m.version not in applied]
-        if missing:
-            names = ", ".join(f"{m.version:04d}_{m.name}" for m in missing)
-            raise SchemaError(
-                f"database {self.path} is at schema version {max(applied)} and lacks migration(s) {names}; "
-                f"this lockstep needs {wanted[-1].version}: run `lockstep db upgrade` first"
-            )
-        if max(applied) > wanted[-1].version:
-            raise SchemaError(
-                f"database {self.path} has schema version {max(applied)}, newer than this "
-                f"lockstep ({wanted[-1].version}): upgrade lockstep"
-            )
+        check_applied(wanted, applied, self.path)
 
     def upgrade(self, fresh_only: bool = False) -> list[str]:
         """Apply pending migrations; safe when several processes run it at once (BEGIN IMMEDIATE).
