@@ -55,6 +55,7 @@ from .flow import (
     expression_context,
     fail,
     next_compensation,
+    queued_attempt,
     schedule_action,
     task_id,
     timer,
@@ -171,11 +172,7 @@ def _start(tx: Tx, c: StartRun) -> None:
 
 
 def _claim(tx: Tx, c: ClaimTask) -> None:
-    a = tx.s.active
-    if tx.s.terminal or a is None or a.task_id != c.task_id:
-        raise Rejected("stale_task", f"task {c.task_id} is no longer wanted by run {tx.s.run_id}")
-    if a.fencing is not None:
-        raise Rejected("already_started", f"task {c.task_id} is already leased (fencing token {a.fencing})")
+    a = queued_attempt(tx, c.task_id)
     tx.emit(
         "ActivityStarted",
         step=a.step,

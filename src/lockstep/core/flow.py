@@ -19,7 +19,7 @@ from .definition import (
 )
 from .events import Event
 from .expr import ExprError, evaluate
-from .state import RunState, evolve
+from .state import Attempt, RunState, evolve
 from .timeutil import iso, parse_iso
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "expression_context",
     "fail",
     "next_compensation",
+    "queued_attempt",
     "request_approval",
     "resume_deferred",
     "schedule_action",
@@ -86,6 +87,18 @@ class Tx:
         e = Event(type=type_, at=self.at, data=data, seq=seq)
         self.state = evolve(self.state, e)
         self.events.append(e)
+
+
+def queued_attempt(tx: Tx, task: str) -> Attempt:
+    """The run's current attempt for `task`, which no worker may have started yet; else Rejected."""
+    a = tx.s.active
+    if tx.s.terminal or a is None or a.task_id != task:
+        raise Rejected("stale_task", f"task {task} is no longer wanted by run {tx.s.run_id}")
+    if a.fencing is not None:
+        raise Rejected(
+            "already_started", f"task {task} was already taken by {a.worker} (fencing token {a.fencing})"
+        )
+    return a
 
 
 def defer(tx: Tx, action: str, **args: Any) -> bool:

@@ -14,6 +14,7 @@ from .flow import (
     defer,
     fail,
     next_compensation,
+    queued_attempt,
     resume_deferred,
     schedule_action,
 )
@@ -25,11 +26,7 @@ RETRYABLE_ATTENTION = ("dead_letter", "outcome_unknown", "compensation_failed")
 
 
 def dead_letter(tx: Tx, c: DeadLetter) -> None:
-    a = tx.s.active
-    if tx.s.terminal or a is None or a.task_id != c.task_id:
-        raise Rejected("stale_task", f"task {c.task_id} is no longer wanted by run {tx.s.run_id}")
-    if a.fencing is not None:
-        raise Rejected("already_started", f"task {c.task_id} was taken by {a.worker}; it is not dead")
+    a = queued_attempt(tx, c.task_id)
     tx.emit(
         "ActivityDeadLettered",
         step=a.step,

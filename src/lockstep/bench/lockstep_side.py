@@ -1,0 +1,161 @@
+"""The workloads on lockstep: an in-process Worker (with the scheduler) on one database."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from .. import Engine, Registry, activity
+from .common import summarize_latencies
+
+__all__ = ["DEFINITION", "run_lockstep"]
+
+STEPS = 3
+DEFINITION: dict[str, Any] = {
+    "name": "bench-three",
+    "steps": [
+        {"id": f"s{i}", "activity": "bench.noop", "input": {"n": "${input.n}"}, "timeout": "30s"}
+        for i in range(1, STEPS + 1)
+    ],
+}
+FAILED = ("failed", "cancelled", "needs_attention")
+
+
+def _noop(payload: dict[str, Any]) -> dict[str, Any]:
+    return {"n": payload.get("n")}
+
+
+class _Observer:
+    """Reads run statuses on its own connection (read-only), so waiting does not go through the engine."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._sqlite: sqlite3.Connection | None = None
+        self._pg: psycopg.Connection[Any] | None = None
+        if url.startswith("sqlite:///"):
+            self._sqlite = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+            self._sqlite.execute("PRAGMA busy_timeout=30000")
+        else:
+            self._pg = psycopg.connect(url, autocommit=True)
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        if self._sqlite is not None:
+            return list(self._sqlite.execute(sql, params).fetchall())
+        if self._pg is None:
+            raise RuntimeError("observer is closed")
+        return list(self._pg.execute(sql.replace("?", "%s").encode(), params).fetchall())
+
+    def counts(self) -> dict[str, int]:
+        return {str(s): int(n) for s, n in self._query("SELECT status, count(*) FROM runs GROUP BY status")}
+
+    def status(self, run_id: str) -> str | None:
+        rows = self._query("SELECT status FROM runs WHERE run_id = ?", (run_id,))
+        return str(rows[0][0]) if rows else None
+
+    def close(self) -> None:
+        if self._sqlite is not None:
+            self._sqlite.close()
+        if self._pg is not None:
+            self._pg.close()
+
+
+def _settings(engine: Engine, url: str) -> dict[str, Any]:
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        return {"journal_mode": mode, "synchronous": "FULL (Engine.open default)"}
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(b"SELECT name, setting FROM pg_settings WHERE name IN "
+                            b"('synchronous_commit', 'fsync', 'wal_sync_method')").fetchall()
+    return {str(k): str(v) for k, v in rows}
+
+
+def _throughput(engine: Engine, obs: _Observer, runs: int, timeout: float) -> dict[str, Any]:
+    base = obs.counts().get("completed", 0)  # runs of earlier workloads on the same database
+    t0 = time.perf_counter()
+    for i in range(runs):
+        engine.start(DEFINITION["name"], input={"n": i})
+    started = time.perf_counter()
+    deadline = started + timeout
+    while True:
+        counts = obs.counts()
+        done = counts.get("completed", 0) - base
+        bad = sum(counts.get(s, 0) for s in FAILED)
+        if bad:
+            raise RuntimeError(f"lockstep throughput: runs ended badly: {counts}")
+        if done >= runs:
+            break
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"lockstep throughput: {done}/{runs} completed after {timeout}s")
+        time.sleep(0.01)
+    elapsed = time.perf_counter() - t0
+    return {
+        "runs": runs,
+        "steps": runs * STEPS,
+        "elapsed_s": elapsed,
+        "start_phase_s": started - t0,
+        "runs_per_s": runs / elapsed,
+        "steps_per_s": runs * STEPS / elapsed,
+    }
+
+
+def _latency(engine: Engine, obs: _Observer, runs: int, warmup: int, timeout: float) -> dict[str, Any]:
+    samples: list[float] = []
+    for i in range(warmup + runs):
+        t0 = time.perf_counter()
+        run_id = engine.start(DEFINITION["name"], input={"n": i})
+        while True:
+            status = obs.status(run_id)
+            if status == "completed":
+                break
+            if status in FAILED:
+                raise RuntimeError(f"lockstep latency: run {run_id} ended {status}")
+            if time.perf_counter() - t0 > timeout:
+                raise TimeoutError(f"lockstep latency: run {run_id} still {status} after {timeout}s")
+            time.sleep(0.001)
+        if i >= warmup:
+            samples.append(time.perf_counter() - t0)
+    out = summarize_latencies(samples)
+    out["observation"] = "client clock, start() to status=completed seen by a 1 ms poll on its own connection"
+    return out
+
+
+def run_lockstep(
+    url: str,
+    *,
+    throughput_runs: int,
+    latency_runs: int,
+    warmup: int,
+    concurrency: int,
+    poll_ms: float,
+    timeout: float,
+    log: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
+    registry = Registry()
+    activity("bench.noop", registry=registry)(_noop)
+    engine = Engine.open(url)
+    obs = _Observer(url)
+    worker = engine.worker(registry, concurrency=concurrency, poll_interval=timedelta(milliseconds=poll_ms))
+    try:
+        engine.publish(DEFINITION)
+        worker.start()
+        log("lockstep latency")
+        latency = _latency(engine, obs, latency_runs, warmup, timeout)
+        log("lockstep throughput")
+        throughput = _throughput(engine, obs, throughput_runs, timeout)
+        settings = {
+            "worker": "in-process lockstep.Engine.worker (with scheduler), one process",
+            "concurrency": concurrency,
+            "poll_interval_ms": poll_ms,
+            **_settings(engine, url),
+        }
+    finally:
+        worker.stop(timeout=30)
+        obs.close()
+        engine.close()
+    return {"throughput": throughput, "latency": latency, "settings": settings}
