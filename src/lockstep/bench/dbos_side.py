@@ -37,8 +37,10 @@ def _settings(url: str) -> dict[str, Any]:
         # DBOS sets busy_timeout and foreign_keys only; synchronous stays SQLite's default (FULL).
         return {"journal_mode": mode, "synchronous": "FULL (SQLite default; DBOS does not change it)"}
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(b"SELECT name, setting FROM pg_settings WHERE name IN "
-                            b"('synchronous_commit', 'fsync', 'wal_sync_method')").fetchall()
+        rows = conn.execute(
+            b"SELECT name, setting FROM pg_settings WHERE name IN "
+            b"('synchronous_commit', 'fsync', 'wal_sync_method')"
+        ).fetchall()
     return {str(k): str(v) for k, v in rows}
 
 
@@ -52,7 +54,7 @@ def run_dbos(
     log: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
     dbos_mod: Any = importlib.import_module("dbos")
-    DBOS: Any = dbos_mod.DBOS  # noqa: N806 - DBOS's own name for its class
+    DBOS: Any = dbos_mod.DBOS
 
     DBOS(config={"name": "lockstep-bench", "system_database_url": url, "log_level": "WARNING"})
 

@@ -70,8 +70,10 @@ def _settings(engine: Engine, url: str) -> dict[str, Any]:
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
         return {"journal_mode": mode, "synchronous": "FULL (Engine.open default)"}
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(b"SELECT name, setting FROM pg_settings WHERE name IN "
-                            b"('synchronous_commit', 'fsync', 'wal_sync_method')").fetchall()
+        rows = conn.execute(
+            b"SELECT name, setting FROM pg_settings WHERE name IN "
+            b"('synchronous_commit', 'fsync', 'wal_sync_method')"
+        ).fetchall()
     return {str(k): str(v) for k, v in rows}
 
 
