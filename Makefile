@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit clean
+.PHONY: install demo test lint typecheck unit bench clean
 
 install: $(STAMP)
 
@@ -28,6 +28,12 @@ unit: install
 	$(BIN)/pytest
 
 test: lint typecheck unit
+
+# Benchmarks side by side with DBOS (a bench-only extra); writes reports/bench.md and reports/bench.json.
+# BENCH_ARGS=--quick for a short run.
+bench: install
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python -m lockstep.bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -110,7 +110,7 @@ class Service:
         finally:
             self._local.buffer = previous
         for state, events in committed:
-            for listener in self.listeners:
+            for listener in list(self.listeners):
                 try:
                     listener(state, events)
                 except Exception:  # an observer must never break a committed transition

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 from ..errors import LockstepError
 from ..service import Service
@@ -68,7 +69,19 @@ class Scheduler:
         until = (nxt - self.service.clock()).total_seconds()
         return max(0.005, min(self.poll, until))
 
+    def _on_events(self, _state: Any, events: list[Any]) -> None:
+        if any(e.type == "TimerScheduled" for e in events):
+            self.wake.set()  # a new timer may be due before the planned wake-up
+
     def run(self, stop: threading.Event) -> None:
+        self.service.listeners.append(self._on_events)
+        try:
+            self._run(stop)
+        finally:
+            if self._on_events in self.service.listeners:
+                self.service.listeners.remove(self._on_events)
+
+    def _run(self, stop: threading.Event) -> None:
         listen = getattr(self.service.store, "listen", None)
         if listen is not None:  # PostgreSQL: a new timer may be due before our next planned wake-up
             threading.Thread(

@@ -80,6 +80,8 @@ class Worker:
     def start(self) -> Worker:
         self._spawn(self._claim_loop, "lockstep-claim")
         self._spawn(self._heartbeat_loop, "lockstep-heartbeat")
+        # In this process: wake up as soon as a committed command queued a task (no poll delay).
+        self.service.listeners.append(self._on_events)
         listen = getattr(self.service.store, "listen", None)
         if listen is not None:  # PostgreSQL: wake up when a task is queued instead of at the next poll
             threading.Thread(
@@ -100,10 +102,16 @@ class Worker:
         t.start()
         self._threads.append(t)
 
+    def _on_events(self, _state: Any, events: list[Any]) -> None:
+        if any(e.type in ("ActivityScheduled", "CompensationScheduled") for e in events):
+            self.wake.set()
+
     def stop(self, timeout: float | None = 30.0) -> None:
         """Stop claiming, let in-flight activities finish and report (graceful drain), then return."""
         self.stop_event.set()
         self.wake.set()
+        if self._on_events in self.service.listeners:
+            self.service.listeners.remove(self._on_events)
         if self.scheduler is not None:
             self.scheduler.wake.set()
         # The claim loop must be gone before the pool closes, or a last claim could not be submitted.
