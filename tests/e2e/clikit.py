@@ -1,4 +1,5 @@
-"""Runs the `lockstep` command line as a user would: one subprocess per command, on one database file."""
+"""Runs the `lockstep` command line as a user would: one subprocess per command, on one database (a
+SQLite file or a PostgreSQL database, by URL)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import os
 import sqlite3
 import subprocess
 import sys
+import uuid
 from contextlib import closing
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 TABLES = ("definitions", "runs", "events", "tasks", "timers")
 
@@ -17,9 +21,9 @@ TABLES = ("definitions", "runs", "events", "tasks", "timers")
 class Cli:
     """Runs `python -m lockstep --db URL ...` (the console script's code) with a clean environment."""
 
-    def __init__(self, db: Path, cwd: Path) -> None:
-        self.db = db
-        self.url = f"sqlite:///{db}"
+    def __init__(self, url: str, cwd: Path) -> None:
+        self.url = url
+        self.backend = "sqlite" if url.startswith("sqlite:") else "postgresql"
         self.cwd = cwd
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
 
@@ -45,13 +49,42 @@ class Cli:
         return str(path)
 
     def dump(self) -> dict[str, list[tuple[Any, ...]]]:
-        """Every row of the engine's tables (raw sqlite3), to prove a failed command wrote nothing."""
-        with closing(sqlite3.connect(self.db)) as conn:
-            return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in TABLES}
+        """Every row of the engine's tables (raw SQL, not the engine), to prove a failed command wrote
+        nothing."""
+        return {t: sorted(self._query(f"SELECT * FROM {t}"), key=repr) for t in TABLES}
+
+    def _query(self, statement: str) -> list[tuple[Any, ...]]:
+        if self.backend == "sqlite":
+            with closing(sqlite3.connect(self.url[len("sqlite:///") :])) as conn:
+                return conn.execute(statement).fetchall()
+        import psycopg  # only the PostgreSQL cases need it
+
+        with psycopg.connect(self.url, autocommit=True) as pg:
+            return pg.execute(statement.encode()).fetchall()
 
     def sql(self, statement: str, params: tuple[Any, ...] = ()) -> int:
-        """Run one raw statement against the database file (to tamper with it); returns rowcount."""
-        with closing(sqlite3.connect(self.db)) as conn:
-            cur = conn.execute(statement, params)
-            conn.commit()
-            return cur.rowcount
+        """Run one raw statement (in this backend's dialect and placeholders) against the database, to
+        tamper with it; returns rowcount."""
+        if self.backend == "sqlite":
+            with closing(sqlite3.connect(self.url[len("sqlite:///") :])) as conn:
+                cur = conn.execute(statement, params)
+                conn.commit()
+                return cur.rowcount
+        import psycopg  # only the PostgreSQL cases need it
+
+        with psycopg.connect(self.url, autocommit=True) as pg:
+            return pg.execute(statement.encode(), params).rowcount
+
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+def fresh_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest, *, schema: bool = True) -> str:
+    """A new database: a SQLite file in tmp_path (created with the schema on first use), or a PostgreSQL
+    database, with the schema (`pg_url`) or without it (schema=False: empty, like a new SQLite file)."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'lockstep.db'}"
+    if schema and request.scope == "function":
+        return str(request.getfixturevalue("pg_url"))
+    cluster: Any = request.getfixturevalue("pg_cluster")
+    return str(cluster.create_database(f"e_{uuid.uuid4().hex[:16]}"))

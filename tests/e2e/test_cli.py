@@ -1,5 +1,6 @@
 """End-to-end: the `lockstep` CLI as a user runs it (publish, start, show, events, runs, cancel, verify,
-db upgrade, demo), its JSON shapes, and its one-line errors that write nothing."""
+db upgrade, demo), its JSON shapes, and its one-line errors that write nothing; every test but the demo
+(which brings its own database) runs on both backends (the `backend` fixture in conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from clikit import Cli
+from clikit import BACKENDS, Cli, fresh_url
 
 SHOP = """\
 # a process whose first step waits for a worker (none runs in these tests)
@@ -161,11 +162,11 @@ def test_cancel_requires_a_reason_and_records_it(cli: Cli) -> None:
 # --- bad input: one line on stderr, non-zero exit, nothing written ----------------------------------
 
 
-@pytest.fixture(scope="module")
-def populated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, str]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def populated(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> tuple[Cli, str]:
     """A database with `shop` published and one run of it (shared: the cases below must not write)."""
     tmp = tmp_path_factory.mktemp("populated")
-    cli = Cli(tmp / "lockstep.db", tmp)
+    cli = Cli(fresh_url(request.param, tmp, request), tmp)  # PostgreSQL: migrated by the first command
     cli.json("publish", cli.write("shop.yaml", SHOP))
     run = run_id(cli, "shop", "--input", '{"order": "o-1"}', "--key", "k-1")
     cli.write("malformed.yaml", "name: broken\nsteps: [ {id: a, wait: 1s\n")
@@ -246,6 +247,14 @@ def test_bad_input_is_one_error_line_and_writes_nothing(populated: tuple[Cli, st
 # --- operations ----------------------------------------------------------------------------------
 
 
+# Sets input.n to 2 in one run's stored snapshot (the snapshot column is JSON text on both backends).
+TAMPER_INPUT_N = {
+    "sqlite": "UPDATE runs SET snapshot = json_set(snapshot, '$.input.n', 2) WHERE run_id = ?",
+    "postgresql": "UPDATE runs SET snapshot = jsonb_set(snapshot::jsonb, '{input,n}', '2')::text "
+    "WHERE run_id = %s",
+}
+
+
 def test_verify_detects_a_tampered_snapshot(cli: Cli) -> None:
     """verify exits 0 on consistent runs and 1 (naming the run) after a snapshot is edited behind its back."""
     cli.json("publish", cli.write("nap.yaml", NAP))
@@ -253,9 +262,7 @@ def test_verify_detects_a_tampered_snapshot(cli: Cli) -> None:
     bad = run_id(cli, "nap", "--input", '{"n": 1}')
     assert cli.json("verify", "--json") == {"runs": 2, "ok": True, "problems": []}
 
-    changed = cli.sql(
-        "UPDATE runs SET snapshot = json_set(snapshot, '$.input.n', 2) WHERE run_id = ?", (bad,)
-    )
+    changed = cli.sql(TAMPER_INPUT_N[cli.backend], (bad,))
     assert changed == 1
     done = cli.run("verify", expect=1)
     assert "MISMATCH" in done.stdout
@@ -269,8 +276,11 @@ def test_verify_detects_a_tampered_snapshot(cli: Cli) -> None:
     cli.run("verify", good)
 
 
-def test_db_upgrade_on_a_current_database_applies_nothing(cli: Cli) -> None:
+def test_db_upgrade_on_a_current_database_applies_nothing(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """db upgrade creates a missing schema once; on a current database it reports nothing applied."""
+    cli = Cli(fresh_url(backend, tmp_path, request, schema=False), tmp_path)
     first = cli.json("db", "upgrade")
     assert first["applied"]  # a fresh file gets every migration
     assert cli.json("db", "upgrade") == {"applied": []}
@@ -280,8 +290,9 @@ def test_db_upgrade_on_a_current_database_applies_nothing(cli: Cli) -> None:
 
 
 @pytest.mark.slow
-def test_demo_runs_the_tour_end_to_end(tmp_path: Path, cli: Cli) -> None:
+def test_demo_runs_the_tour_end_to_end(tmp_path: Path) -> None:
     """lockstep demo exits 0 and ends with "every run reached the state it should"."""
+    cli = Cli(f"sqlite:///{tmp_path / 'unused.db'}", tmp_path)  # db=False: the tour brings its own
     done = cli.run("demo", db=False)
     assert "every run reached the state it should" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr

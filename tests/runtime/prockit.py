@@ -22,7 +22,22 @@ from contextlib import closing
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+import pytest
+
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., object])
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+def sqlite_only(reason: str) -> Callable[[F], F]:
+    """Run the test on SQLite only; its PostgreSQL case is reported as skipped with `reason`."""
+    return pytest.mark.parametrize(
+        "backend",
+        ["sqlite", pytest.param("postgresql", marks=pytest.mark.skip(reason=f"SQLite-only: {reason}"))],
+        indirect=True,
+    )
+
 
 LEDGER_ENV = "LOCKSTEP_TEST_LEDGER"
 ACTIVITY_MODULE = "lockstep_test_activities"
@@ -205,7 +220,8 @@ class Cluster:
     def __init__(self, tmp_path: Path, db_url: str, ledger: Ledger) -> None:
         self.tmp = tmp_path
         self.db_url = db_url
-        self.db_path = Path(db_url[len("sqlite:///") :])
+        self.backend = "sqlite" if db_url.startswith("sqlite:") else "postgresql"
+        self.db_path = Path(db_url[len("sqlite:///") :]) if self.backend == "sqlite" else None
         self.ledger = ledger
         (tmp_path / f"{ACTIVITY_MODULE}.py").write_text(ACTIVITY_SOURCE)
         self.env = {
@@ -301,20 +317,51 @@ class Cluster:
     def cli_json(self, *args: str) -> Any:
         return json.loads(self.cli(*args).stdout)
 
+    def execute(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run one raw statement (`?` placeholders) on the lockstep database, past the engine, in its own
+        committed transaction; returns the rows it produced (none for a statement without a result)."""
+        if self.db_path is not None:
+            with closing(sqlite3.connect(self.db_path)) as conn:
+                rows = conn.execute(statement, params).fetchall()
+                conn.commit()
+                return rows
+        import psycopg  # only the PostgreSQL cases need it
+
+        with psycopg.connect(self.db_url, autocommit=True) as pg:
+            cur = pg.execute(statement.replace("?", "%s").encode(), params)
+            return cur.fetchall() if cur.description else []
+
     def stop_quiescent(self, proc: Proc, attempts: int = 50) -> None:
-        """SIGSTOP `proc` at a moment it holds no write lock on the database (else every writer would
-        block on the frozen process): stop, probe with BEGIN IMMEDIATE, resume and retry if locked."""
+        """SIGSTOP `proc` at a moment it holds no lock on the database (else every writer would block on
+        the frozen process): stop, probe, resume and retry if it was inside a transaction. SQLite: probe
+        with BEGIN IMMEDIATE. PostgreSQL: no other session of this database is active or idle in a
+        transaction (the caller's own engine is idle while it calls this)."""
         for _ in range(attempts):
             proc.signal(signal.SIGSTOP)
+            if self._quiescent():
+                return
+            proc.signal(signal.SIGCONT)
+            time.sleep(0.01)
+        raise AssertionError(f"could not stop {proc.name} outside a transaction")
+
+    def _quiescent(self) -> bool:
+        if self.db_path is not None:
             with closing(sqlite3.connect(self.db_path, timeout=0.3, isolation_level=None)) as conn:
                 try:
                     conn.execute("BEGIN IMMEDIATE")
                 except sqlite3.OperationalError:
-                    proc.signal(signal.SIGCONT)
-                    continue
+                    return False
                 conn.execute("ROLLBACK")
-                return
-        raise AssertionError(f"could not stop {proc.name} outside a write transaction")
+                return True
+        import psycopg  # only the PostgreSQL cases need it
+
+        time.sleep(0.05)  # let a statement the stopped process had sent finish on the server
+        with psycopg.connect(self.db_url, autocommit=True) as pg:
+            row = pg.execute(
+                b"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                b" AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'"
+            ).fetchone()
+        return row is not None and row[0] == 0
 
     def shutdown(self) -> None:
         """Kill and reap every process; print their logs (pytest shows them when a test fails)."""

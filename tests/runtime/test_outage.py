@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prockit import wait_until
+from prockit import sqlite_only, wait_until
 
 from lockstep import Engine, Registry, activity
 
 
+@sqlite_only("the outage is a SQLite write lock held past the busy timeout")
 def test_worker_and_scheduler_survive_a_database_locked_past_the_busy_timeout(
     db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
