@@ -417,11 +417,22 @@ def worker(
 
 @cli.command()
 @click.option("--poll-interval", default="200ms", show_default=True)
+@click.option(
+    "--partition-ttl",
+    default="10s",
+    show_default=True,
+    help="PostgreSQL: how long this scheduler's partition leases last; a dead scheduler's "
+    "partitions move to the others after this.",
+)
 @pass_ctx
-def scheduler(c: Ctx, poll_interval: str) -> None:
+def scheduler(c: Ctx, poll_interval: str, partition_ttl: str) -> None:
     """Fire due timers and expire lost leases (any number may run at once)."""
     stop = threading.Event()
     s = c.engine.scheduler(_duration(poll_interval, "--poll-interval"))
+    ttl = _duration(partition_ttl, "--partition-ttl")
+    if ttl.total_seconds() < 1:
+        raise InvalidInput("--partition-ttl must be at least 1s")
+    s.partition_ttl = ttl
     t = threading.Thread(target=s.run, args=(stop,), daemon=True)
     t.start()
     err.print("scheduler running")
