@@ -63,7 +63,11 @@ def narrate(type_: str, data: dict[str, Any], at: str | None = None) -> str:
         delay = ""
         if at:
             delay = f" (in {format_duration(max(parse_iso(d['fire_at']) - parse_iso(at), timedelta(0)))})"
-        label = f"retry of step {d['step']}" if d["kind"] == "retry" else f"wait of step {d['step']}"
+        label = {
+            "retry": f"retry of step {d['step']}",
+            "approval": f"approval timeout of step {d['step']}",
+            "deadline": "the run's time limit",
+        }.get(d["kind"], f"wait of step {d['step']}")
         return f"durable timer set: {label} at {d['fire_at']}{delay}"
     if type_ == "TimerFired":
         return f"timer fired: {d['kind']} of step {d['step']}"
