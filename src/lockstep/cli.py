@@ -335,6 +335,15 @@ def _versions(values: tuple[str, ...]) -> list[str] | None:
     return list(values) or None
 
 
+def _event_logs(c: Ctx) -> None:
+    """Long-running processes log every committed event as a JSON line (run, step, attempt ids)."""
+    from .observability import configure_logging, log_events  # noqa: PLC0415
+
+    if os.environ.get("LOCKSTEP_LOG_FORMAT", "json") != "off":
+        configure_logging(json_logs=os.environ.get("LOCKSTEP_LOG_FORMAT", "json") == "json")
+        c.engine.service.listeners.append(log_events)
+
+
 def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
     stop = threading.Event()
 
@@ -410,6 +419,7 @@ def worker(
         queue=queue,
         versions=_versions(versions),
     )
+    _event_logs(c)
     w.start()
     err.print(f"worker {w.worker_id} serving {', '.join(names)}" + ("" if no_scheduler else " (+ scheduler)"))
     _run_until_signal([w.stop], "draining in-flight activities, then exiting")
@@ -429,6 +439,7 @@ def scheduler(c: Ctx, poll_interval: str, partition_ttl: str) -> None:
     """Fire due timers and expire lost leases (any number may run at once)."""
     stop = threading.Event()
     s = c.engine.scheduler(_duration(poll_interval, "--poll-interval"))
+    _event_logs(c)
     ttl = _duration(partition_ttl, "--partition-ttl")
     if ttl.total_seconds() < 1:
         raise InvalidInput("--partition-ttl must be at least 1s")
