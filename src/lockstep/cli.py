@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .core.narrate import narrate
+from .core.state import STATUSES
 from .core.timeutil import parse_duration
 from .engine import DEFAULT_DB, Engine
 from .errors import InvalidInput, LockstepError
@@ -234,19 +235,7 @@ def events(c: Ctx, run_id: str, as_json: bool) -> None:
 @cli.command()
 @click.option(
     "--status",
-    type=click.Choice(
-        [
-            "running",
-            "waiting",
-            "paused",
-            "needs_attention",
-            "cancelling",
-            "compensating",
-            "completed",
-            "failed",
-            "cancelled",
-        ]
-    ),
+    type=click.Choice(STATUSES),
 )
 @click.option("--definition", help="Only runs of this definition.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)

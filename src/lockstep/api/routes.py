@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.explain import WAIT_KINDS
+from ..core.state import STATUSES
 from ..engine import load_document
 from ..errors import InvalidInput
 from ..principals import Principal
@@ -32,17 +33,6 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1", responses=PROBLEM_RESPONSES)
 Svc = Annotated[Service, Depends(get_service)]
 MAX_DEFINITION_BYTES = 1 << 20
-STATUSES = (
-    "running",
-    "waiting",
-    "paused",
-    "needs_attention",
-    "cancelling",
-    "compensating",
-    "completed",
-    "failed",
-    "cancelled",
-)
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: _r(404, "No such run in the caller's tenant")}
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from .commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
 from .definition import ApprovalStep
-from .flow import Tx, advance_after, enter, fail
+from .flow import Tx, advance_after, cancel_timers, enter, fail
 
 __all__ = [
     "decide_approval",
@@ -98,9 +98,7 @@ def decide_approval(tx: Tx, c: DecideApproval) -> None:
 
 
 def _close_timer(tx: Tx, step: str, reason: str) -> None:
-    t = tx.s.timers.get(f"approval:{step}")
-    if t is not None:
-        tx.emit("TimerCancelled", key=t.key, generation=t.generation, kind=t.kind, step=t.step, reason=reason)
+    cancel_timers(tx, reason, step)
 
 
 def _after_reject(tx: Tx, step: str, policy: dict[str, Any], why: str) -> None:

@@ -51,6 +51,7 @@ from .flow import (
     Tx,
     advance_after,
     begin_cancel,
+    cancel_timers,
     enter,
     expression_context,
     fail,
@@ -59,6 +60,7 @@ from .flow import (
     schedule_action,
     task_id,
     timer,
+    withdraw,
 )
 from .migrate import migrate
 from .repair import dead_letter, edit_input, pause, resolve, resume, retry_step, skip
@@ -375,25 +377,11 @@ def _cancel(tx: Tx, c: CancelRun) -> None:
             raise Rejected("compensating", f"the run waits for an operator: {s.attention['reason']}")
         raise Rejected("compensating", "the run is already compensating after a failure and will end failed")
     tx.emit("CancelRequested", reason=c.reason, actor=c.actor)
-    for t in sorted(tx.s.timers.values(), key=lambda t: t.key):
-        tx.emit(
-            "TimerCancelled",
-            key=t.key,
-            generation=t.generation,
-            kind=t.kind,
-            step=t.step,
-            reason="run cancelled",
-        )
+    cancel_timers(tx, "run cancelled")
     settle_cancel(tx)
     a = tx.s.active
     if a is not None and a.fencing is None:
-        tx.emit(
-            "ActivityCancelled",
-            step=a.step,
-            task_id=a.task_id,
-            attempt=a.attempt,
-            reason="run cancelled before any worker started it",
-        )
+        withdraw(tx, a, "run cancelled before any worker started it")
         a = None
     if a is None:
         begin_cancel(tx)

@@ -26,6 +26,7 @@ __all__ = [
     "Tx",
     "advance_after",
     "begin_cancel",
+    "cancel_timers",
     "complete",
     "continue_run",
     "defer",
@@ -40,6 +41,7 @@ __all__ = [
     "step_failed",
     "task_id",
     "timer",
+    "withdraw",
 ]
 
 
@@ -87,6 +89,20 @@ class Tx:
         e = Event(type=type_, at=self.at, data=data, seq=seq)
         self.state = evolve(self.state, e)
         self.events.append(e)
+
+
+def cancel_timers(tx: Tx, reason: str, step: str | None = None) -> None:
+    """Make the run's armed timers stale (only those of `step` when given), in a stable order."""
+    for t in sorted(tx.s.timers.values(), key=lambda t: t.key):
+        if step is None or t.step == step:
+            tx.emit(
+                "TimerCancelled", key=t.key, generation=t.generation, kind=t.kind, step=t.step, reason=reason
+            )
+
+
+def withdraw(tx: Tx, a: Attempt, reason: str, **extra: Any) -> None:
+    """Record that an attempt is no longer wanted (ActivityCancelled); its task row is closed."""
+    tx.emit("ActivityCancelled", step=a.step, task_id=a.task_id, attempt=a.attempt, reason=reason, **extra)
 
 
 def queued_attempt(tx: Tx, task: str) -> Attempt:

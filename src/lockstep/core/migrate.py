@@ -12,7 +12,7 @@ from typing import Any
 
 from .commands import MigrateRun, Rejected
 from .definition import ActivityStep, ApprovalStep, Definition, DefinitionError, WaitStep
-from .flow import Tx, continue_run, enter
+from .flow import Tx, cancel_timers, continue_run, enter, withdraw
 
 __all__ = ["migrate", "plan_migration"]
 
@@ -106,23 +106,8 @@ def migrate(tx: Tx, c: MigrateRun) -> None:
         cur = plan["current_step"]["from"]
         a = s.active
         if a is not None:
-            tx.emit(
-                "ActivityCancelled",
-                step=a.step,
-                task_id=a.task_id,
-                attempt=a.attempt,
-                reason=f"run migrated to version {c.target_version}; a late result is ignored",
-            )
-        for t in sorted(tx.s.timers.values(), key=lambda t: t.key):
-            if t.step == cur:
-                tx.emit(
-                    "TimerCancelled",
-                    key=t.key,
-                    generation=t.generation,
-                    kind=t.kind,
-                    step=t.step,
-                    reason=f"run migrated to version {c.target_version}",
-                )
+            withdraw(tx, a, f"run migrated to version {c.target_version}; a late result is ignored")
+        cancel_timers(tx, f"run migrated to version {c.target_version}", cur)
         if tx.s.approval is not None:
             tx.emit(
                 "ApprovalCancelled",

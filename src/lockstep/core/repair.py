@@ -11,12 +11,14 @@ from .flow import (
     Tx,
     advance_after,
     begin_cancel,
+    cancel_timers,
     defer,
     fail,
     next_compensation,
     queued_attempt,
     resume_deferred,
     schedule_action,
+    withdraw,
 )
 from .state import RunState
 
@@ -96,12 +98,10 @@ def pause(tx: Tx, c: PauseRun) -> None:
     a = tx.s.active
     if a is not None and a.fencing is None:
         # Nobody started this attempt yet: withdraw it now and schedule it again on resume.
-        tx.emit(
-            "ActivityCancelled",
-            step=a.step,
-            task_id=a.task_id,
-            attempt=a.attempt,
-            reason="run paused; scheduled again on resume",
+        withdraw(
+            tx,
+            a,
+            "run paused; scheduled again on resume",
             rescheduled=True,
             compensation=a.kind == "compensation",
         )
@@ -165,17 +165,8 @@ def skip(tx: Tx, c: SkipStep) -> None:
                 f"attempt {a.attempt} of step {c.step} is running on {a.worker}; wait for "
                 f"its result (or cancel the run) before skipping",
             )
-        tx.emit("ActivityCancelled", step=a.step, task_id=a.task_id, attempt=a.attempt, reason="step skipped")
-    for t in sorted(tx.s.timers.values(), key=lambda t: t.key):
-        if t.step == c.step:
-            tx.emit(
-                "TimerCancelled",
-                key=t.key,
-                generation=t.generation,
-                kind=t.kind,
-                step=t.step,
-                reason="step skipped",
-            )
+        withdraw(tx, a, "step skipped")
+    cancel_timers(tx, "step skipped", c.step)
     if tx.s.approval is not None and tx.s.approval["step"] == c.step:
         tx.emit(
             "ApprovalCancelled", step=c.step, request_id=tx.s.approval["request_id"], reason="step skipped"

@@ -14,6 +14,7 @@ from .events import Event
 
 __all__ = [
     "SNAPSHOT_VERSION",
+    "STATUSES",
     "TERMINAL",
     "Attempt",
     "OutdatedSnapshot",
@@ -25,6 +26,18 @@ __all__ = [
 ]
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
+# Every status a run can have, in the order people read them (live ones first, then the terminal ones).
+STATUSES = (
+    "running",
+    "waiting",
+    "paused",
+    "needs_attention",
+    "cancelling",
+    "compensating",
+    "completed",
+    "failed",
+    "cancelled",
+)
 # Bump when RunState gains or changes a field: stored snapshots of an older version are rebuilt from
 # their events when loaded (snapshots are derived data; the events are the facts).
 SNAPSHOT_VERSION = 3

@@ -17,6 +17,7 @@ from fastapi.templating import Jinja2Templates
 
 from ..core.explain import WAIT_KINDS
 from ..core.narrate import narrate
+from ..core.state import STATUSES
 from ..core.timeutil import format_duration, parse_iso
 from ..errors import InvalidInput, LockstepError, NotFound
 from ..principals import Principal, Principals
@@ -27,17 +28,6 @@ __all__ = ["mount"]
 HERE = Path(__file__).parent
 SESSION_COOKIE = "lockstep_session"
 LOGIN_CSRF_COOKIE = "lockstep_login_csrf"
-STATUSES = (
-    "running",
-    "waiting",
-    "paused",
-    "needs_attention",
-    "cancelling",
-    "compensating",
-    "completed",
-    "failed",
-    "cancelled",
-)
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
