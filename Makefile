@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit bench clean
+.PHONY: install demo test lint typecheck unit bench faults clean
 
 install: $(STAMP)
 
@@ -34,6 +34,11 @@ test: lint typecheck unit
 bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python -m lockstep.bench $(BENCH_ARGS)
+
+# The fault-injection matrix on SQLite and PostgreSQL; writes reports/faults.md and reports/faults.json.
+# FAULTS_ARGS=--quick (CI size), --soak (longer, larger), --seed N, --only SCENARIO.
+faults: install
+	$(BIN)/python -m lockstep.faults $(FAULTS_ARGS)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -15,8 +15,9 @@ ALLOWED = {
     "core": {"core"},
     "store": {"core", "store"},
     "errors": set(),
-    **{name: {"core", "store", "errors", *SERVICE} for name in SERVICE},
-    "runtime": {"core", "store", "errors", "runtime", *SERVICE},
+    "failpoints": set(),
+    **{name: {"core", "store", "errors", "failpoints", *SERVICE} for name in SERVICE},
+    "runtime": {"core", "store", "errors", "failpoints", "runtime", *SERVICE},
 }
 CORE_FORBIDDEN_MODULES = {
     "time",

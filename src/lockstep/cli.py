@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from . import failpoints
 from .core.narrate import narrate
 from .core.state import STATUSES
 from .core.timeutil import parse_duration
@@ -119,6 +120,10 @@ def cli(ctx: click.Context, db: str, tenant: str) -> None:
 
     Publish a definition, start runs, run workers; every run survives crashes and explains its waits.
     """
+    if failpoints.SPEC_ERROR:
+        raise InvalidInput(f"{failpoints.SPEC_ERROR} (unset {failpoints.ENV} to run normally)")
+    if failpoints.active_spec():
+        err.print(f"warning: fail points are active ({failpoints.ENV}={failpoints.active_spec()})")
     ctx.obj = Ctx(db, tenant)
 
     def _close() -> None:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from . import dispatch
+from . import dispatch, failpoints
 from .core.canonical import canonical_json, digest
 from .core.commands import (
     CancelRun,
@@ -157,6 +157,7 @@ class Service:
         if after is None:  # pragma: no cover - events always create or keep a state
             raise RuntimeError("decide produced events but no state")
         tx.append(loaded, after, events, effects_of(events), now_ms=_ms(now), request_digest=request_digest)
+        failpoints.hit(f"commit.{type(command).__name__}", run=after.run_id)  # written, not yet committed
         buffer = getattr(self._local, "buffer", None)
         if buffer is not None:
             buffer.append((after, events))
@@ -300,6 +301,11 @@ class Service:
         row = tx.tenant(tenant)
         if row is None:
             return
+        if {"max_active_runs", "max_timers", "starts_per_second"} & row.settings.keys():
+            # Count under the tenant's row lock: two concurrent starts must not both see room for one
+            # more (READ COMMITTED on PostgreSQL; found by the quota_exhausted fault scenario).
+            tx.lock_tenant(tenant)
+            row = tx.tenant(tenant) or row
         cap = row.settings.get("max_active_runs")
         if cap is not None:
             active = tx.active_runs(tenant)
@@ -487,6 +493,14 @@ class Service:
 
     def _report(self, task_id: str, command: ReportSuccess | ReportFailure, tenant: str | None = None) -> str:
         t = self.task(task_id, tenant)
+        if failpoints.enabled("unsafe.no_fencing", task=task_id):
+            # A deliberately broken build: apply the report to whatever attempt is current, as an
+            # engine without fencing tokens would. Only the fault suite's checker test turns this on.
+            active = self.state(None, t.run_id).active
+            if active is not None and active.fencing is not None:
+                command = replace(
+                    command, task_id=active.task_id, attempt=active.attempt, fencing=active.fencing
+                )
         _state, events = self.command(t.run_id, command)
         return "ignored" if events and events[0].type == "ResultIgnored" else "accepted"
 

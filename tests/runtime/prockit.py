@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import pytest
+
+from lockstep.faults.fleet import Proc, stop_quiescent, wait_until
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., object])
@@ -119,20 +119,6 @@ def step(input, ctx):
 '''
 
 
-def wait_until(
-    predicate: Callable[[], T], timeout: float, what: str = "condition", interval: float = 0.02
-) -> T:
-    """Poll `predicate` until it returns something truthy (and return it); fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value: {value!r})")
-        time.sleep(interval)
-
-
 class Ledger:
     """The test's view of the downstream service (every query opens and closes its own connection)."""
 
@@ -173,45 +159,6 @@ class Ledger:
     def release(self, run_id: str, attempt: int) -> None:
         """Let a blocked attempt (input `block_attempt`) go on."""
         (self.path.parent / f"release-{run_id}-{attempt}").touch()
-
-
-class Proc:
-    """One lockstep subprocess with its output in files."""
-
-    def __init__(self, name: str, popen: subprocess.Popen[bytes], out: IO[bytes], log: Path) -> None:
-        self.name = name
-        self.popen = popen
-        self._out = out
-        self.log_path = log
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def signal(self, sig: signal.Signals) -> None:
-        self.popen.send_signal(sig)
-
-    def kill(self) -> int:
-        """SIGKILL and reap; returns the exit status."""
-        if self.alive():
-            self.popen.send_signal(signal.SIGCONT)  # a stopped process must not linger
-            self.popen.kill()
-        return self.popen.wait(15)
-
-    def wait(self, timeout: float) -> int:
-        return self.popen.wait(timeout)
-
-    def close(self) -> None:
-        try:
-            self.kill()
-        finally:
-            self._out.close()
 
 
 class Cluster:
@@ -331,37 +278,11 @@ class Cluster:
             cur = pg.execute(statement.replace("?", "%s").encode(), params)
             return cur.fetchall() if cur.description else []
 
-    def stop_quiescent(self, proc: Proc, attempts: int = 50) -> None:
+    def stop_quiescent(self, proc: Proc) -> None:
         """SIGSTOP `proc` at a moment it holds no lock on the database (else every writer would block on
-        the frozen process): stop, probe, resume and retry if it was inside a transaction. SQLite: probe
-        with BEGIN IMMEDIATE. PostgreSQL: no other session of this database is active or idle in a
-        transaction (the caller's own engine is idle while it calls this)."""
-        for _ in range(attempts):
-            proc.signal(signal.SIGSTOP)
-            if self._quiescent():
-                return
-            proc.signal(signal.SIGCONT)
-            time.sleep(0.01)
-        raise AssertionError(f"could not stop {proc.name} outside a transaction")
-
-    def _quiescent(self) -> bool:
-        if self.db_path is not None:
-            with closing(sqlite3.connect(self.db_path, timeout=0.3, isolation_level=None)) as conn:
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                except sqlite3.OperationalError:
-                    return False
-                conn.execute("ROLLBACK")
-                return True
-        import psycopg  # only the PostgreSQL cases need it
-
-        time.sleep(0.05)  # let a statement the stopped process had sent finish on the server
-        with psycopg.connect(self.db_url, autocommit=True) as pg:
-            row = pg.execute(
-                b"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                b" AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'"
-            ).fetchone()
-        return row is not None and row[0] == 0
+        the frozen process); see lockstep.faults.fleet.stop_quiescent."""
+        if not stop_quiescent(proc, self.db_url):
+            raise AssertionError(f"could not stop {proc.name} outside a transaction")
 
     def shutdown(self) -> None:
         """Kill and reap every process; print their logs (pytest shows them when a test fails)."""

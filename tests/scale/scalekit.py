@@ -26,6 +26,8 @@ from typing import IO, Any, TypeVar
 import httpx
 import psycopg
 
+from lockstep.faults.fleet import wait_until
+
 T = TypeVar("T")
 
 ACTIVITY_MODULE = "scale_activities"
@@ -123,20 +125,6 @@ def work(input, ctx):
 def other(input, ctx):
     return _work(input, ctx)
 '''
-
-
-def wait_until(
-    predicate: Callable[[], T], timeout: float, what: str = "condition", interval: float = 0.05
-) -> T:
-    """Poll `predicate` until it returns something truthy (and return it); fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value: {value!r})")
-        time.sleep(interval)
 
 
 def free_port() -> int:

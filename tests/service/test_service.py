@@ -641,3 +641,31 @@ def test_default_output_is_the_last_step_output(svc: Service):
     shown = svc.show("acme", run)
     assert shown["status"] == "completed"
     assert shown["output"] == {"value": 41}
+
+
+def test_concurrent_starts_never_exceed_the_active_run_limit(svc: Service, published: dict[str, Any]) -> None:
+    """Eight starts racing against max_active_runs=3 admit exactly 3: the count is taken under the
+    tenant's row lock (PostgreSQL's READ COMMITTED let two racing starts both see room for one more)."""
+    from lockstep.errors import RateLimited
+    from lockstep.principals import Principals
+
+    Principals(svc).create_tenant("acme")
+    Principals(svc).set_tenant("acme", max_active_runs=3)
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def start(i: int) -> None:
+        barrier.wait()
+        try:
+            start_order(svc, i)
+            outcomes.append("started")
+        except RateLimited:
+            outcomes.append("limited")
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(outcomes) == ["limited"] * 5 + ["started"] * 3
+    assert len(svc.runs("acme", limit=100)) == 3

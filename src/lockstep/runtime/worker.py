@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from .. import failpoints
 from ..errors import LockstepError
 from ..service import Service, TaskLease
 from .activity import REGISTRY, ActivityContext, ActivityError, LeaseLost, Registry
@@ -184,9 +185,18 @@ class Worker:
 
     # --- one task ------------------------------------------------------------------------------
     def _execute(self, lease: TaskLease) -> None:
+        where = {"task": lease.task_id, "attempt": lease.attempt, "worker": self.worker_id}
         try:
+            failpoints.hit("worker.before_call", **where)
             outcome = self._call(lease)
+            failpoints.hit("worker.after_call", **where)  # the effect is done, the report not yet sent
+            if failpoints.enabled("worker.deliver_twice", **where):
+                # What a broker redelivering the message would cause: the same attempt runs and
+                # reports twice. The fencing token must turn the second report into evidence only.
+                self._report(lease, outcome)
+                outcome = self._call(lease)
             self._report(lease, outcome)
+            failpoints.hit("worker.after_report", **where)
         finally:
             with self._lock:
                 self._inflight.pop(lease.task_id, None)
@@ -209,12 +219,15 @@ class Worker:
             item.lost = not ok
             return ok
 
+        key = lease.idempotency_key
+        if failpoints.enabled("unsafe.key_per_attempt", task=lease.task_id):
+            key = f"{key}#{lease.attempt}"  # a broken build: retries look like new requests downstream
         ctx = ActivityContext(
             lease.tenant,
             lease.run_id,
             lease.step,
             lease.attempt,
-            lease.idempotency_key,
+            key,
             lease.activity,
             lease.definition,
             lease.version,

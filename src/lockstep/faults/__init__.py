@@ -1,0 +1,1 @@
+"""Fault-injection suite: real processes, injected faults, a history checker."""

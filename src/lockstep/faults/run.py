@@ -1,0 +1,208 @@
+"""The matrix: every scenario on every backend, each in its own fleet and directory, then the reports
+(`reports/faults.md` for people, `reports/faults.json` for tools).
+
+The broken builds run last: the same scenarios with a safety mechanism switched off by a fail point.
+They pass only if the checker finds violations, which is the proof that a clean run means something.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import platform
+import random
+import shutil
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..testing.pgcluster import PgCluster, find_pg_bin
+from .base import Ctx, Outcome, Scenario
+from .checker import CHECKS
+from .fleet import Fleet
+from .scenarios import crash_after_commit, duplicate_delivery, duplicate_timer, lease_expiry, lost_response
+from .scenarios_ops import approval_replay, db_outage, interrupted_deployment, queue_backlog, quota_exhausted
+
+__all__ = ["SCENARIOS", "run_matrix", "write_reports"]
+
+SCENARIOS = [
+    Scenario("crash_after_commit", "crash_after_commit", crash_after_commit),
+    Scenario("duplicate_delivery", "duplicate_delivery", duplicate_delivery),
+    Scenario("lease_expiry", "lease_expiry", lease_expiry),
+    Scenario("lost_response", "lost_response", lost_response),
+    Scenario("approval_replay", "approval_replay", approval_replay),
+    Scenario("duplicate_timer", "duplicate_timer", duplicate_timer),
+    Scenario("db_outage", "db_outage", db_outage),
+    Scenario("queue_backlog", "queue_backlog", queue_backlog),
+    Scenario("interrupted_deployment", "interrupted_deployment", interrupted_deployment),
+    Scenario("quota_exhausted", "quota_exhausted", quota_exhausted),
+    Scenario(
+        "broken_no_fencing",
+        "lease_expiry",
+        functools.partial(lease_expiry, unsafe=True),
+        expect_violations=True,
+        backends=("sqlite",),
+        about="fencing switched off (unsafe.no_fencing): late reports land on the current attempt",
+    ),
+    Scenario(
+        "broken_key_per_attempt",
+        "lost_response",
+        functools.partial(lost_response, unsafe=True),
+        expect_violations=True,
+        backends=("sqlite",),
+        about="a new idempotency key per attempt (unsafe.key_per_attempt): retries charge again",
+    ),
+]
+
+
+def run_matrix(
+    backends: list[str],
+    *,
+    seed: int,
+    runs: int,
+    soak: bool,
+    workdir: Path,
+    only: list[str] | None = None,
+    keep: bool = False,
+    say: Callable[[str], None] = print,
+) -> list[Outcome]:
+    chosen = [s for s in SCENARIOS if not only or s.name in only or s.fault in only]
+    pg: PgCluster | None = None
+    if "postgresql" in backends:
+        if find_pg_bin() is None:
+            raise RuntimeError("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+        # Its own temporary directory: PgCluster hands it to the postgres OS user (ours may be 0700).
+        pg = PgCluster().init().start()
+    results: list[Outcome] = []
+    try:
+        for backend in backends:
+            for sc in chosen:
+                if backend in sc.backends:
+                    results.append(_one(sc, backend, pg, seed, runs, soak, workdir, keep, say))
+    finally:
+        if pg is not None:
+            pg.destroy()
+    return results
+
+
+def _one(
+    sc: Scenario,
+    backend: str,
+    pg: PgCluster | None,
+    seed: int,
+    runs: int,
+    soak: bool,
+    workdir: Path,
+    keep: bool,
+    say: Callable[[str], None],
+) -> Outcome:
+    where = workdir / f"{backend}-{sc.name}"
+    shutil.rmtree(where, ignore_errors=True)
+    t0 = time.monotonic()
+    fleet = Fleet(where, backend, pg)
+    rng = random.Random(f"{seed}/{sc.name}/{backend}")  # noqa: S311 - reproducible faults, not secrets
+    ctx = Ctx(fleet, seed, rng, runs, soak, deadline_s=300.0 if soak else 120.0)
+    outcome = Outcome(sc.name, sc.fault, backend, seed, 0, {}, dict.fromkeys(CHECKS, 0), None)
+    outcome.expect_violations = sc.expect_violations
+    try:
+        verdict, recovery = sc.body(ctx)
+        outcome.outcomes, outcome.violations, outcome.examples = (
+            verdict.outcomes,
+            verdict.violations,
+            verdict.examples,
+        )
+        outcome.runs = verdict.outcomes.get("started", 0)
+        outcome.recovery_s = recovery
+    except Exception as exc:
+        outcome.error = f"{type(exc).__name__}: {exc}"
+        (where / "error.txt").write_text(traceback.format_exc())
+    finally:
+        outcome.injected = ctx.injected
+        fleet.shutdown()
+    outcome.duration_s = time.monotonic() - t0
+    found = sum(outcome.violations.values())
+    verdict_text = "ok" if outcome.passed else "FAILED"
+    if sc.expect_violations:
+        verdict_text += (
+            f" (broken build: {found} violations found, as it must)" if found else " (not caught!)"
+        )
+    say(
+        f"{backend:10} {sc.name:24} runs={outcome.runs:<4} violations={found:<3} "
+        f"recovery={outcome.recovery_s}s {outcome.duration_s:5.1f}s  {verdict_text}"
+        + (f"  error: {outcome.error}" if outcome.error else "")
+    )
+    if outcome.passed and not keep:
+        shutil.rmtree(where, ignore_errors=True)
+    return outcome
+
+
+def write_reports(results: list[Outcome], out: Path, settings: dict[str, Any]) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
+        **settings,
+        "scenarios": [r.to_json() for r in results],
+    }
+    json_path, md_path = out / "faults.json", out / "faults.md"
+    json_path.write_text(json.dumps(doc, indent=2) + "\n")
+    md_path.write_text(_markdown(results, doc))
+    return md_path, json_path
+
+
+def _markdown(results: list[Outcome], doc: dict[str, Any]) -> str:
+    lines = [
+        "# Fault-injection report",
+        "",
+        f"Generated {doc['generated_at']} by `{doc['command']}` (seed {doc['seed']}, {doc['runs']} runs per"
+        f" scenario) on {doc['machine']}. Every scenario runs real `lockstep` worker / scheduler / serve"
+        " processes, a real database and a real downstream HTTP service; the checker reads the event log,"
+        " the snapshots and the downstream ledger afterwards (see `src/lockstep/faults/checker.py`).",
+        "",
+        "Outcomes: done = completed, failed, cancelled; human = an explicit state for a person"
+        " (needs_attention, paused, waiting for approval); stuck must be 0. Recovery: seconds from the"
+        " last injected fault until every run settled.",
+        "",
+        "| scenario | backend | runs | completed | failed | cancelled | human | stuck | violations |"
+        " recovery s | faults injected | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        o = r.outcomes
+        bad = {k: n for k, n in r.violations.items() if n}
+        shown = ", ".join(f"{k} {n}" for k, n in bad.items()) or "0"
+        injected = "; ".join(f"{k}: {n}" for k, n in r.injected.items()) or "-"
+        result = "ok" if r.passed else "**FAILED**"
+        if r.expect_violations:
+            result = "caught (broken build)" if r.passed else "**NOT CAUGHT**"
+        if r.error:
+            result += f" (error: {r.error})"
+        lines.append(
+            f"| {r.name} | {r.backend} | {r.runs} | {o.get('completed', 0)} | {o.get('failed', 0)} |"
+            f" {o.get('cancelled', 0)} | {o.get('human', 0)} | {o.get('stuck', 0)} | {shown} |"
+            f" {r.recovery_s if r.recovery_s is not None else '-'} | {injected} | {result} |"
+        )
+    lines += ["", "## Checks (totals over the scenarios that must be clean)", ""]
+    lines += ["| check | violations |", "|---|---|"]
+    clean = [r for r in results if not r.expect_violations]
+    for c in CHECKS:
+        lines.append(f"| {c} | {sum(r.violations.get(c, 0) for r in clean)} |")
+    broken = [r for r in results if r.expect_violations]
+    if broken:
+        lines += ["", "## Broken builds (the checker must fail them)", ""]
+        for r in broken:
+            found = {k: n for k, n in r.violations.items() if n}
+            lines.append(f"- **{r.name}** ({r.backend}): {found or 'nothing found'}")
+            for check, examples in r.examples.items():
+                lines += [f"  - {check}: {examples[0]}"]
+    failed = [r for r in results if not r.passed and not r.expect_violations]
+    if failed:
+        lines += ["", "## Failures", ""]
+        for r in failed:
+            lines.append(f"- **{r.name}** ({r.backend}): {r.error or ''}")
+            for check, examples in r.examples.items():
+                lines += [f"  - {check}: {e}" for e in examples]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,170 @@
+"""The fault checker finds each kind of violation in a history or ledger that has it, and none in a
+clean one (so a green fault report means something)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockstep import Engine
+from lockstep.core.events import Event
+from lockstep.faults import checker
+from lockstep.faults.activities import DOWNSTREAM_ENV
+from lockstep.faults.base import pay_definition
+from lockstep.faults.checker import Expect, Verdict, check
+from lockstep.faults.downstream import Downstream, LedgerReader
+from lockstep.runtime.activity import Registry
+
+T = "2026-01-01T00:00:00Z"
+
+
+def history(*items: tuple[str, dict[str, Any]]) -> list[Event]:
+    return [Event(kind, T, data, seq=i + 1) for i, (kind, data) in enumerate(items)]
+
+
+def flags(fn: Any, *args: Any) -> dict[str, int]:
+    v = Verdict()
+    fn("run1", *args, v)
+    return {k: n for k, n in v.violations.items() if n}
+
+
+def ok(step: str, attempt: int = 1, **extra: Any) -> tuple[str, dict[str, Any]]:
+    return (
+        "ActivitySucceeded",
+        {"step": step, "task_id": f"run1/{step}/{attempt}", "attempt": attempt, **extra},
+    )
+
+
+def test_a_clean_history_has_no_violations() -> None:
+    """Start, one success, a timer, the end, then a late result recorded as evidence: nothing flagged."""
+    events = history(
+        ("RunStarted", {"definition": {"name": "pay", "version": 1}}),
+        ok("charge"),
+        ("TimerFired", {"key": "settle", "generation": 1}),
+        ("RunCompleted", {}),
+        ("ResultIgnored", {"task_id": "run1/charge/1"}),
+    )
+    assert flags(checker._transitions, events) == {}
+
+
+def test_two_outcomes_of_one_attempt_are_a_duplicate_transition() -> None:
+    """The same (task, attempt) succeeding twice is flagged (as an attempt and as a step)."""
+    events = history(ok("charge"), ok("charge"))
+    assert flags(checker._transitions, events) == {"duplicate_transitions": 2}
+
+
+def test_a_step_may_succeed_again_only_after_an_operator_retry() -> None:
+    """A second success of a step after StepRetried is allowed; without it, it is flagged."""
+    retried = history(ok("charge", 1), ("StepRetried", {"step": "charge"}), ok("charge", 2))
+    assert flags(checker._transitions, retried) == {}
+    assert flags(checker._transitions, history(ok("charge", 1), ok("charge", 2))) == {
+        "duplicate_transitions": 1
+    }
+
+
+def test_a_timer_generation_firing_twice_is_flagged() -> None:
+    """TimerFired twice for one (key, generation) is a duplicate transition."""
+    fired = ("TimerFired", {"key": "settle", "generation": 1})
+    assert flags(checker._transitions, history(fired, fired)) == {"duplicate_transitions": 1}
+
+
+def test_a_transition_after_the_end_is_state_going_back() -> None:
+    """Anything but audit-only evidence after RunCompleted means a finished run changed."""
+    events = history(("RunCompleted", {}), ok("ship"))
+    assert flags(checker._transitions, events) == {"state_went_back": 1}
+
+
+def test_one_link_deciding_twice_is_a_token_consumed_twice() -> None:
+    """Two decisions carrying one link id (or one approver counted twice) are flagged."""
+    decision = ("ApprovalDecisionRecorded", {"request_id": "q1", "approver": "alice", "link_id": "l1"})
+    assert flags(checker._approvals, history(decision, decision)) == {"tokens_consumed_twice": 2}
+
+
+def test_a_success_carrying_another_steps_effect_is_an_effect_lost() -> None:
+    """A ship success whose result is the charge's downstream effect is flagged (the ship never ran)."""
+    by_key = {"k-charge": {"run_id": "run1", "step": "charge", "response": {"id": "charge_1"}}}
+    events = history(
+        ("ActivityScheduled", {"task_id": "run1/ship/1", "activity": "pay.ship"}),
+        ok("ship", output={"id": "charge_1"}),
+    )
+    assert flags(checker._effects, events, by_key) == {"effects_lost": 1}
+    events[1] = Event(
+        "ActivitySucceeded", T, {**events[1].data, "step": "charge", "task_id": "run1/ship/1"}, 2
+    )
+    assert flags(checker._effects, events, by_key) == {}
+
+
+def test_a_task_started_by_a_worker_of_another_version_is_flagged() -> None:
+    """After a migration to v2, a v1-only worker starting the run's task is flagged."""
+    events = history(
+        ("RunStarted", {"definition": {"name": "pay", "version": 1}}),
+        ("ActivityStarted", {"worker": "v1-a"}),
+        ("WorkflowMigrated", {"definition": {"name": "pay", "version": 2}}),
+        ("ActivityStarted", {"worker": "v1-a"}),
+        ("ActivityStarted", {"worker": "v2-a"}),
+    )
+    v = Verdict()
+    checker._versions("run1", events, {"v1-a": {1}, "v2-a": {2}}, v)
+    assert v.violations["wrong_version"] == 1
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Engine, Downstream]]:
+    """An engine on a SQLite file and the downstream service, with the suite's activities registered."""
+    ds = Downstream(tmp_path / "ledger.db")
+    ds.start()
+    monkeypatch.setenv(DOWNSTREAM_ENV, ds.url)
+    engine = Engine.open(f"sqlite:///{tmp_path / 'l.db'}")
+    try:
+        yield engine, ds
+    finally:
+        engine.close()
+        ds.stop()
+
+
+def _run_all(engine: Engine, n: int) -> list[str]:
+    from lockstep.faults import activities
+
+    registry = Registry()
+    for name, fn in (("pay.charge", activities.charge), ("pay.ship", activities.ship)):
+        registry.register(name, fn)
+    engine.publish(pay_definition(wait="10ms"))
+    runs = [engine.start("pay", input={"amount": i, "ref": f"r{i}"}) for i in range(n)]
+    worker = engine.worker(registry, lease_ttl=timedelta(seconds=5)).start()
+    try:
+        for run in runs:
+            assert engine.wait_for(run, timeout=30)["status"] == "completed"
+    finally:
+        worker.stop()
+    return runs
+
+
+def test_check_passes_real_runs_and_catches_a_duplicated_effect_and_a_stuck_run(
+    world: tuple[Engine, Downstream], tmp_path: Path
+) -> None:
+    """Completed runs check clean; a second effect for one step and a run nobody serves are flagged."""
+    engine, _ds = world
+    runs = _run_all(engine, 3)
+    ledger = LedgerReader(tmp_path / "ledger.db")
+    clean = check(engine, ledger, Expect(), refs=True)
+    assert clean.ok, clean.examples
+    assert clean.outcomes == {"started": 3, "completed": 3}
+
+    with closing(sqlite3.connect(tmp_path / "ledger.db")) as conn:
+        conn.execute(
+            "INSERT INTO effects SELECT idempotency_key || '-again', kind, run_id, step, attempt, body_sha,"
+            " response, at FROM effects WHERE run_id = ? AND step = 'charge'",
+            (runs[0],),
+        )
+        conn.commit()
+    engine.start("pay", input={"amount": 9, "ref": "r-stuck"})  # no worker will ever take it
+    found = check(engine, ledger, Expect(), refs=True)
+    assert found.violations["effects_duplicated"] == 1
+    assert found.violations["stuck"] == 1
+    assert found.outcomes["stuck"] == 1
