@@ -371,7 +371,11 @@ def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
 @click.option("--poll-interval", default="200ms", show_default=True)
 @click.option("--only", "only", multiple=True, help="Serve only these activity types (repeatable).")
 @click.option("--no-scheduler", is_flag=True, help="Do not also fire timers and expire leases here.")
-@click.option("--worker-id", help="Name in leases and events (default host:pid).")
+@click.option(
+    "--worker-id",
+    help="Name in leases and events (default host:pid). Unique among live workers: a worker started "
+    "under an id abandons the leases its dead predecessor held, so they are retried at once.",
+)
 @click.option("--queue", default="default", show_default=True, help="Take tasks of this queue only.")
 @click.option(
     "--versions",

@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from .core.commands import ClaimTask, DeadLetter, ExpireLease, FireTimer, Rejected
+from . import failpoints
+from .core.commands import (
+    ClaimTask,
+    DeadLetter,
+    ExpireLease,
+    FireTimer,
+    Rejected,
+    ReportFailure,
+    ReportSuccess,
+)
 from .core.timeutil import iso
 from .store import DueTimer, ExpiredLease, LoadedRun, RowLocked, Tx
 
@@ -31,6 +40,7 @@ __all__ = [
     "dead_letter_unserved",
     "expire_leases",
     "fire_due_timers",
+    "report_and_claim",
     "round_robin",
 ]
 
@@ -114,38 +124,92 @@ def claim(
     if not activities or limit <= 0:
         return []
     now = svc.clock()
+    with svc.write() as tx:
+        return _claim_in(svc, tx, now, worker, activities, limit, lease_ttl, tenant, queue, versions)
+
+
+def report_and_claim(
+    svc: Service,
+    reports: Sequence[ReportSuccess | ReportFailure],
+    worker: str,
+    activities: Sequence[str],
+    *,
+    limit: int,
+    lease_ttl: timedelta,
+    queue: str = "default",
+    versions: Sequence[str] | None = None,
+) -> tuple[list[str | None], list[TaskLease]]:
+    """Results and new leases in one transaction. Runs are locked in run-id order, so two workers'
+    batches cannot deadlock; each report is isolated in a savepoint (one broken run does not fail
+    the others)."""
+    now = svc.clock()
+    verdicts: dict[int, str | None] = {}
+    with svc.write() as tx:
+        order = sorted(range(len(reports)), key=lambda i: reports[i].task_id)
+        for i in order:
+            verdicts[i] = _isolated(svc, tx, f"report of {reports[i].task_id}", _report_one, reports[i], now)
+        leases: list[TaskLease] = []
+        if activities and limit > 0:
+            leases = _claim_in(svc, tx, now, worker, activities, limit, lease_ttl, None, queue, versions)
+    return [verdicts[i] for i in range(len(reports))], leases
+
+
+def _report_one(svc: Service, tx: Tx, report: ReportSuccess | ReportFailure, now: datetime) -> str:
+    t = tx.task(report.task_id)
+    loaded = tx.load_run(t.run_id) if t is not None else None
+    if loaded is None:
+        return "not_found"
+    if failpoints.enabled("unsafe.no_fencing", task=report.task_id):
+        report = svc.without_fencing(loaded.state, report)
+    s = loaded.state
+    d = svc.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
+    _after, events = svc.apply(tx, loaded, report, now, d)
+    return "ignored" if events and events[0].type == "ResultIgnored" else "accepted"
+
+
+def _claim_in(
+    svc: Service,
+    tx: Tx,
+    now: datetime,
+    worker: str,
+    activities: Sequence[str],
+    limit: int,
+    lease_ttl: timedelta,
+    tenant: str | None,
+    queue: str,
+    versions: Sequence[str] | None,
+) -> list[TaskLease]:
     now_ms = _ms(now)
     out: list[TaskLease] = []
-    with svc.write() as tx:
-        per_tenant: dict[str, list[str]] = {}
-        tenants = [tenant] if tenant else tx.ready_tenants()
-        # Start each claim at the next tenant: a worker with one free slot must not always serve the
-        # alphabetically first tenant.
-        if len(tenants) > 1:
-            k = svc.next_claim_turn() % len(tenants)
-            tenants = tenants[k:] + tenants[:k]
-        for ten in tenants:
-            room = limit
-            settings = tx.tenant(ten)
-            quota = settings.settings.get("activity_concurrency") if settings else None
-            if quota is not None:
-                tx.lock_tenant(ten)  # two claimers must not both take the last free slot
-                room = min(room, int(quota) - tx.leased_count(ten))
-            if room > 0:
-                per_tenant[ten] = tx.ready_ids(ten, activities, queue, now_ms, room, versions)
-        for task_id in round_robin(per_tenant, limit):
-            lease = _isolated(
-                svc,
-                tx,
-                f"task {task_id}",
-                _claim_one,
-                task_id,
-                worker,
-                now,
-                lease_ttl,
-            )
-            if lease is not None:
-                out.append(lease)
+    per_tenant: dict[str, list[str]] = {}
+    tenants = [tenant] if tenant else tx.ready_tenants()
+    # Start each claim at the next tenant: a worker with one free slot must not always serve the
+    # alphabetically first tenant.
+    if len(tenants) > 1:
+        k = svc.next_claim_turn() % len(tenants)
+        tenants = tenants[k:] + tenants[:k]
+    for ten in tenants:
+        room = limit
+        settings = tx.tenant(ten)
+        quota = settings.settings.get("activity_concurrency") if settings else None
+        if quota is not None:
+            tx.lock_tenant(ten)  # two claimers must not both take the last free slot
+            room = min(room, int(quota) - tx.leased_count(ten))
+        if room > 0:
+            per_tenant[ten] = tx.ready_ids(ten, activities, queue, now_ms, room, versions)
+    for task_id in round_robin(per_tenant, limit):
+        lease = _isolated(
+            svc,
+            tx,
+            f"task {task_id}",
+            _claim_one,
+            task_id,
+            worker,
+            now,
+            lease_ttl,
+        )
+        if lease is not None:
+            out.append(lease)
     return out
 
 

@@ -264,37 +264,69 @@ class Service:
                                     code="key_reused",
                                 )
                             return {"run_id": found[0], "created": False}
-                    row = tx.definition(tenant, name, version)
-                    if row is None:
-                        known = [x["name"] for x in tx.definitions(tenant)]
-                        what = f"{name} version {version}" if version else name
-                        hint = (
-                            f" (published: {', '.join(sorted(set(known)))})" if known else " (none published)"
-                        )
-                        raise NotFound(
-                            f"no definition {what} in tenant {tenant}{hint}; "
-                            f"publish it first with `lockstep publish FILE`"
-                        )
-                    d = self.definition_for(tx, tenant, name, row.version)
-                    self._admit(tx, tenant, now)
-                    run_id = new_run_id(now)
-                    max_run = self._tenant_setting(tx, tenant, "max_run_seconds")
-                    cmd = StartRun(
-                        run_id,
-                        tenant,
-                        row.version,
-                        payload,
-                        key,
-                        actor,
-                        int(float(max_run) * 1000) if max_run else None,
-                    )
-                    self.apply(tx, None, cmd, now, d, request_digest=request)
+                    run_id = self._start_in(tx, now, tenant, name, version, payload, key, actor, request)
                     return {"run_id": run_id, "created": True}
             except ConcurrencyError:
                 continue
             except Rejected as r:
                 raise InvalidInput(r.reason, code=r.code) from None
         raise Conflict("could not start the run because of concurrent writers; try again")
+
+    def start_many(
+        self, tenant: str, name: str, inputs: Sequence[Any], *, actor: str | None = None
+    ) -> list[str]:
+        """Start one run per input in ONE transaction (bulk loads, backfills): all start or none do.
+        Each run passes the same checks and tenant limits as `start`; no start keys."""
+        now = self.clock()
+        try:
+            with self.write() as tx:
+                return [
+                    self._start_in(
+                        tx,
+                        now,
+                        tenant,
+                        name,
+                        None,
+                        {} if data is None else data,
+                        None,
+                        actor,
+                        _json_digest({"definition": name, "version": None, "input": data}, "the run input"),
+                    )
+                    for data in inputs
+                ]
+        except Rejected as r:
+            raise InvalidInput(r.reason, code=r.code) from None
+
+    def _start_in(
+        self,
+        tx: Tx,
+        now: datetime,
+        tenant: str,
+        name: str,
+        version: int | None,
+        payload: Any,
+        key: str | None,
+        actor: str | None,
+        request: str,
+    ) -> str:
+        row = tx.definition(tenant, name, version)
+        if row is None:
+            known = [x["name"] for x in tx.definitions(tenant)]
+            what = f"{name} version {version}" if version else name
+            hint = f" (published: {', '.join(sorted(set(known)))})" if known else " (none published)"
+            raise NotFound(
+                f"no definition {what} in tenant {tenant}{hint}; "
+                "publish it first with `lockstep publish FILE`"
+            )
+        d = self.definition_for(tx, tenant, name, row.version)
+        self._admit(tx, tenant, now)
+        run_id = new_run_id(now)
+        max_run = self._tenant_setting(tx, tenant, "max_run_seconds")
+        cmd = StartRun(
+            run_id, tenant, row.version, payload, key, actor, int(float(max_run) * 1000) if max_run else None
+        )
+        self.apply(tx, None, cmd, now, d, request_digest=request)
+        return run_id
 
     def _admit(self, tx: Tx, tenant: str, now: datetime) -> None:
         """Tenant limits at the edge, inside the start transaction: refused starts write nothing."""
@@ -479,6 +511,12 @@ class Service:
             versions=versions,
         )
 
+    def abandon_leases(self, worker: str) -> int:
+        """A worker restarting under the same id gives up the leases of its dead previous incarnation:
+        they expire now (the scheduler retries them at once) instead of after their lease time."""
+        with self.write() as tx:
+            return tx.abandon_leases(worker, _ms(self.clock()))
+
     def heartbeat(self, task_id: str, fencing: int, lease_ttl: timedelta) -> bool:
         """Extend a lease (never past the attempt's deadline); False if the lease is no longer ours."""
         with self.write() as tx:
@@ -494,15 +532,52 @@ class Service:
     def _report(self, task_id: str, command: ReportSuccess | ReportFailure, tenant: str | None = None) -> str:
         t = self.task(task_id, tenant)
         if failpoints.enabled("unsafe.no_fencing", task=task_id):
-            # A deliberately broken build: apply the report to whatever attempt is current, as an
-            # engine without fencing tokens would. Only the fault suite's checker test turns this on.
-            active = self.state(None, t.run_id).active
-            if active is not None and active.fencing is not None:
-                command = replace(
-                    command, task_id=active.task_id, attempt=active.attempt, fencing=active.fencing
-                )
+            command = self.without_fencing(self.state(None, t.run_id), command)
         _state, events = self.command(t.run_id, command)
         return "ignored" if events and events[0].type == "ResultIgnored" else "accepted"
+
+    @staticmethod
+    def without_fencing(
+        state: RunState, command: ReportSuccess | ReportFailure
+    ) -> ReportSuccess | ReportFailure:
+        """A deliberately broken build (fail point unsafe.no_fencing): the report applies to whatever
+        attempt is current, as an engine without fencing tokens would. Only the fault suite uses it,
+        to prove its checker catches what fencing prevents."""
+        active = state.active
+        if active is None or active.fencing is None:
+            return command
+        return replace(command, task_id=active.task_id, attempt=active.attempt, fencing=active.fencing)
+
+    def success_report(
+        self, task_id: str, attempt: int, fencing: int, output: Any, *, strict: bool = False
+    ) -> ReportSuccess | ReportFailure:
+        """The command reporting `output`. Output that is not plain JSON fails the attempt
+        (InvalidOutput) for in-process workers; with `strict` (HTTP workers, who can fix and resend)
+        it is refused with InvalidInput instead."""
+        try:
+            digest(output)
+        except (TypeError, ValueError, UnicodeEncodeError) as exc:
+            if strict:
+                raise InvalidInput(f"output is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
+            message = f"activity output is not JSON: {exc}"
+            return self.failure_report(task_id, attempt, fencing, "InvalidOutput", message, retryable=False)
+        return ReportSuccess(task_id, attempt, fencing, output)
+
+    @staticmethod
+    def failure_report(
+        task_id: str,
+        attempt: int,
+        fencing: int,
+        code: str,
+        message: str,
+        *,
+        retryable: bool = True,
+        unexpected: bool = False,
+    ) -> ReportFailure:
+        # Error texts come from workers; keep them printable and encodable in the hash chain.
+        code = code.encode("utf-8", "replace").decode()[:200]
+        message = message.encode("utf-8", "replace").decode()[:2000]
+        return ReportFailure(task_id, attempt, fencing, code, message, retryable, unexpected)
 
     def complete(
         self,
@@ -514,25 +589,10 @@ class Service:
         tenant: str | None = None,
         strict: bool = False,
     ) -> str:
-        """Report success: "accepted", or "ignored" when the result is stale (recorded as evidence).
-
-        Output that is not plain JSON fails the attempt (InvalidOutput) for in-process workers; with
-        `strict` (HTTP workers, who can fix and resend) it is refused with InvalidInput instead."""
-        try:
-            digest(output)
-        except (TypeError, ValueError, UnicodeEncodeError) as exc:
-            if strict:
-                raise InvalidInput(f"output is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
-            return self.fail(
-                task_id,
-                attempt,
-                fencing,
-                "InvalidOutput",
-                f"activity output is not JSON: {exc}",
-                retryable=False,
-                tenant=tenant,
-            )
-        return self._report(task_id, ReportSuccess(task_id, attempt, fencing, output), tenant)
+        """Report success: "accepted", or "ignored" when the result is stale (recorded as evidence)."""
+        return self._report(
+            task_id, self.success_report(task_id, attempt, fencing, output, strict=strict), tenant
+        )
 
     def fail(
         self,
@@ -546,13 +606,34 @@ class Service:
         unexpected: bool = False,
         tenant: str | None = None,
     ) -> str:
-        # Error texts come from workers; keep them printable and encodable in the hash chain.
-        code = code.encode("utf-8", "replace").decode()[:200]
-        message = message.encode("utf-8", "replace").decode()
-        return self._report(
-            task_id,
-            ReportFailure(task_id, attempt, fencing, code, message[:2000], retryable, unexpected),
-            tenant,
+        report = self.failure_report(
+            task_id, attempt, fencing, code, message, retryable=retryable, unexpected=unexpected
+        )
+        return self._report(task_id, report, tenant)
+
+    def report_and_claim(
+        self,
+        reports: Sequence[ReportSuccess | ReportFailure],
+        worker: str,
+        activities: Sequence[str],
+        *,
+        limit: int,
+        lease_ttl: timedelta,
+        queue: str = "default",
+        versions: Sequence[str] | None = None,
+    ) -> tuple[list[str | None], list[TaskLease]]:
+        """Record many results and lease up to `limit` new tasks in ONE transaction (one commit, one
+        fsync): the worker's hot path. Verdicts are "accepted", "ignored", "not_found", or None for a
+        report that failed inside (retry it later)."""
+        return dispatch.report_and_claim(
+            self,
+            reports,
+            worker,
+            activities,
+            limit=limit,
+            lease_ttl=lease_ttl,
+            queue=queue,
+            versions=versions,
         )
 
     # --- scheduler duties ----------------------------------------------------------------------

@@ -168,3 +168,17 @@ def test_check_passes_real_runs_and_catches_a_duplicated_effect_and_a_stuck_run(
     assert found.violations["effects_duplicated"] == 1
     assert found.violations["stuck"] == 1
     assert found.outcomes["stuck"] == 1
+
+
+def test_a_success_carrying_another_attempts_result_is_a_stale_result_accepted() -> None:
+    """Attempt 2 recorded with the result attempt 1 produced (a late report) is flagged; its own is not."""
+    by_key = {"k": {"run_id": "run1", "step": "charge", "response": {"id": "charge_1"}}}
+    scheduled = ("ActivityScheduled", {"task_id": "run1/charge/2", "activity": "pay.charge"})
+    late = history(
+        scheduled, ok("charge", 2, task_id="run1/charge/2", output={"id": "charge_1", "attempt": 1})
+    )
+    assert flags(checker._effects, late, by_key) == {"stale_results_accepted": 1}
+    own = history(
+        scheduled, ok("charge", 2, task_id="run1/charge/2", output={"id": "charge_1", "attempt": 2})
+    )
+    assert flags(checker._effects, own, by_key) == {}

@@ -94,6 +94,30 @@ def test_sigkill_mid_activity_then_a_new_worker_completes_the_run(
     verify_ok(cluster)
 
 
+def test_a_worker_restarted_under_its_id_retries_its_predecessors_attempt_at_once(
+    cluster: Cluster, engine: Engine, ledger: Ledger
+) -> None:
+    """With a 60 s lease, a worker SIGKILLed mid-activity and restarted under the same --worker-id
+    abandons the dead lease at start-up: attempt 2 runs within seconds, not after the minute."""
+    engine.publish(one_step("crash-restart"))
+    w1 = cluster.worker("w1", lease_ttl="60s")
+    run = engine.start("crash-restart", input={"order": "r1", "block_attempt": 1})
+    wait_until(lambda: ledger.started(run, 1), 20, "attempt 1 to start on w1")
+    assert w1.kill() == -signal.SIGKILL
+
+    restarted = time.monotonic()
+    again = cluster.worker("w1", lease_ttl="60s")
+    shown = finish(engine, run, "completed", timeout=30)
+    assert time.monotonic() - restarted < 30  # well under the 60 s lease
+    assert shown["output"]["pid"] == again.pid
+    assert [(e["attempt"], e["data"]["worker"]) for e in events(engine, run, "ActivityStarted")] == [
+        (1, "w1"),
+        (2, "w1"),
+    ]
+    assert "abandoned 1 lease(s) of a previous w1" in again.log()
+    assert [(e["idempotency_key"], e["attempt"]) for e in ledger.effects(run)] == [("work-r1", 2)]
+
+
 def test_lost_response_is_retried_with_the_same_key_and_applied_once(
     cluster: Cluster, engine: Engine, ledger: Ledger
 ) -> None:

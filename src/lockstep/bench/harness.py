@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from ..testing import PgCluster
 from .common import MARKER
 from .dbos_side import dbos_version
+from .fleet_side import WORKLOADS
 from .raw import pg_commits, sqlite_commits
 from .report import write_reports
 
@@ -100,6 +102,68 @@ def _child(engine: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def fleet_sizes(quick: bool) -> dict[str, Any]:
+    return {
+        "two_workers": {"runs": 600 if quick else 2000},
+        "recovery": {"runs": 1000},
+        "timers": {"n": 2000 if quick else 20_000},
+        "waiting": {"small": 1000, "large": 10_000 if quick else 100_000, "idle_s": 5.0 if quick else 10.0},
+        "approval_round_trip": {"n": 10 if quick else 30},
+    }
+
+
+def _fleet(
+    backend: str, rep: int, tmp: Path, cluster: PgCluster | None, args: argparse.Namespace
+) -> dict[str, Any]:
+    """lockstep's multi-process workloads, each on a fresh database; a failure is recorded, not raised."""
+    out: dict[str, Any] = {}
+    for name, sizes in fleet_sizes(args.quick).items():
+        if backend == "sqlite":
+            url = f"sqlite:///{tmp / f'fleet-{name}-{rep}.db'}"
+        elif cluster is not None:
+            url = cluster.create_database(f"fleet_{name}_{rep}")
+        else:
+            continue
+        _say(f"repetition {rep + 1}/{args.repeat}, {backend}: lockstep {name}")
+        kwargs = dict(sizes)
+        if name != "waiting":
+            kwargs["timeout"] = args.timeout
+        try:
+            out[name] = WORKLOADS[name](url, tmp / f"fleet-{backend}-{name}-{rep}", **kwargs)
+        except Exception as exc:
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            _say(f"  {name} on {backend} failed: {out[name]['error']}")
+    return out
+
+
+def _leaves(d: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
+    if isinstance(d, dict):
+        for k, v in d.items():
+            yield from _leaves(v, f"{prefix}{k}.")
+    elif isinstance(d, int | float) and not isinstance(d, bool):
+        yield prefix[:-1], float(d)
+
+
+def _fleet_medians(per_rep: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median of every numeric result of every multi-process workload (worst case for the counts that
+    must be zero), plus the errors."""
+    values: dict[str, list[float]] = {}
+    errors: list[str] = []
+    for fleet in per_rep:
+        for name, res in fleet.items():
+            if "error" in res:
+                errors.append(f"{name}: {res['error']}")
+                continue
+            for key, v in _leaves(res, f"{name}."):
+                values.setdefault(key, []).append(v)
+    out: dict[str, Any] = {
+        k: (max(v) if k.endswith(("started_again", "fired_twice")) else _median(v)) for k, v in values.items()
+    }
+    out["repetitions"] = len(per_rep)
+    out["errors"] = errors
+    return out
+
+
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -146,6 +210,7 @@ def aggregate(reps: list[dict[str, Any]]) -> dict[str, Any]:
             if vals:
                 raw[m] = _median(vals)
         per["raw_commits_per_s"] = raw
+        per["fleet"] = _fleet_medians([r[backend].get("fleet", {}) for r in reps])
         out[backend] = per
     return out
 
@@ -163,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--poll-ms", type=float, default=50.0, help="lockstep worker poll interval")
     p.add_argument("--timeout", type=float, default=900.0, help="per-workload timeout, seconds")
     p.add_argument("--out", default="reports", help="directory for bench.md and bench.json")
+    p.add_argument("--no-fleet", action="store_true", help="skip the multi-process workloads (lockstep only)")
     args = p.parse_args(argv)
     args.runs = args.runs or (200 if args.quick else 2000)
     args.latency_runs = args.latency_runs or (30 if args.quick else 200)
@@ -200,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                         "pg_1conn": pg_commits(raw_url, args.raw_commits, 1),
                         "pg_4conn": pg_commits(raw_url, args.raw_commits, 4),
                     }
+                if "lockstep" in engines and not args.no_fleet:
+                    res["fleet"] = _fleet(backend, rep, tmp, cluster, args)
                 for engine in engines:
                     if backend == "sqlite":
                         url = f"sqlite:///{tmp / f'{engine}-{rep}.db'}"
@@ -223,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m lockstep.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         "quick": args.quick,
         "sizes": {
+            "fleet": fleet_sizes(args.quick),
             "throughput_runs": args.runs,
             "latency_runs": args.latency_runs,
             "latency_warmup": 5,

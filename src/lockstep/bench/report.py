@@ -16,14 +16,7 @@ RAW_LABELS = {
 }
 REFERENCE = {"sqlite": "sqlite_full", "postgresql": "pg_1conn"}
 
-NOT_MEASURED = [
-    ("Throughput with two worker processes", "not measured yet (only one in-process worker so far)"),
-    ("Recovery: 1,000 runs SIGKILLed mid-flight", "not measured yet"),
-    ("Waiting at scale: 100,000 runs on approvals/timers (memory, DB size, idle CPU)", "not measured yet"),
-    ("Timers: 20,000 due in the same second (time to fire all, lag p99)", "not measured yet"),
-    ("Approval round trip: HTTP decision -> next activity started", "not measured yet"),
-    ("Profile: where the time goes per step (py-spy / pyinstrument)", "not measured yet"),
-]
+PROCS = ("serve", "scheduler", "worker")
 
 
 def _f(v: float | None, digits: int = 1) -> str:
@@ -90,6 +83,10 @@ def render_markdown(r: dict[str, Any]) -> str:
         out.append("\nRaw commit limits (single-row INSERT per commit):\n")
         for key, val in raw.items():
             out.append(f"- {RAW_LABELS[key]}: {_f(val, 0)} commits/s")
+        fl = med.get("fleet", {})
+        if any(k not in {"errors", "repetitions"} for k in fl):
+            out += _fleet_section(fl, r["sizes"].get("fleet", {}))
+            targets += _fleet_targets(backend, fl, r["sizes"].get("fleet", {}))
         sps, dsps = lk.get("throughput.steps_per_s"), db.get("throughput.steps_per_s")
         p50, dp50 = lk.get("latency.p50_ms"), db.get("latency.p50_ms")
         targets += [
@@ -115,8 +112,6 @@ def render_markdown(r: dict[str, Any]) -> str:
     out.append("|---|---|---|")
     for name, status, measured in targets:
         out.append(f"| {name} | {status} | {measured} |")
-    for name, why in NOT_MEASURED:
-        out.append(f"| {name} | {why} | — |")
 
     out.append("\n## How it was measured\n")
     out.append(
@@ -144,6 +139,100 @@ def render_markdown(r: dict[str, Any]) -> str:
             out.append(f"- {name}: " + ", ".join(f"{k}={val}" for k, val in st.items()))
     out.append("\nEvery repetition's raw numbers are in `bench.json`.\n")
     return "\n".join(out)
+
+
+def _fleet_section(fl: dict[str, Any], sizes: dict[str, Any]) -> list[str]:
+    w = sizes.get("waiting", {})
+    small, large = str(w.get("small")), str(w.get("large"))
+    rows = [
+        ("two worker processes: steps/s", _f(fl.get("two_workers.steps_per_s"))),
+        (
+            f"recovery: {sizes.get('recovery', {}).get('runs', 0):,} runs, every engine process SIGKILLed; "
+            "restart -> all completed, s",
+            _f(fl.get("recovery.recovery_s"), 2),
+        ),
+        (
+            "recovery: completed steps started again (must be 0)",
+            _f(fl.get("recovery.completed_steps_started_again"), 0),
+        ),
+        (
+            "recovery: attempts in flight at the kill, run again (same key)",
+            _f(fl.get("recovery.steps_run_twice"), 0),
+        ),
+        (
+            f"timers: {sizes.get('timers', {}).get('n', 0):,} due at once; scheduler start -> all fired, s",
+            _f(fl.get("timers.all_fired_s"), 2),
+        ),
+        (
+            "timers: lag p50 / p99, ms",
+            f"{_f(fl.get('timers.lag_p50_ms'), 0)} / {_f(fl.get('timers.lag_p99_ms'), 0)}",
+        ),
+        ("timers: fired twice (must be 0)", _f(fl.get("timers.fired_twice"), 0)),
+        *(
+            (
+                f"waiting: RSS of {proc}, MiB, at {int(small):,} -> {int(large):,} waiting runs",
+                f"{_f(fl.get(f'waiting.{small}.rss_mib.{proc}'))} -> "
+                f"{_f(fl.get(f'waiting.{large}.rss_mib.{proc}'))}",
+            )
+            for proc in PROCS
+            if small != "None"
+        ),
+        (
+            f"waiting: scheduler CPU while idle, % of a core, at {small} -> {large}",
+            f"{_f(fl.get(f'waiting.{small}.scheduler_idle_cpu_pct'), 2)} -> "
+            f"{_f(fl.get(f'waiting.{large}.scheduler_idle_cpu_pct'), 2)}",
+        ),
+        (
+            f"waiting: database size, MiB, at {small} -> {large}",
+            f"{_f(fl.get(f'waiting.{small}.db_mib'))} -> {_f(fl.get(f'waiting.{large}.db_mib'))}",
+        ),
+        (
+            "approval round trip (HTTP decision -> next activity entered, worker process) p50 / p99, ms",
+            f"{_f(fl.get('approval_round_trip.p50_ms'))} / {_f(fl.get('approval_round_trip.p99_ms'))}",
+        ),
+    ]
+    out = ["\nMulti-process workloads (lockstep only; real `lockstep` processes on a fresh database):\n"]
+    out += ["| workload | median |", "|---|---:|"]
+    out += [f"| {k} | {v} |" for k, v in rows]
+    if fl.get("errors"):
+        out.append(f"\nFailed: {'; '.join(fl['errors'][:3])}")
+    return out
+
+
+def _fleet_targets(backend: str, fl: dict[str, Any], sizes: dict[str, Any]) -> list[tuple[str, str, str]]:
+    w = sizes.get("waiting", {})
+    small, large = str(w.get("small")), str(w.get("large"))
+    rec, reran = fl.get("recovery.recovery_s"), fl.get("recovery.completed_steps_started_again")
+    fired, twice = fl.get("timers.all_fired_s"), fl.get("timers.fired_twice")
+    growth = [
+        _ratio(fl.get(f"waiting.{large}.rss_mib.{p}"), fl.get(f"waiting.{small}.rss_mib.{p}")) for p in PROCS
+    ]
+    worst = max((g for g in growth if g is not None), default=None)
+    idle = fl.get(f"waiting.{large}.scheduler_idle_cpu_pct")
+    n_rec = sizes.get("recovery", {}).get("runs", 0)
+    n_tim = sizes.get("timers", {}).get("n", 0)
+    return [
+        (
+            f"{backend}: recovery of {n_rec:,} interrupted runs under 5 s, nothing completed re-run",
+            _verdict(None if rec is None else rec < 5 and reran == 0),
+            f"{_f(rec, 2)} s, {_f(reran, 0)} completed steps re-run",
+        ),
+        (
+            f"{backend}: memory flat from {small} to {large} waiting runs (each process within 10%)",
+            _verdict(None if worst is None else worst <= 1.10),
+            f"worst growth x{_f(worst, 2)}",
+        ),
+        (
+            f"{backend}: scheduler idle CPU < 2%",
+            _verdict(None if idle is None else idle < 2),
+            f"{_f(idle, 2)}%",
+        ),
+        (
+            f"{backend}: {n_tim:,} due timers all fired within 5 s, none twice",
+            _verdict(None if fired is None else fired < 5 and twice == 0),
+            f"{_f(fired, 2)} s, {_f(twice, 0)} fired twice",
+        ),
+    ]
 
 
 def write_reports(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:

@@ -16,6 +16,8 @@ Violations (each must be 0):
 - effects_duplicated: the downstream applied more than one effect for one (run, step, kind): a retry
   that did not reuse its idempotency key;
 - effects_lost: a step recorded as succeeded whose reported result is not its own effect downstream;
+- stale_results_accepted: a success recorded for attempt N with a result attempt M produced (the
+  suite's activities put their attempt number in their result): a late report that fencing must stop;
 - tokens_consumed_twice: an approval link used for two decisions, or an approver counted twice;
 - wrong_version: a task run by a worker that did not declare the run's definition version;
 - limit_exceeded: more active runs or concurrent attempts than the tenant's limits, in any sample;
@@ -45,6 +47,7 @@ CHECKS = (
     "duplicate_transitions",
     "effects_duplicated",
     "effects_lost",
+    "stale_results_accepted",
     "tokens_consumed_twice",
     "wrong_version",
     "limit_exceeded",
@@ -262,6 +265,11 @@ def _effects(rid: str, events: list[Event], by_key: dict[str, dict[str, Any]], v
         if e.type != "ActivitySucceeded" or activity.get(e.data["task_id"]) not in EFFECT_ACTIVITIES:
             continue
         out = e.data.get("output") or {}
+        if "attempt" in out and int(out["attempt"]) != int(e.data["attempt"]):
+            v.flag(
+                "stale_results_accepted",
+                f"{rid}/{e.data['step']}: attempt {e.data['attempt']} got attempt {out['attempt']}'s result",
+            )
         applied = [x for x in by_key.values() if x["response"].get("id") == out.get("id")]
         if not applied or applied[0]["run_id"] != rid or applied[0]["step"] != e.data["step"]:
             where = f"{applied[0]['run_id']}/{applied[0]['step']}" if applied else "nowhere"

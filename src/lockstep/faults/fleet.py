@@ -90,16 +90,35 @@ class Proc:
             self._out.close()
 
 
-def stop_quiescent(proc: Proc, db_url: str, attempts: int = 100) -> bool:
+def stop_quiescent(proc: Proc, db_url: str, attempts: int = 200) -> bool:
     """SIGSTOP `proc` at a moment it holds no database lock (a frozen lock holder would freeze every
     writer, which is another fault): stop, probe, resume and retry while it was inside a transaction.
     False if no such moment came."""
     for _ in range(attempts):
         proc.signal(signal.SIGSTOP)
-        if quiescent(db_url):
+        # kill() returns before the kernel has stopped every thread: probe only once it has, or the
+        # process could still take the write lock right after a clean probe, then freeze with it.
+        if _stopped(proc.pid) and quiescent(db_url):
             return True
         proc.signal(signal.SIGCONT)
         time.sleep(0.01)
+    return False
+
+
+def _stopped(pid: int, timeout: float = 2.0) -> bool:
+    """Wait until every thread of `pid` is in the stopped state ("T" in /proc/PID/task/*/stat)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            states = [
+                (Path(t) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                for t in Path(f"/proc/{pid}/task").iterdir()
+            ]
+        except OSError:
+            return False  # gone
+        if states and all(st in ("T", "t") for st in states):
+            return True
+        time.sleep(0.001)
     return False
 
 
@@ -107,7 +126,8 @@ def quiescent(db_url: str) -> bool:
     """No session holds a write lock. SQLite: BEGIN IMMEDIATE succeeds. PostgreSQL: no other session of
     the database is running a statement or idle inside a transaction."""
     if db_url.startswith("sqlite:///"):
-        with closing(sqlite3.connect(db_url[len("sqlite:///") :], timeout=0.3, isolation_level=None)) as c:
+        # A short wait: a healthy writer's transaction lasts milliseconds; the stopped one's forever.
+        with closing(sqlite3.connect(db_url[len("sqlite:///") :], timeout=0.05, isolation_level=None)) as c:
             try:
                 c.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError:

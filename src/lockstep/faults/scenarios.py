@@ -118,20 +118,22 @@ def lease_expiry(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, float | No
     frozen: dict[int, Proc] = {}
     for n in (1, 2, 3):
         # The first attempts are charges; a freeze there leaves the run's ship attempt to land in.
-        proc = f.worker(f"a{n}", faults=f"worker.after_call=hold@{ctx.rng.randint(1, 2)}{extra}")
+        nth = 1 if unsafe else ctx.rng.randint(1, 2)  # the broken build must be caught every time
+        proc = f.worker(f"a{n}", faults=f"worker.after_call=hold@{nth}{extra}")
         frozen[proc.pid] = proc
     f.worker("b1")
     stopped: dict[int, float] = {}
     resumed: dict[int, float] = {}
 
     def tick() -> None:
-        for h in f.failpoint_hits():
+        holds = [h for h in f.failpoint_hits() if h["action"] == "hold" and int(h["pid"]) not in resumed]
+        # Resume first: a late report must land while the next attempt still runs (400 ms).
+        for h in sorted(holds, key=lambda h: int(h["pid"]) not in stopped):
             pid = int(h["pid"])
-            if h["action"] != "hold" or pid in resumed:
-                continue
             if pid not in stopped:
-                if f.stop_quiescent(frozen[pid]):
-                    ctx.count("workers frozen (SIGSTOP) after the effect")
+                if not f.stop_quiescent(frozen[pid]):
+                    continue  # it was always inside a transaction: try again on the next tick
+                ctx.count("workers frozen (SIGSTOP) after the effect")
                 f.release(h)  # the held thread goes on as soon as the process is continued
                 stopped[pid] = time.monotonic()
                 continue

@@ -3,6 +3,11 @@
 Delivery is at least once: a worker that dies loses its lease, and the scheduler turns the expiry into
 ActivityTimedOut (then a retry, or needs_attention for at-most-once steps). Reports carry the attempt
 and fencing token, so a late or duplicate report is recorded as ResultIgnored and changes nothing.
+
+One thread, the pump, talks to the database: each turn records every result that finished since the
+last turn and leases new tasks for the free slots, in one transaction (one commit for many steps:
+group commit). A result counts as reported only once that transaction committed; until then it stays
+in memory and its lease keeps being renewed.
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from .. import failpoints
+from ..core.commands import ReportFailure, ReportSuccess
 from ..errors import LockstepError
 from ..service import Service, TaskLease
 from .activity import REGISTRY, ActivityContext, ActivityError, LeaseLost, Registry
@@ -30,11 +37,23 @@ __all__ = ["Worker"]
 log = logging.getLogger("lockstep.worker")
 
 
+MAX_BATCH = 64  # results per transaction: enough to amortise the commit, small enough to stay short
+REPORT_DEADLINE_S = 3600.0  # a result the database never takes is dropped (logged) after this
+
+
 @dataclass
 class _InFlight:
     lease: TaskLease
     lost: bool = False
     started: float = field(default_factory=time.monotonic)
+    reports: int = 0  # results of this lease waiting in the queue
+
+
+@dataclass
+class _Result:
+    lease: TaskLease
+    command: ReportSuccess | ReportFailure
+    finished: float = field(default_factory=time.monotonic)
 
 
 class Worker:
@@ -67,11 +86,15 @@ class Worker:
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl
         self.poll = poll_interval.total_seconds()
+        # A given id names a slot that one live worker fills at a time (a supervisor, a pod ordinal), so
+        # a worker starting under it may abandon the leases its dead predecessor left behind.
+        self.named = worker_id is not None
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{id(self) % 10_000:04d}"
         self.scheduler = Scheduler(service, poll_interval=poll_interval) if scheduler else None
         self.stop_event = threading.Event()
         self.wake = threading.Event()
         self._inflight: dict[str, _InFlight] = {}
+        self._results: deque[_Result] = deque()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="lockstep-activity")
         self._threads: list[threading.Thread] = []
@@ -79,7 +102,17 @@ class Worker:
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> Worker:
-        self._spawn(self._claim_loop, "lockstep-claim")
+        if self.named:
+            try:
+                abandoned = self.service.abandon_leases(self.worker_id)
+            except LockstepError as exc:  # the database is down: the leases expire on their own
+                log.warning("could not abandon the leases of a previous %s: %s", self.worker_id, exc)
+            else:
+                if abandoned:
+                    log.warning(
+                        "abandoned %d lease(s) of a previous %s: retried now", abandoned, self.worker_id
+                    )
+        self._spawn(self._pump, "lockstep-pump")
         self._spawn(self._heartbeat_loop, "lockstep-heartbeat")
         # In this process: wake up as soon as a committed command queued a task (no poll delay).
         self.service.listeners.append(self._on_events)
@@ -115,7 +148,7 @@ class Worker:
             self.service.listeners.remove(self._on_events)
         if self.scheduler is not None:
             self.scheduler.wake.set()
-        # The claim loop must be gone before the pool closes, or a last claim could not be submitted.
+        # The pump leaves once every in-flight result is reported; only then may the pool close.
         if self._threads:
             self._threads[0].join(timeout)
         self._pool.shutdown(wait=True, cancel_futures=False)
@@ -128,38 +161,88 @@ class Worker:
             return len(self._inflight)
 
     # --- loops ---------------------------------------------------------------------------------
-    def _claim_loop(self) -> None:
+    def _pump(self) -> None:
         backoff = self.poll
-        while not self.stop_event.is_set():
-            free = self.concurrency - self.busy
-            if free <= 0:
+        while True:
+            with self._lock:
+                batch = [self._results.popleft() for _ in range(min(len(self._results), MAX_BATCH))]
+                busy = len(self._inflight)
+            stopping = self.stop_event.is_set()
+            if stopping and not batch and busy == 0:
+                return
+            free = 0 if stopping else self.concurrency - busy
+            if not batch and free <= 0:
                 self.wake.wait(self.poll)
                 self.wake.clear()
                 continue
             try:
-                leases = self.service.claim(
+                verdicts, leases = self.service.report_and_claim(
+                    [r.command for r in batch],
                     self.worker_id,
-                    self.activities,
+                    self.activities if free > 0 else [],
                     limit=free,
                     lease_ttl=self.lease_ttl,
                     queue=self.queue,
                     versions=self.versions,
                 )
                 backoff = self.poll
-            except Exception as exc:  # database down or a bug: log, back off, never let the thread die
+            except Exception as exc:  # database down or a bug: keep the results, back off, try again
                 if not isinstance(exc, LockstepError):
-                    log.exception("claim failed unexpectedly")
-                log.warning("claim failed: %s; retrying in %.1fs", exc, backoff)
+                    log.exception("report/claim failed unexpectedly")
+                log.warning("report/claim failed: %s; retrying in %.1fs", exc, backoff)
+                self._requeue(batch)
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
+            retry = []
+            for result, verdict in zip(batch, verdicts, strict=True):
+                if verdict is None:
+                    retry.append(result)  # a broken run: logged by the service, tried again later
+                    continue
+                self._reported(result, verdict)
+            self._requeue(retry)
             for lease in leases:
                 with self._lock:
                     self._inflight[lease.task_id] = _InFlight(lease)
                 self._pool.submit(self._execute, lease)
-            if not leases:
+            if retry:
+                self.stop_event.wait(backoff)
+            elif not batch and not leases:
                 self.wake.wait(self.poll)
                 self.wake.clear()
+
+    def _requeue(self, results: list[_Result]) -> None:
+        now = time.monotonic()
+        keep = [r for r in results if now - r.finished < REPORT_DEADLINE_S]
+        for r in results:
+            if r not in keep:
+                log.error("giving up reporting %s: the database did not take it for an hour", r.lease.task_id)
+                self._reported(r, None)
+        with self._lock:
+            self._results.extendleft(reversed(keep))
+
+    def _reported(self, result: _Result, verdict: str | None) -> None:
+        lease = result.lease
+        if verdict == "ignored":
+            log.info(
+                "result of %s attempt %d was stale and recorded as ResultIgnored",
+                lease.task_id,
+                lease.attempt,
+            )
+        elif verdict == "not_found":
+            log.error("giving up reporting %s: the task or its run no longer exists", lease.task_id)
+        if verdict is not None:
+            self.completed += 1
+        with self._lock:
+            item = self._inflight.get(lease.task_id)
+            if item is not None:
+                item.reports -= 1
+                if item.reports <= 0:
+                    del self._inflight[lease.task_id]
+        failpoints.hit(
+            "worker.after_report", task=lease.task_id, attempt=lease.attempt, worker=self.worker_id
+        )
+        self.wake.set()
 
     def _heartbeat_loop(self) -> None:
         interval = max(self.lease_ttl.total_seconds() / 3, 0.05)
@@ -185,22 +268,40 @@ class Worker:
 
     # --- one task ------------------------------------------------------------------------------
     def _execute(self, lease: TaskLease) -> None:
+        """Run one attempt in a pool thread and queue its result for the pump."""
         where = {"task": lease.task_id, "attempt": lease.attempt, "worker": self.worker_id}
+        failpoints.hit("worker.before_call", **where)
         try:
-            failpoints.hit("worker.before_call", **where)
-            outcome = self._call(lease)
-            failpoints.hit("worker.after_call", **where)  # the effect is done, the report not yet sent
-            if failpoints.enabled("worker.deliver_twice", **where):
-                # What a broker redelivering the message would cause: the same attempt runs and
-                # reports twice. The fencing token must turn the second report into evidence only.
-                self._report(lease, outcome)
-                outcome = self._call(lease)
-            self._report(lease, outcome)
-            failpoints.hit("worker.after_report", **where)
-        finally:
-            with self._lock:
-                self._inflight.pop(lease.task_id, None)
-            self.wake.set()
+            results = [self._command(lease, self._call(lease))]
+        except BaseException as exc:  # never leave a lease in flight without a result
+            results = [
+                self._command(lease, ("fail", (type(exc).__name__, str(exc) or "worker error", True, True)))
+            ]
+        failpoints.hit("worker.after_call", **where)  # the effect is done, the report not yet sent
+        if failpoints.enabled("worker.deliver_twice", **where):
+            # What a broker redelivering the message would cause: the same attempt runs and reports
+            # twice. The fencing token must turn the second report into evidence only.
+            results.append(self._command(lease, self._call(lease)))
+        with self._lock:
+            item = self._inflight.get(lease.task_id)
+            if item is not None:
+                item.reports += len(results)
+            self._results.extend(_Result(lease, c) for c in results)
+        self.wake.set()
+
+    def _command(self, lease: TaskLease, outcome: tuple[str, Any]) -> ReportSuccess | ReportFailure:
+        if outcome[0] == "ok":
+            return self.service.success_report(lease.task_id, lease.attempt, lease.fencing, outcome[1])
+        code, message, retryable, unexpected = outcome[1]
+        return self.service.failure_report(
+            lease.task_id,
+            lease.attempt,
+            lease.fencing,
+            code,
+            message,
+            retryable=retryable,
+            unexpected=unexpected,
+        )
 
     def _call(self, lease: TaskLease) -> tuple[str, Any]:
         fn = self.registry.get(lease.activity)
@@ -246,41 +347,6 @@ class Worker:
             return ("fail", ("LeaseLost", str(exc), True, True))
         except Exception as exc:
             return ("fail", (type(exc).__name__, str(exc) or type(exc).__name__, True, True))
-
-    def _report(self, lease: TaskLease, outcome: tuple[str, Any]) -> None:
-        """Report until the database takes it; the result stays in memory meanwhile."""
-        backoff = 0.1
-        deadline = time.monotonic() + 3600
-        while True:
-            try:
-                if outcome[0] == "ok":
-                    verdict = self.service.complete(lease.task_id, lease.attempt, lease.fencing, outcome[1])
-                else:
-                    code, message, retryable, unexpected = outcome[1]
-                    verdict = self.service.fail(
-                        lease.task_id,
-                        lease.attempt,
-                        lease.fencing,
-                        code,
-                        message,
-                        retryable=retryable,
-                        unexpected=unexpected,
-                    )
-                self.completed += 1
-                if verdict == "ignored":
-                    log.info(
-                        "result of %s attempt %d was stale and recorded as ResultIgnored",
-                        lease.task_id,
-                        lease.attempt,
-                    )
-                return
-            except LockstepError as exc:
-                if getattr(exc, "code", "") == "not_found" or time.monotonic() > deadline:
-                    log.error("giving up reporting %s: %s", lease.task_id, exc)
-                    return
-                log.warning("report of %s failed: %s; retrying in %.1fs", lease.task_id, exc, backoff)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
 
 
 async def _await(aw: Any) -> Any:

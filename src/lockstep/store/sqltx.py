@@ -480,6 +480,10 @@ class SqlTx:
         )
         return bool(cur.rowcount == 1)
 
+    def abandon_leases(self, owner: str, now_ms: int) -> int:
+        cur = self.c.execute(self.q["leases_abandon"], {"owner": owner, "now": now_ms})
+        return int(cur.rowcount)
+
     def close_task(self, task_id: str, status: str) -> None:
         self.c.execute(self.q["task_close"], {"task_id": task_id, "status": status})
 

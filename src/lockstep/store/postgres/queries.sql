@@ -85,6 +85,10 @@ FROM tasks WHERE task_id = %(task_id)s;
 UPDATE tasks SET lease_expires_at = LEAST(%(lease_until)s, deadline)
 WHERE task_id = %(task_id)s AND fencing = %(fencing)s AND status = 'leased';
 
+-- name: leases_abandon
+UPDATE tasks SET lease_expires_at = %(now)s
+WHERE status = 'leased' AND lease_owner = %(owner)s AND lease_expires_at > %(now)s;
+
 -- name: timer_insert
 INSERT INTO timers (run_id, key, generation, tenant, fire_at, status)
 VALUES (%(run_id)s, %(key)s, %(generation)s, %(tenant)s, %(fire_at)s, 'scheduled');

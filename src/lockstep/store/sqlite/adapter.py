@@ -45,6 +45,9 @@ class SqliteStore:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        # Threads of this process queue here for the write lock instead of in SQLite's busy handler,
+        # which sleeps in steps up to 100 ms: under contention that sleep, not the disk, set the pace.
+        self._writer = threading.RLock()
         if self.path != ":memory:":
             parent = Path(self.path).expanduser().resolve().parent
             if not parent.is_dir():
@@ -103,8 +106,15 @@ class SqliteStore:
             conn.execute("ROLLBACK")
             raise StoreUnavailable(f"commit failed: {exc}") from None
 
-    def write(self) -> AbstractContextManager[SqliteTx]:
-        return self._tx("BEGIN IMMEDIATE")
+    @contextmanager
+    def write(self) -> Iterator[SqliteTx]:
+        if not self._writer.acquire(timeout=self.busy_timeout_s):
+            raise StoreUnavailable(f"no write turn within {self.busy_timeout_s:.0f}s (database busy)")
+        try:
+            with self._tx("BEGIN IMMEDIATE") as tx:
+                yield tx
+        finally:
+            self._writer.release()
 
     def read(self) -> AbstractContextManager[SqliteTx]:
         return self._tx("BEGIN")

@@ -82,6 +82,10 @@ FROM tasks WHERE task_id = :task_id;
 UPDATE tasks SET lease_expires_at = MIN(:lease_until, deadline)
 WHERE task_id = :task_id AND fencing = :fencing AND status = 'leased';
 
+-- name: leases_abandon
+UPDATE tasks SET lease_expires_at = :now
+WHERE status = 'leased' AND lease_owner = :owner AND lease_expires_at > :now;
+
 -- name: timer_insert
 INSERT INTO timers (run_id, key, generation, tenant, fire_at, status)
 VALUES (:run_id, :key, :generation, :tenant, :fire_at, 'scheduled');

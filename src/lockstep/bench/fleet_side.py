@@ -1,0 +1,370 @@
+"""lockstep's multi-process workloads: two worker processes, recovery after SIGKILL of every engine
+process, 100,000 waiting runs, 20,000 timers due at once, and the approval round trip over HTTP.
+
+Each workload starts real `lockstep` processes on a fresh database, drives them from this process and
+reads the outcome from the database (and, for the activities, from the execution record file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import psycopg
+
+from ..core.timeutil import iso, parse_iso
+from ..engine import Engine
+from ..faults.fleet import Proc, wait_until
+from ..principals import Principals
+from .activities import RECORD_ENV
+from .common import percentile, summarize_latencies
+
+__all__ = ["approval_round_trip", "recovery", "timers", "two_workers", "waiting"]
+
+ACTIVITIES = "lockstep.bench.activities"
+CHUNK = 500  # runs per bulk-start transaction when loading many waiting runs
+
+
+def _three(activity: str, sleep_ms: int = 0) -> dict[str, Any]:
+    return {
+        "name": "bench-fleet",
+        "steps": [
+            {
+                "id": f"s{i}",
+                "activity": activity,
+                "input": {"n": "${input.n}", "sleep_ms": sleep_ms},
+                "timeout": "60s",
+            }
+            for i in range(1, 4)
+        ],
+    }
+
+
+class Lab:
+    """lockstep processes on one database, their logs in `workdir`; all are killed on exit."""
+
+    def __init__(self, url: str, workdir: Path) -> None:
+        self.url = url
+        self.dir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.record = workdir / "executions.jsonl"
+        self.env = {**os.environ, RECORD_ENV: str(self.record), "PYTHONUNBUFFERED": "1"}
+        self.procs: list[Proc] = []
+        self.outs: list[IO[bytes]] = []
+        self.engine = Engine.open(url)
+
+    def spawn(self, name: str, *args: str, ready: str | None = None) -> Proc:
+        log = self.dir / f"{name}-{len(self.procs)}.log"  # a restarted process gets a fresh log
+        out = log.open("wb")
+        popen = subprocess.Popen(  # noqa: S603 - our own CLI, fixed arguments
+            [sys.executable, "-m", "lockstep", "--db", self.url, *args],
+            env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        proc = Proc(name, popen, out, log)
+        self.procs.append(proc)
+        if ready:
+            wait_until(lambda: _ready(proc, ready), 60, f"{name} to start")
+        return proc
+
+    def worker(self, name: str, *extra: str) -> Proc:
+        args = ["worker", "--activities", ACTIVITIES, "--worker-id", name, "--concurrency", "16"]
+        return self.spawn(name, *args, "--poll-interval", "50ms", *extra, ready="serving")
+
+    def scheduler(self, name: str) -> Proc:
+        return self.spawn(name, "scheduler", "--poll-interval", "50ms", ready="scheduler running")
+
+    def sql(self, statement: str) -> list[tuple[Any, ...]]:
+        if self.url.startswith("sqlite:///"):
+            with sqlite3.connect(self.url.removeprefix("sqlite:///"), timeout=30) as conn:
+                return conn.execute(statement).fetchall()
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            return conn.execute(statement.encode()).fetchall()
+
+    def completed(self) -> int:
+        return int(self.sql("SELECT count(*) FROM runs WHERE status = 'completed'")[0][0])
+
+    def executions(self) -> list[dict[str, Any]]:
+        if not self.record.exists():
+            return []
+        return [json.loads(x) for x in self.record.read_text().splitlines() if x.strip()]
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.close()
+        self.engine.close()
+
+
+def _ready(proc: Proc, marker: str) -> bool:
+    if not proc.alive():
+        raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}: {proc.log()[-1500:]}")
+    return marker in proc.log()
+
+
+@contextmanager
+def lab(url: str, workdir: Path) -> Iterator[Lab]:
+    it = Lab(url, workdir)
+    try:
+        yield it
+    finally:
+        it.close()
+
+
+def _wait_completed(lb: Lab, n: int, timeout: float) -> float:
+    t0 = time.monotonic()
+    wait_until(lambda: lb.completed() >= n, timeout, f"{n} runs to complete", interval=0.01)
+    return time.monotonic() - t0
+
+
+def two_workers(url: str, workdir: Path, runs: int, timeout: float) -> dict[str, Any]:
+    """Throughput of the 3-activity process with two worker processes (one also schedules)."""
+    with lab(url, workdir) as lb:
+        lb.engine.publish(_three("bench.noop"))
+        lb.worker("w1")
+        lb.worker("w2", "--no-scheduler")
+        t0 = time.perf_counter()
+        for chunk in range(0, runs, 100):  # started by a client in batches, as an API server would
+            lb.engine.service.start_many(
+                "default", "bench-fleet", [{"n": i} for i in range(chunk, chunk + 100)]
+            )
+        _wait_completed(lb, runs, timeout)
+        elapsed = time.perf_counter() - t0
+    return {
+        "runs": runs,
+        "elapsed_s": elapsed,
+        "runs_per_s": runs / elapsed,
+        "steps_per_s": 3 * runs / elapsed,
+    }
+
+
+def recovery(url: str, workdir: Path, runs: int, timeout: float) -> dict[str, Any]:
+    """`runs` runs in flight; SIGKILL every engine process (two workers, the scheduler) once a third of
+    the steps completed; restart them; time until every run completed. The history must show no step
+    started again after it had succeeded."""
+    with lab(url, workdir) as lb:
+        lb.engine.publish(_three("bench.record", sleep_ms=20))
+        procs = [lb.scheduler("s1"), lb.worker("w1", "--no-scheduler"), lb.worker("w2", "--no-scheduler")]
+        lb.engine.service.start_many("default", "bench-fleet", [{"n": i} for i in range(runs)])
+        succeeded = "SELECT count(*) FROM events WHERE type = 'ActivitySucceeded'"
+        wait_until(lambda: lb.sql(succeeded)[0][0] >= runs, timeout, "a third of the steps")
+        for p in procs:
+            p.kill()
+        at_kill = int(lb.sql(succeeded)[0][0])
+        t0 = time.monotonic()
+        lb.scheduler("s1")
+        lb.worker("w1", "--no-scheduler")
+        lb.worker("w2", "--no-scheduler")
+        restart_s = time.monotonic() - t0
+        wait_until(lambda: lb.completed() >= runs, timeout, "every run to complete", interval=0.01)
+        recovered_s = time.monotonic() - t0
+        reran = _reran_after_success(lb)
+        per_step = Counter((e["run"], e["step"]) for e in lb.executions())
+    return {
+        "runs": runs,
+        "steps_done_at_kill": at_kill,
+        "restart_s": restart_s,
+        "recovery_s": recovered_s,
+        "completed_steps_started_again": reran,
+        "steps_run_twice": sum(1 for n in per_step.values() if n > 1),
+        "note": "steps_run_twice: attempts in flight at the kill, run again (at least once, same key)",
+    }
+
+
+def _reran_after_success(lb: Lab) -> int:
+    """ActivityStarted for a step of a run after that step's ActivitySucceeded: must be 0."""
+    rows = lb.sql(
+        "SELECT run_id, seq, type, data FROM events"
+        " WHERE type IN ('ActivityStarted', 'ActivitySucceeded') ORDER BY run_id, seq"
+    )
+    done: set[tuple[str, str]] = set()
+    again = 0
+    for run_id, _seq, kind, data in rows:
+        step = str(json.loads(data)["step"])
+        if kind == "ActivitySucceeded":
+            done.add((run_id, step))
+        elif (run_id, step) in done:
+            again += 1
+    return again
+
+
+def timers(url: str, workdir: Path, n: int, timeout: float) -> dict[str, Any]:
+    """`n` runs each waiting on a durable timer due at the same instant, loaded while no scheduler runs;
+    then one scheduler starts: time until all fired, each timer's lag behind max(due, scheduler ready),
+    and whether any fired twice."""
+    with lab(url, workdir) as lb:
+        lb.engine.publish({"name": "bench-timer", "steps": [{"id": "t", "wait": {"until": "${input.at}"}}]})
+        due = iso(datetime.now(UTC) + timedelta(seconds=1))
+        for chunk in range(0, n, CHUNK):
+            size = min(CHUNK, n - chunk)
+            lb.engine.service.start_many("default", "bench-timer", [{"at": due}] * size)
+        wait_until(lambda: datetime.now(UTC) > parse_iso(due), 10, "the timers to be due")
+        t0 = time.monotonic()
+        ready_wall = time.time()
+        lb.scheduler("s1")
+        wait_until(lambda: lb.completed() >= n, timeout, f"{n} timers to fire", interval=0.02)
+        all_fired_s = time.monotonic() - t0
+        fired = lb.sql("SELECT run_id, at FROM events WHERE type = 'TimerFired'")
+    start = max(parse_iso(due).timestamp(), ready_wall)
+    lags = [max(0.0, parse_iso(str(at)).timestamp() - start) for _, at in fired]
+    per_run = Counter(r for r, _ in fired)
+    return {
+        "timers": n,
+        "all_fired_s": all_fired_s,
+        "lag_p50_ms": percentile(lags, 50) * 1000,
+        "lag_p99_ms": percentile(lags, 99) * 1000,
+        "fired_twice": sum(1 for c in per_run.values() if c > 1),
+        "note": "from the scheduler process's start (includes its start-up) until every run completed",
+    }
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _db_mib(lb: Lab) -> float:
+    if lb.url.startswith("sqlite:///"):
+        base = Path(lb.url.removeprefix("sqlite:///"))
+        return sum(p.stat().st_size for p in base.parent.glob(base.name + "*")) / 2**20
+    return float(lb.sql("SELECT pg_database_size(current_database())")[0][0]) / 2**20
+
+
+def waiting(url: str, workdir: Path, small: int, large: int, idle_s: float) -> dict[str, Any]:
+    """Runs waiting on approvals (half) and 30-day timers (half), with serve, a scheduler and a worker
+    running: each process's memory at `small` and at `large` waiting runs, the database size, and the
+    scheduler's CPU while nothing is due."""
+    with lab(url, workdir) as lb:
+        pr = Principals(lb.engine.service)
+        pr.create_tenant("default")
+        pr.create_user("default", "alice", ["approver"], [])
+        steps = {
+            "bench-approval": [
+                {"id": "ok", "approval": {"approvers": {"users": ["alice"]}, "timeout": "30d"}}
+            ],
+            "bench-sleep": [{"id": "nap", "wait": "30d"}],
+        }
+        for name, s in steps.items():
+            lb.engine.publish({"name": name, "steps": s})
+        port = _free_port()
+        procs = {
+            "serve": lb.spawn("serve", "serve", "--port", str(port), "--log-format", "console"),
+            "scheduler": lb.scheduler("s1"),
+            "worker": lb.worker("w1", "--no-scheduler"),
+        }
+        wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), 60, "serve")
+        out: dict[str, Any] = {}
+        loaded = 0
+        for size in (small, large):
+            while loaded < size:
+                k = min(CHUNK, size - loaded)
+                for name in steps:
+                    lb.engine.service.start_many("default", name, [{}] * (k // 2 or 1))
+                loaded += 2 * (k // 2 or 1)
+            time.sleep(idle_s / 2)  # let every process settle with the new load
+            before = _cpu_s(procs["scheduler"].pid)
+            time.sleep(idle_s)
+            idle_cpu = (_cpu_s(procs["scheduler"].pid) - before) / idle_s
+            out[str(size)] = {
+                "waiting_runs": loaded,
+                "rss_mib": {k: round(_rss_mib(p.pid), 1) for k, p in procs.items()},
+                "scheduler_idle_cpu_pct": round(100 * idle_cpu, 2),
+                "db_mib": round(_db_mib(lb), 1),
+            }
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _http_ok(u: str) -> bool:
+    try:
+        return httpx.get(u, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def approval_round_trip(url: str, workdir: Path, n: int, timeout: float) -> dict[str, Any]:
+    """An approval decision over HTTP (`POST /v1/approvals/decide`) until the next activity starts in a
+    worker process (its own clock, written first thing), one run at a time."""
+    with lab(url, workdir) as lb:
+        pr = Principals(lb.engine.service)
+        pr.create_tenant("default")
+        alice = pr.create_user("default", "alice", ["approver"], [])["api_key"]
+        op = pr.create_user("default", "op", ["operator"], [])["api_key"]
+        lb.engine.publish(
+            {
+                "name": "bench-approve",
+                "steps": [
+                    {"id": "ok", "approval": {"approvers": {"users": ["alice"]}, "timeout": "1h"}},
+                    {"id": "next", "activity": "bench.record", "timeout": "30s"},
+                ],
+            }
+        )
+        port = _free_port()
+        lb.spawn("serve", "serve", "--port", str(port), "--log-format", "console")
+        lb.worker("w1")
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _http_ok(f"{base}/healthz"), 60, "serve")
+        samples: list[float] = []
+        with httpx.Client(base_url=base, timeout=30) as http:
+            for _ in range(n):
+                run = lb.engine.start("bench-approve")
+                wait_until(partial(_waits_for_approval, lb, run), timeout, "the approval request")
+                link = http.post(
+                    f"/v1/runs/{run}/approvals/ok/links",
+                    json={"approver": "alice"},
+                    headers={"Authorization": f"Bearer {op}"},
+                ).json()
+                t0 = time.time()
+                answer = http.post(
+                    "/v1/approvals/decide",
+                    json={"token": link["token"], "decision": "approve"},
+                    headers={"Authorization": f"Bearer {alice}"},
+                )
+                answer.raise_for_status()
+                started = wait_until(partial(_started_at, lb, run), timeout, "the next activity", 0.001)
+                samples.append(started - t0)
+    return {**summarize_latencies(samples), "note": "decision POST sent -> activity function entered"}
+
+
+def _waits_for_approval(lb: Lab, run: str) -> bool:
+    return bool(lb.engine.show(run)["wait_kind"] == "approval")
+
+
+def _started_at(lb: Lab, run: str) -> float:
+    """When the run's activity started (0.0: not yet)."""
+    for e in reversed(lb.executions()):
+        if e["run"] == run:
+            return float(e["t"])
+    return 0.0
+
+
+WORKLOADS: dict[str, Callable[..., dict[str, Any]]] = {
+    "two_workers": two_workers,
+    "recovery": recovery,
+    "timers": timers,
+    "waiting": waiting,
+    "approval_round_trip": approval_round_trip,
+}
