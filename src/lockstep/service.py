@@ -93,6 +93,9 @@ class Service:
         self._turn_lock = threading.Lock()
         # Called with (state after, events) for every committed command (metrics, logs).
         self.listeners: list[Callable[[RunState, list[Event]], None]] = []
+        # In-process workers (runtime.Worker registers itself): a start may lease its first attempt to
+        # one of them in the same transaction (eager dispatch), handed over after the commit.
+        self.local_workers: list[Any] = []
         self._local = threading.local()
 
     # --- plumbing ------------------------------------------------------------------------------
@@ -144,11 +147,17 @@ class Service:
         now: datetime,
         definition: Definition,
         request_digest: str | None = None,
+        then: Callable[[RunState, list[Event]], Command | None] | None = None,
+        lease_until: datetime | None = None,
     ) -> tuple[RunState | None, list[Event]]:
+        """Decide `command`, and `then` the follow-up it returns (if any) on the resulting state, and
+        append all their events with one run update: the transition and, e.g., the eager claim of the
+        attempt it scheduled. A follow-up the core refuses is simply not applied."""
         before = loaded.state if loaded else None
         tenant = before.tenant if before else getattr(command, "tenant", "")
         max_events = self._tenant_setting(tx, tenant, "max_history_events")
-        events = decide(before, command, now, definition, int(max_events) if max_events else None)
+        limit = int(max_events) if max_events else None
+        events = decide(before, command, now, definition, limit)
         if not events:
             return before, []
         after = before
@@ -156,7 +165,24 @@ class Service:
             after = evolve(after, e)
         if after is None:  # pragma: no cover - events always create or keep a state
             raise RuntimeError("decide produced events but no state")
-        tx.append(loaded, after, events, effects_of(events), now_ms=_ms(now), request_digest=request_digest)
+        follow = then(after, events) if then is not None else None
+        if follow is not None:
+            try:
+                more = decide(after, follow, now, definition, limit)
+            except Rejected:
+                more = []
+            for e in more:
+                after = evolve(after, e)
+            events = [*events, *more]
+        tx.append(
+            loaded,
+            after,
+            events,
+            effects_of(events),
+            now_ms=_ms(now),
+            request_digest=request_digest,
+            lease_until_ms=_ms(lease_until) if lease_until is not None else None,
+        )
         failpoints.hit(f"commit.{type(command).__name__}", run=after.run_id)  # written, not yet committed
         buffer = getattr(self._local, "buffer", None)
         if buffer is not None:
@@ -253,6 +279,7 @@ class Service:
         for _ in range(5):
             now = self.clock()
             try:
+                eager = dispatch.local_eager(self)
                 with self.write() as tx:
                     if key is not None:
                         found = tx.run_by_key(tenant, key)
@@ -264,8 +291,12 @@ class Service:
                                     code="key_reused",
                                 )
                             return {"run_id": found[0], "created": False}
-                    run_id = self._start_in(tx, now, tenant, name, version, payload, key, actor, request)
-                    return {"run_id": run_id, "created": True}
+                    run_id = self._start_in(
+                        tx, now, tenant, name, version, payload, key, actor, request, eager
+                    )
+                if eager is not None and eager.leases:
+                    eager.owner.accept(eager.leases)  # committed: the first attempt may run now
+                return {"run_id": run_id, "created": True}
             except ConcurrencyError:
                 continue
             except Rejected as r:
@@ -308,6 +339,7 @@ class Service:
         key: str | None,
         actor: str | None,
         request: str,
+        eager: Any = None,
     ) -> str:
         row = tx.definition(tenant, name, version)
         if row is None:
@@ -325,7 +357,21 @@ class Service:
         cmd = StartRun(
             run_id, tenant, row.version, payload, key, actor, int(float(max_run) * 1000) if max_run else None
         )
-        self.apply(tx, None, cmd, now, d, request_digest=request)
+        if eager is None:
+            self.apply(tx, None, cmd, now, d, request_digest=request)
+            return run_id
+        after, events = self.apply(
+            tx,
+            None,
+            cmd,
+            now,
+            d,
+            request_digest=request,
+            then=lambda st, evs: eager.follow(self, tx, now, st, evs),
+            lease_until=now + eager.lease_ttl,
+        )
+        if after is not None:
+            eager.leased(tx, now, after, events)
         return run_id
 
     def _admit(self, tx: Tx, tenant: str, now: datetime) -> None:

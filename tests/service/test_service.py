@@ -669,3 +669,41 @@ def test_concurrent_starts_never_exceed_the_active_run_limit(svc: Service, publi
         t.join(30)
     assert sorted(outcomes) == ["limited"] * 5 + ["started"] * 3
     assert len(svc.runs("acme", limit=100)) == 3
+
+
+def test_report_and_claim_records_results_and_leases_the_next_tasks_in_one_call(
+    svc: Service, published: dict[str, Any], clock: Any
+) -> None:
+    """One call records two results (the runs wait on `pause`), a stale duplicate (ignored) and an
+    unknown task (not_found), and leases what is ready: the worker's hot path is one transaction."""
+    runs = [start_order(svc, i) for i in (1, 2)]
+    leases = svc.claim("w1", ["inventory.reserve"], limit=10, lease_ttl=TTL)
+    ok = [svc.success_report(x.task_id, x.attempt, x.fencing, {"reserved": True}) for x in leases]
+    stale = svc.success_report(leases[0].task_id, leases[0].attempt, leases[0].fencing + 99, {"late": True})
+    unknown = svc.failure_report("nope/reserve/x", 1, 1, "Boom", "no such task")
+    third = start_order(svc, 3)
+    verdicts, new = svc.report_and_claim(
+        [*ok, stale, unknown], "w1", ["inventory.reserve"], limit=5, lease_ttl=TTL
+    )
+    assert verdicts == ["accepted", "accepted", "ignored", "not_found"]
+    assert [x.run_id for x in new] == [third]
+    for run in runs:
+        assert svc.show("acme", run)["wait_kind"] == "timer"
+    assert "ResultIgnored" in types(svc, leases[0].run_id)
+
+
+def test_start_many_starts_every_run_or_none(svc: Service, published: dict[str, Any]) -> None:
+    """start_many starts one run per input in one transaction; over the tenant's limit, it starts none."""
+    from lockstep.errors import RateLimited
+    from lockstep.principals import Principals
+
+    ids = svc.start_many("acme", "order", [{"order": i} for i in range(3)])
+    assert len(set(ids)) == 3
+    assert [svc.show("acme", r)["status"] for r in ids] == ["running"] * 3
+    Principals(svc).create_tenant("acme")
+    Principals(svc).set_tenant("acme", max_active_runs=4)
+    with pytest.raises(RateLimited):
+        svc.start_many("acme", "order", [{"order": i} for i in range(10, 12)])
+    assert len(svc.runs("acme", limit=100)) == 3
+    with pytest.raises(InvalidInput):
+        svc.start_many("acme", "order", [{"order": "not a number"}])

@@ -112,6 +112,7 @@ class Worker:
                     log.warning(
                         "abandoned %d lease(s) of a previous %s: retried now", abandoned, self.worker_id
                     )
+        self.service.local_workers.append(self)
         self._spawn(self._pump, "lockstep-pump")
         self._spawn(self._heartbeat_loop, "lockstep-heartbeat")
         # In this process: wake up as soon as a committed command queued a task (no poll delay).
@@ -144,6 +145,8 @@ class Worker:
         """Stop claiming, let in-flight activities finish and report (graceful drain), then return."""
         self.stop_event.set()
         self.wake.set()
+        if self in self.service.local_workers:
+            self.service.local_workers.remove(self)
         if self._on_events in self.service.listeners:
             self.service.listeners.remove(self._on_events)
         if self.scheduler is not None:
@@ -201,15 +204,28 @@ class Worker:
                     continue
                 self._reported(result, verdict)
             self._requeue(retry)
-            for lease in leases:
-                with self._lock:
-                    self._inflight[lease.task_id] = _InFlight(lease)
-                self._pool.submit(self._execute, lease)
+            self.accept(leases)
             if retry:
                 self.stop_event.wait(backoff)
             elif not batch and not leases:
                 self.wake.wait(self.poll)
                 self.wake.clear()
+
+    def free_slots(self) -> int:
+        """Slots for eager leases from a start in this process (none once stopping)."""
+        return 0 if self.stop_event.is_set() else self.concurrency - self.busy
+
+    def accept(self, leases: list[TaskLease]) -> None:
+        """Run leases handed over by a committed start transaction in this process (eager dispatch)."""
+        for lease in leases:
+            with self._lock:
+                self._inflight[lease.task_id] = _InFlight(lease)
+            try:
+                self._pool.submit(self._execute, lease)
+            except RuntimeError:  # stopped meanwhile: the lease expires and the attempt is retried
+                with self._lock:
+                    self._inflight.pop(lease.task_id, None)
+                log.warning("worker stopping: %s left to lease expiry", lease.task_id)
 
     def _requeue(self, results: list[_Result]) -> None:
         now = time.monotonic()

@@ -135,6 +135,7 @@ class Tx(Protocol):
     def definitions(self, tenant: str) -> list[dict[str, Any]]: ...
 
     def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None: ...
+    def load_runs(self, run_ids: Sequence[str]) -> dict[str, LoadedRun]: ...
     def run_by_key(self, tenant: str, start_key: str) -> tuple[str, str | None] | None: ...
     def append(
         self,
@@ -145,7 +146,12 @@ class Tx(Protocol):
         *,
         now_ms: int,
         request_digest: str | None = None,
-    ) -> None: ...
+        lease_until_ms: int | None = None,
+    ) -> None:
+        """Append `events` after `before` (or create the run), write the snapshot and apply `effects`;
+        an attempt leased by these events holds its lease until `lease_until_ms` (else its deadline)."""
+        ...
+
     def runs(
         self,
         tenant: str,

@@ -47,6 +47,21 @@ class PgTx(SqlTx):
             raise RowLocked(run_id)
         return self._loaded(run_id, row)
 
+    def load_runs(self, run_ids: Sequence[str]) -> dict[str, LoadedRun]:
+        if not self.writing:
+            return super().load_runs(run_ids)
+        rows = self.c.execute(self.q["runs_load_for_update"], {"run_ids": sorted(set(run_ids))}).fetchall()
+        out = {}
+        for row in rows:
+            loaded = self._loaded(row[0], row[1:])
+            if loaded is not None:
+                out[row[0]] = loaded
+        return out
+
+    def pipeline(self) -> AbstractContextManager[Any]:
+        conn: psycopg.Connection[Any] = self.c
+        return conn.pipeline()
+
     def hint(self, effects: Sequence[Effect]) -> None:
         # NOTIFY is transactional: delivered only if this transaction commits, once per channel.
         if any(isinstance(fx, CreateTask) for fx in effects):
