@@ -432,11 +432,18 @@ def worker(
     help="PostgreSQL: how long this scheduler's partition leases last; a dead scheduler's "
     "partitions move to the others after this.",
 )
+@click.option(
+    "--scheduler-id",
+    help="PostgreSQL: name in the partition leases (default host:pid). Unique among live schedulers: "
+    "one restarted under its name takes its predecessor's partitions back at once.",
+)
 @pass_ctx
-def scheduler(c: Ctx, poll_interval: str, partition_ttl: str) -> None:
+def scheduler(c: Ctx, poll_interval: str, partition_ttl: str, scheduler_id: str | None) -> None:
     """Fire due timers and expire lost leases (any number may run at once)."""
     stop = threading.Event()
     s = c.engine.scheduler(_duration(poll_interval, "--poll-interval"))
+    if scheduler_id:
+        s.owner = scheduler_id
     _event_logs(c)
     ttl = _duration(partition_ttl, "--partition-ttl")
     if ttl.total_seconds() < 1:

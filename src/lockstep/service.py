@@ -667,10 +667,12 @@ class Service:
         lease_ttl: timedelta,
         queue: str = "default",
         versions: Sequence[str] | None = None,
+        scan: bool = True,
     ) -> tuple[list[str | None], list[TaskLease]]:
         """Record many results and lease up to `limit` new tasks in ONE transaction (one commit, one
         fsync): the worker's hot path. Verdicts are "accepted", "ignored", "not_found", or None for a
-        report that failed inside (retry it later)."""
+        report that failed inside (retry it later). Without `scan`, only the attempts these results
+        schedule are leased (eager dispatch); the ready queue is not searched."""
         return dispatch.report_and_claim(
             self,
             reports,
@@ -680,6 +682,7 @@ class Service:
             lease_ttl=lease_ttl,
             queue=queue,
             versions=versions,
+            scan=scan,
         )
 
     # --- scheduler duties ----------------------------------------------------------------------

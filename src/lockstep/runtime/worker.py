@@ -90,11 +90,19 @@ class Worker:
         # a worker starting under it may abandon the leases its dead predecessor left behind.
         self.named = worker_id is not None
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{id(self) % 10_000:04d}"
-        self.scheduler = Scheduler(service, poll_interval=poll_interval) if scheduler else None
+        # A named worker's scheduler takes the same name: restarted, it gets its partitions back at once.
+        self.scheduler = (
+            Scheduler(service, poll_interval=poll_interval, owner=worker_id) if scheduler else None
+        )
         self.stop_event = threading.Event()
         self.wake = threading.Event()
         self._inflight: dict[str, _InFlight] = {}
         self._results: deque[_Result] = deque()
+        # Whether a claim should look for ready tasks: set when a task was queued (here, or a NOTIFY),
+        # after a claim that got all it asked for, and every poll interval; an idle worker reporting
+        # results does not scan an empty queue on each of them.
+        self._scan_due = True
+        self._scanned_at = 0.0
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="lockstep-activity")
         self._threads: list[threading.Thread] = []
@@ -121,7 +129,7 @@ class Worker:
         if listen is not None:  # PostgreSQL: wake up when a task is queued instead of at the next poll
             threading.Thread(
                 target=listen,
-                args=(["lockstep_tasks"], self.wake.set, self.stop_event),
+                args=(["lockstep_tasks"], self._tasks_queued, self.stop_event),
                 name="lockstep-listen",
                 daemon=True,
             ).start()
@@ -138,8 +146,16 @@ class Worker:
         self._threads.append(t)
 
     def _on_events(self, _state: Any, events: list[Any]) -> None:
-        if any(e.type in ("ActivityScheduled", "CompensationScheduled") for e in events):
-            self.wake.set()
+        scheduled = {
+            e.data["task_id"] for e in events if e.type in ("ActivityScheduled", "CompensationScheduled")
+        }
+        # A task leased in the very transition that scheduled it (eager dispatch) is nothing to look for.
+        if scheduled - {e.data["task_id"] for e in events if e.type == "ActivityStarted"}:
+            self._tasks_queued()
+
+    def _tasks_queued(self) -> None:
+        self._scan_due = True
+        self.wake.set()
 
     def stop(self, timeout: float | None = 30.0) -> None:
         """Stop claiming, let in-flight activities finish and report (graceful drain), then return."""
@@ -174,10 +190,13 @@ class Worker:
             if stopping and not batch and busy == 0:
                 return
             free = 0 if stopping else self.concurrency - busy
-            if not batch and free <= 0:
+            scan = free > 0 and (self._scan_due or time.monotonic() - self._scanned_at >= self.poll)
+            if not batch and not scan:
                 self.wake.wait(self.poll)
                 self.wake.clear()
                 continue
+            if scan:
+                self._scan_due, self._scanned_at = False, time.monotonic()
             try:
                 verdicts, leases = self.service.report_and_claim(
                     [r.command for r in batch],
@@ -187,9 +206,13 @@ class Worker:
                     lease_ttl=self.lease_ttl,
                     queue=self.queue,
                     versions=self.versions,
+                    scan=scan,
                 )
+                if scan and len(leases) >= free:
+                    self._scan_due = True  # it got all it asked for: there may be more
                 backoff = self.poll
             except Exception as exc:  # database down or a bug: keep the results, back off, try again
+                self._scan_due = self._scan_due or scan
                 if not isinstance(exc, LockstepError):
                     log.exception("report/claim failed unexpectedly")
                 log.warning("report/claim failed: %s; retrying in %.1fs", exc, backoff)

@@ -100,9 +100,10 @@ class SqlTx:
         row = self._one("run_load", run_id=run_id)
         return self._loaded(run_id, row)
 
-    def load_runs(self, run_ids: Sequence[str]) -> dict[str, LoadedRun]:
+    def load_runs(self, run_ids: Sequence[str], *, skip_locked: bool = False) -> dict[str, LoadedRun]:
         """Several runs at once, locked in run-id order where the backend locks rows (no deadlock
-        between two batches); missing ones are absent from the answer."""
+        between two batches); missing ones (and, with `skip_locked`, ones another transaction holds)
+        are absent from the answer."""
         out = {}
         for run_id in sorted(set(run_ids)):
             loaded = self.load_run(run_id)

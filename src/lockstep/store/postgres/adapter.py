@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...core.effects import CreateTask, CreateTimer, Effect
+from ...core.effects import CreateTask, CreateTimer, Effect, LeaseTask
 from ...core.timeutil import iso
 from ..migrate import check_applied, migrations
 from ..port import ConcurrencyError, LoadedRun, RowLocked, SchemaError, StoreUnavailable
@@ -47,10 +47,11 @@ class PgTx(SqlTx):
             raise RowLocked(run_id)
         return self._loaded(run_id, row)
 
-    def load_runs(self, run_ids: Sequence[str]) -> dict[str, LoadedRun]:
+    def load_runs(self, run_ids: Sequence[str], *, skip_locked: bool = False) -> dict[str, LoadedRun]:
         if not self.writing:
             return super().load_runs(run_ids)
-        rows = self.c.execute(self.q["runs_load_for_update"], {"run_ids": sorted(set(run_ids))}).fetchall()
+        query = self.q["runs_load_skip_locked_many" if skip_locked else "runs_load_for_update"]
+        rows = self.c.execute(query, {"run_ids": sorted(set(run_ids))}).fetchall()
         out = {}
         for row in rows:
             loaded = self._loaded(row[0], row[1:])
@@ -63,8 +64,10 @@ class PgTx(SqlTx):
         return conn.pipeline()
 
     def hint(self, effects: Sequence[Effect]) -> None:
-        # NOTIFY is transactional: delivered only if this transaction commits, once per channel.
-        if any(isinstance(fx, CreateTask) for fx in effects):
+        # NOTIFY is transactional: delivered only if this transaction commits, once per channel. A task
+        # leased in the same transition (eager dispatch) is nobody else's to wake up for.
+        leased = {fx.task_id for fx in effects if isinstance(fx, LeaseTask)}
+        if any(isinstance(fx, CreateTask) and fx.task_id not in leased for fx in effects):
             self.c.execute("NOTIFY lockstep_tasks")
         if any(isinstance(fx, CreateTimer) for fx in effects):
             self.c.execute("NOTIFY lockstep_timers")

@@ -30,6 +30,10 @@ SELECT tenant, snapshot, last_hash, seq FROM runs WHERE run_id = %(run_id)s FOR 
 SELECT run_id, tenant, snapshot, last_hash, seq FROM runs WHERE run_id = ANY(%(run_ids)s)
 ORDER BY run_id FOR UPDATE;
 
+-- name: runs_load_skip_locked_many
+SELECT run_id, tenant, snapshot, last_hash, seq FROM runs WHERE run_id = ANY(%(run_ids)s)
+ORDER BY run_id FOR UPDATE SKIP LOCKED;
+
 -- name: run_by_key
 SELECT run_id, request_digest FROM runs WHERE tenant = %(tenant)s AND start_key = %(start_key)s;
 
