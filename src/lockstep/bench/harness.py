@@ -190,7 +190,7 @@ RAW_METRICS = ("sqlite_full", "sqlite_normal", "pg_1conn", "pg_4conn")
 def aggregate(reps: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians per backend: engines' metrics and raw commit rates, over the successful repetitions."""
     out: dict[str, Any] = {}
-    for backend in {b for r in reps for b in r}:
+    for backend in [b for b in BACKENDS if any(b in r for r in reps)]:  # a stable order in the report
         per: dict[str, Any] = {}
         for engine in ENGINES:
             results = [r[backend][engine] for r in reps if engine in r.get(backend, {})]

@@ -18,6 +18,32 @@ REFERENCE = {"sqlite": "sqlite_full", "postgresql": "pg_1conn"}
 
 PROCS = ("serve", "scheduler", "worker")
 
+# From profiling the worker on this machine (py-spy over all threads of the throughput workload, and
+# cProfile of `Service.report_and_claim` driven in a loop: 1,000 runs x 3 steps); the sections of
+# docs/design.md on scale quote it. Re-profile after changing the hot path.
+PROFILE = """Profiled with py-spy (all threads of the throughput workload) and cProfile (the worker's
+`report_and_claim` driven in a loop), on this machine:
+
+- **Before** (one transaction per result, 16 threads each reporting): 54% of the worker's samples were
+  threads waiting in SQLite's busy handler for the write lock (it sleeps in steps of up to 100 ms), 14%
+  in `COMMIT`; on PostgreSQL ~14 statements per step, each a network round trip. `dataclasses.replace`
+  (25 calls per step while evolving the state) was 30% of the CPU of a transition, `copy.deepcopy` of
+  snapshots 10%.
+- **Changes**: one pump thread per worker process records every finished result and leases new tasks in
+  one transaction (group commit); eager dispatch (a result leases the run's next attempt in the same
+  transition; a start next to a worker leases the first one); writers of a process queue on an in-process
+  lock instead of the busy handler; PostgreSQL appends as one pipeline, one locking read for a batch of
+  runs, one savepoint per batch; a cheap `replace`; no deep copies when serialising snapshots; the ready
+  queue is scanned only when something may be in it.
+- **After**, per step on SQLite (cProfile, driver loop): ~0.45 ms of which ~30% in `sqlite3.execute`
+  (incl. the commit), ~15% JSON encoding of events and snapshots, ~10% the decide/evolve fold, ~5% the
+  hash chain; on PostgreSQL ~4 round trips per step (the batch's locking read, the append pipeline,
+  savepoint, commit) and psycopg's per-statement overhead. In the throughput workload the single client
+  starting runs one by one (each start its own durable commit) sets the pace on SQLite: the runs finish
+  a few milliseconds after the last start. One Python process is one core (the GIL): more worker
+  processes, not threads, add throughput.
+"""
+
 
 def _f(v: float | None, digits: int = 1) -> str:
     return "—" if v is None else f"{v:,.{digits}f}"
@@ -113,6 +139,8 @@ def render_markdown(r: dict[str, Any]) -> str:
     for name, status, measured in targets:
         out.append(f"| {name} | {status} | {measured} |")
 
+    out.append("\n## Where the time goes per step\n")
+    out.append(PROFILE)
     out.append("\n## How it was measured\n")
     out.append(
         "- **Throughput**: the clock starts before the first run is started and stops when the last of "
@@ -125,6 +153,20 @@ def render_markdown(r: dict[str, Any]) -> str:
         "(lockstep: a 1 ms poll of the run's status on a separate connection; DBOS: `handle.get_result()`, "
         "which waits in-process).\n"
         "- **Raw limits**: one single-row INSERT per commit on a fresh table, no engine involved.\n"
+        "- **Two worker processes**: `lockstep worker` x2 (one also schedules); runs started by the client "
+        "with `Service.start_many` in batches of 100 (one transaction per batch).\n"
+        "- **Recovery**: 1,000 runs of 3 activities of 20 ms each on two worker processes and a scheduler; "
+        "once a third of the steps completed, every engine process is SIGKILLed and restarted under the "
+        "same `--worker-id` / `--scheduler-id`; the clock runs from the restart until every run completed. "
+        "The history is then checked for any `ActivityStarted` of a step after its `ActivitySucceeded`.\n"
+        "- **Timers**: the runs (one `wait: {until}` step each, all due at the same instant) are loaded with "
+        "no scheduler running; the clock starts when the scheduler processes are launched (one on SQLite, "
+        "two on PostgreSQL, splitting the partitions); lag = `TimerFired.at` - max(due, launch).\n"
+        "- **Waiting at scale**: half the runs wait on an approval (30 d), half on a 30-day timer, with "
+        "`lockstep serve`, a scheduler (default 200 ms poll) and a worker running; RSS from /proc after the "
+        "load and a pause; idle CPU = the scheduler's user+system time over the pause.\n"
+        "- **Approval round trip**: `POST /v1/approvals/decide` sent (client clock) until the next "
+        "activity's function is entered in the worker process (its own clock, same machine).\n"
         "- Steps/s counts activity steps only (3 per run).\n"
     )
     settings: dict[str, Any] = {}
