@@ -157,8 +157,9 @@ def report_and_claim(
         def all_at_once(_svc: Service, _tx: Tx) -> bool:
             # Lock and read every run of the batch in one query (in run-id order).
             loaded = tx.load_runs([reports[i].task_id.split("/", 1)[0] for i in order])
-            for i in order:
-                verdicts[i] = _report_one(svc, tx, reports[i], now, eager, loaded)
+            with tx.batch():  # every append of the batch in one round trip
+                for i in order:
+                    verdicts[i] = _report_one(svc, tx, reports[i], now, eager, loaded)
             return True
 
         # Optimistic: the whole batch in one savepoint (two round trips instead of two per report);
@@ -385,7 +386,8 @@ def fire_due_timers(svc: Service, limit: int = 200, partitions: list[int] | None
             # armed-or-not question left to the core's generation check (a fired or superseded
             # timer is refused there): a few round trips per batch instead of five per timer.
             loaded = tx.load_runs([t.run_id for t in due], skip_locked=True)
-            return sum(_fire_one(svc, tx, t, now, loaded) for t in due)
+            with tx.batch():  # every append of the batch in one round trip
+                return sum(_fire_one(svc, tx, t, now, loaded) for t in due)
 
         fired = _isolated(svc, tx, "a batch of timers", all_at_once)
         if fired is not None:

@@ -57,6 +57,8 @@ class SqlTx:
         self.c = conn
         self.q = queries
         self.integrity_error = integrity_error
+        # Inside batch(): the row-count checks of the appends, run once the batch's writes are through.
+        self._deferred: list[tuple[Any, str, int]] | None = None
 
     def _one(self, query: str, **params: Any) -> Any:
         return self.c.execute(self.q[query], params).fetchone()
@@ -167,8 +169,9 @@ class SqlTx:
         }
         try:
             # One round trip on PostgreSQL (a pipeline): none of these writes needs an answer before
-            # the next, and the run update's row count is read once they are all through.
-            with self.pipeline():
+            # the next, and the run update's row count is read once they are all through (inside a
+            # batch(), once the whole batch is).
+            with nullcontext() if self._deferred is not None else self.pipeline():
                 for event_row in rows:
                     self.c.execute(self.q["event_insert"], event_row)
                 if before is None:
@@ -193,8 +196,32 @@ class SqlTx:
             raise ConcurrencyError(
                 f"run {after.run_id} was changed by another writer (seq {expected})"
             ) from None
-        if cur.rowcount != 1:
+        if self._deferred is not None:
+            self._deferred.append((cur, after.run_id, expected))
+        elif cur.rowcount != 1:
             raise ConcurrencyError(f"run {after.run_id} moved past seq {expected}")
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """The writes of several appends in one round trip where the driver pipelines (PostgreSQL);
+        their checks run when the block ends, and a failed one fails the block (undo it with a
+        savepoint). A read inside the block still works: it waits for the writes before it."""
+        if self._deferred is not None:  # nested: part of the outer batch
+            yield
+            return
+        self._deferred = []
+        try:
+            try:
+                with self.pipeline():
+                    yield
+            except self.integrity_error:
+                raise ConcurrencyError("a run of the batch was changed by another writer") from None
+            checks = self._deferred
+        finally:
+            self._deferred = None
+        for cur, run_id, expected in checks:
+            if cur.rowcount != 1:
+                raise ConcurrencyError(f"run {run_id} moved past seq {expected}")
 
     def pipeline(self) -> AbstractContextManager[Any]:
         """Batch the statements of the block into one round trip where the driver can (PostgreSQL)."""
