@@ -109,6 +109,37 @@ def test_second_append_with_same_expected_seq_is_refused_and_writes_nothing(stor
     assert task_before[2] == "w1"
 
 
+def test_a_batch_writes_several_appends_and_a_stale_one_fails_it_at_the_end(store, backend, url, driver):
+    """Appends inside batch() all land (one round trip on PostgreSQL); a stale one is caught when the
+    batch ends (ConcurrencyError), and a savepoint around the batch undoes all of its writes."""
+    for rid in ("r01", "r02"):
+        driver.start(rid)
+    plans = [
+        driver.plan(rid, ClaimTask(task_of(rid), "w1", iso(T0 + timedelta(seconds=30))))
+        for rid in ("r01", "r02")
+    ]
+    with store.write() as tx, tx.batch():
+        for before, after, events in plans:
+            tx.append(before, after, events, effects_of(events), now_ms=ms(T0))
+    assert [driver.load(r).state.seq for r in ("r01", "r02")] == [3, 3]
+
+    driver.start("r03")
+    fresh = driver.plan("r03", ClaimTask(task_of("r03"), "w1", iso(T0 + timedelta(seconds=30))))
+    stale = driver.load("r01")
+    before_r03 = event_rows(backend, url, "r03")
+
+    def good_then_stale(tx):
+        with tx.savepoint(), tx.batch():
+            tx.append(fresh[0], fresh[1], fresh[2], effects_of(fresh[2]), now_ms=ms(T0))
+            stale_before = replace(stale, state=replace(stale.state, seq=2))
+            tx.append(stale_before, stale.state, [], [], now_ms=ms(T0))
+
+    with store.write() as tx, pytest.raises(ConcurrencyError):
+        good_then_stale(tx)
+    assert event_rows(backend, url, "r03") == before_r03  # the good append was undone with the batch
+    assert driver.load("r01").state.seq == 3
+
+
 def test_stale_snapshot_write_without_events_is_refused(store, driver: Driver):
     """The snapshot update is conditional on the expected seq even when no event collides."""
     driver.start("r01")
