@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from . import failpoints
 from .core.commands import (
     ClaimTask,
     DeadLetter,
@@ -269,8 +268,6 @@ def _report_one(
     loaded = loaded or tx.load_run(run_id)
     if loaded is None:
         return "not_found"  # (an unknown task of a live run is recorded as ResultIgnored evidence)
-    if failpoints.enabled("unsafe.no_fencing", task=report.task_id):
-        report = svc.without_fencing(loaded.state, report)
     s = loaded.state
     d = svc.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
     after, events = svc.apply(

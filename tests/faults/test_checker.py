@@ -88,16 +88,16 @@ def test_one_link_deciding_twice_is_a_token_consumed_twice() -> None:
 
 def test_a_success_carrying_another_steps_effect_is_an_effect_lost() -> None:
     """A ship success whose result is the charge's downstream effect is flagged (the ship never ran)."""
-    by_key = {"k-charge": {"run_id": "run1", "step": "charge", "response": {"id": "charge_1"}}}
+    by_id = {"charge_1": {"run_id": "run1", "step": "charge", "response": {"id": "charge_1"}}}
     events = history(
         ("ActivityScheduled", {"task_id": "run1/ship/1", "activity": "pay.ship"}),
         ok("ship", output={"id": "charge_1"}),
     )
-    assert flags(checker._effects, events, by_key) == {"effects_lost": 1}
+    assert flags(checker._effects, events, by_id) == {"effects_lost": 1}
     events[1] = Event(
         "ActivitySucceeded", T, {**events[1].data, "step": "charge", "task_id": "run1/ship/1"}, 2
     )
-    assert flags(checker._effects, events, by_key) == {}
+    assert flags(checker._effects, events, by_id) == {}
 
 
 def test_a_task_started_by_a_worker_of_another_version_is_flagged() -> None:
@@ -172,13 +172,13 @@ def test_check_passes_real_runs_and_catches_a_duplicated_effect_and_a_stuck_run(
 
 def test_a_success_carrying_another_attempts_result_is_a_stale_result_accepted() -> None:
     """Attempt 2 recorded with the result attempt 1 produced (a late report) is flagged; its own is not."""
-    by_key = {"k": {"run_id": "run1", "step": "charge", "response": {"id": "charge_1"}}}
+    by_id = {"charge_1": {"run_id": "run1", "step": "charge", "response": {"id": "charge_1"}}}
     scheduled = ("ActivityScheduled", {"task_id": "run1/charge/2", "activity": "pay.charge"})
     late = history(
         scheduled, ok("charge", 2, task_id="run1/charge/2", output={"id": "charge_1", "attempt": 1})
     )
-    assert flags(checker._effects, late, by_key) == {"stale_results_accepted": 1}
+    assert flags(checker._effects, late, by_id) == {"stale_results_accepted": 1}
     own = history(
         scheduled, ok("charge", 2, task_id="run1/charge/2", output={"id": "charge_1", "attempt": 2})
     )
-    assert flags(checker._effects, own, by_key) == {}
+    assert flags(checker._effects, own, by_id) == {}

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
 import statistics
 from typing import Any
 
-__all__ = ["MARKER", "emit", "percentile", "summarize_latencies"]
+import psycopg
+
+__all__ = ["MARKER", "durability", "emit", "percentile", "summarize_latencies"]
 
 # A child prints exactly one line starting with MARKER followed by its JSON result; engines may log freely.
 MARKER = "LOCKSTEP-BENCH-RESULT "
@@ -33,3 +36,19 @@ def summarize_latencies(samples_s: list[float]) -> dict[str, Any]:
         "mean_ms": statistics.fmean(ms),
         "max_ms": max(ms),
     }
+
+
+def durability(url: str, sqlite_synchronous: str) -> dict[str, Any]:
+    """The durability settings a measurement ran with, read from the database itself (SQLite's
+    journal mode; PostgreSQL's fsync, synchronous_commit and WAL sync method); `sqlite_synchronous`
+    says who set SQLite's synchronous level, which a connection cannot see on another's behalf."""
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        return {"journal_mode": mode, "synchronous": sqlite_synchronous}
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            b"SELECT name, setting FROM pg_settings WHERE name IN "
+            b"('synchronous_commit', 'fsync', 'wal_sync_method')"
+        ).fetchall()
+    return {str(k): str(v) for k, v in rows}

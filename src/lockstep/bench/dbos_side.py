@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
-
-from .common import summarize_latencies
+from .common import durability, summarize_latencies
 
 __all__ = ["dbos_version", "run_dbos"]
 
@@ -28,20 +25,6 @@ def dbos_version() -> str | None:
         return importlib.metadata.version("dbos")
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _settings(url: str) -> dict[str, Any]:
-    if url.startswith("sqlite:///"):
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-        # DBOS sets busy_timeout and foreign_keys only; synchronous stays SQLite's default (FULL).
-        return {"journal_mode": mode, "synchronous": "FULL (SQLite default; DBOS does not change it)"}
-    with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
-            b"SELECT name, setting FROM pg_settings WHERE name IN "
-            b"('synchronous_commit', 'fsync', 'wal_sync_method')"
-        ).fetchall()
-    return {str(k): str(v) for k, v in rows}
 
 
 def run_dbos(
@@ -105,6 +88,6 @@ def run_dbos(
     settings = {
         "worker": "in-process DBOS executor (DBOS.launch in the benchmark process), default thread pool",
         "start": "DBOS.start_workflow (no queue, no concurrency limit)",
-        **_settings(url),
+        **durability(url, "FULL (SQLite default; DBOS does not change it)"),
     }
     return {"throughput": throughput, "latency": latency, "settings": settings}

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from .. import Engine, Registry, activity
-from .common import summarize_latencies
+from .common import durability, summarize_latencies
 
 __all__ = ["DEFINITION", "run_lockstep"]
 
@@ -62,19 +62,6 @@ class _Observer:
             self._sqlite.close()
         if self._pg is not None:
             self._pg.close()
-
-
-def _settings(engine: Engine, url: str) -> dict[str, Any]:
-    if url.startswith("sqlite:///"):
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-        return {"journal_mode": mode, "synchronous": "FULL (Engine.open default)"}
-    with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
-            b"SELECT name, setting FROM pg_settings WHERE name IN "
-            b"('synchronous_commit', 'fsync', 'wal_sync_method')"
-        ).fetchall()
-    return {str(k): str(v) for k, v in rows}
 
 
 def _throughput(engine: Engine, obs: _Observer, runs: int, timeout: float) -> dict[str, Any]:
@@ -154,7 +141,7 @@ def run_lockstep(
             "worker": "in-process lockstep.Engine.worker (with scheduler), one process",
             "concurrency": concurrency,
             "poll_interval_ms": poll_ms,
-            **_settings(engine, url),
+            **durability(url, "FULL (Engine.open default)"),
         }
     finally:
         worker.stop(timeout=30)

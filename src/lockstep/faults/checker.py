@@ -162,7 +162,7 @@ def check(
             )
             v.flag(kind, f"{rid}: {problem}")
     effects = ledger.effects()
-    by_key = {e["idempotency_key"]: e for e in effects}
+    by_id = {str(e["response"].get("id")): e for e in effects}  # what a success's output points at
     per_step = Counter((e["run_id"], e["step"], e["kind"]) for e in effects)
     for (rid, step, kind), n in per_step.items():
         if n > 1:
@@ -178,7 +178,7 @@ def check(
         outcomes["started"] += 1
         _classify(s, outcomes, v)
         _transitions(rid, events, v)
-        _effects(rid, events, by_key, v)
+        _effects(rid, events, by_id, v)
         if expect.worker_versions is not None:
             _versions(rid, events, expect.worker_versions, v)
     if monitor is not None:
@@ -256,7 +256,7 @@ def _approvals(rid: str, events: list[Event], v: Verdict) -> None:
             v.flag("tokens_consumed_twice", f"{rid}: {who} counted {n} times on request {req}")
 
 
-def _effects(rid: str, events: list[Event], by_key: dict[str, dict[str, Any]], v: Verdict) -> None:
+def _effects(rid: str, events: list[Event], by_id: dict[str, dict[str, Any]], v: Verdict) -> None:
     """Each success of an effect activity must report the effect applied for that very step."""
     activity: dict[str, str] = {}
     for e in events:
@@ -270,9 +270,9 @@ def _effects(rid: str, events: list[Event], by_key: dict[str, dict[str, Any]], v
                 "stale_results_accepted",
                 f"{rid}/{e.data['step']}: attempt {e.data['attempt']} got attempt {out['attempt']}'s result",
             )
-        applied = [x for x in by_key.values() if x["response"].get("id") == out.get("id")]
-        if not applied or applied[0]["run_id"] != rid or applied[0]["step"] != e.data["step"]:
-            where = f"{applied[0]['run_id']}/{applied[0]['step']}" if applied else "nowhere"
+        applied = by_id.get(str(out.get("id")))
+        if applied is None or applied["run_id"] != rid or applied["step"] != e.data["step"]:
+            where = f"{applied['run_id']}/{applied['step']}" if applied else "nowhere"
             v.flag("effects_lost", f"{rid}/{e.data['step']} succeeded with the effect of {where}")
 
 
