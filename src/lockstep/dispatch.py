@@ -25,7 +25,7 @@ from .core.commands import (
 from .core.events import Event
 from .core.state import RunState
 from .core.timeutil import iso, parse_iso
-from .store import DueTimer, ExpiredLease, LoadedRun, RowLocked, Tx
+from .store import DueTimer, ExpiredLease, LoadedRun, RowLocked, TaskRow, Tx
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -314,19 +314,54 @@ def _claim_in(
             room = min(room, int(quota) - tx.leased_count(ten))
         if room > 0:
             per_tenant[ten] = tx.ready_ids(ten, activities, queue, now_ms, room, versions)
-    for task_id in round_robin(per_tenant, limit):
-        lease = _isolated(
-            svc,
-            tx,
-            f"task {task_id}",
-            _claim_one,
-            task_id,
-            worker,
-            now,
-            lease_ttl,
-        )
+    ids = round_robin(per_tenant, limit)
+    if not ids:
+        return out
+    # Optimistic, as for reports: every claim in one savepoint and one round trip of appends; if
+    # anything in it fails, undo it and claim one task at a time, isolating the broken one.
+    alone: list[str] = []
+    batch = _isolated(svc, tx, "a batch of claims", _claim_many, ids, worker, now, lease_ttl, alone)
+    if batch is None:
+        alone = ids
+    else:
+        out.extend(batch)
+    for task_id in alone:
+        lease = _isolated(svc, tx, f"task {task_id}", _claim_one, task_id, worker, now, lease_ttl)
         if lease is not None:
             out.append(lease)
+    return out
+
+
+def _claim_many(
+    svc: Service,
+    tx: Tx,
+    task_ids: list[str],
+    worker: str,
+    now: datetime,
+    lease_ttl: timedelta,
+    alone: list[str],
+) -> list[TaskLease]:
+    """Claim several tasks with one locking read of their runs (task ids begin with their run's
+    id) and one read of the tasks under those locks. A task whose run is locked by someone else or
+    gone is put in `alone`, for the one-at-a-time path that tells the two apart."""
+    loaded = tx.load_runs([i.split("/", 1)[0] for i in task_ids], skip_locked=True)
+    tasks = tx.tasks([i for i in task_ids if i.split("/", 1)[0] in loaded])
+    out: list[TaskLease] = []
+    with tx.batch():
+        for task_id in task_ids:
+            run_id = task_id.split("/", 1)[0]
+            t = tasks.get(task_id)
+            if t is None:
+                if run_id not in loaded:
+                    alone.append(task_id)
+                continue
+            if t.status != "ready":
+                continue  # taken or closed before we locked its run
+            # A preloaded run is used once: a second task of it must see the first claim.
+            run = loaded.pop(run_id, None) or tx.load_run(run_id)
+            lease = _claim_loaded(svc, tx, t, run, worker, now, lease_ttl) if run else None
+            if lease is not None:
+                out.append(lease)
     return out
 
 
@@ -345,6 +380,12 @@ def _claim_one(
     if loaded is None:
         tx.close_task(task_id, "stale")
         return None
+    return _claim_loaded(svc, tx, t, loaded, worker, now, lease_ttl)
+
+
+def _claim_loaded(
+    svc: Service, tx: Tx, t: TaskRow, loaded: LoadedRun, worker: str, now: datetime, lease_ttl: timedelta
+) -> TaskLease | None:
     deadline = now + timedelta(milliseconds=t.timeout_ms)
     try:
         d = svc.definition_for(tx, t.tenant, t.definition, t.version)

@@ -31,7 +31,7 @@ from lockstep.store import (
 )
 from lockstep.store.migrate import Migration, migrations
 
-from .conftest import ACTIVITY_DOC, T0, WAIT_DOC, Backend, Driver, ms
+from .conftest import ACTIVITY_DOC, T0, WAIT_DOC, Backend, Driver, _fold, ms
 
 GENESIS = "0" * 64
 
@@ -321,6 +321,78 @@ def test_claim_leases_the_task_to_one_worker(store, driver: Driver):
     assert (t.status, t.fencing, t.lease_owner) == ("leased", fencing, "w1")
     assert t.deadline == ms(T0 + timedelta(seconds=30))
     assert t.lease_expires_at == t.deadline
+
+
+def test_a_task_created_and_leased_in_one_append_is_stored_leased(store):
+    """Eager dispatch: a task scheduled and started in one transition is one leased row (capped lease)."""
+    d = parse_definition(ACTIVITY_DOC)
+    started = decide(None, StartRun("r01", "t1", 1, {}, None), T0, d)
+    claim = decide(
+        _fold(None, started), ClaimTask(task_of("r01"), "w1", iso(T0 + timedelta(seconds=30))), T0, d
+    )
+    events = started + claim
+    with store.write() as tx:
+        tx.append(
+            None,
+            _fold(None, events),
+            events,
+            effects_of(events),
+            now_ms=ms(T0),
+            lease_until_ms=ms(T0 + timedelta(seconds=10)),
+        )
+    with store.read() as tx:
+        t = tx.task(task_of("r01"))
+        assert tx.ready_ids("t1", ["demo.work"], "default", ms(T0), 10) == []
+    assert t is not None
+    assert (t.status, t.fencing, t.lease_owner) == ("leased", claim[0].data["fencing"], "w1")
+    assert (t.deadline, t.lease_expires_at) == (
+        ms(T0 + timedelta(seconds=30)),
+        ms(T0 + timedelta(seconds=10)),
+    )
+
+
+def test_a_state_cached_by_one_process_is_not_used_after_another_moved_the_run(store, url):
+    """The state cache answers only while the row's hash-chain head is the one it wrote: a second
+    store (another process) advancing the run makes the first read the stored snapshot again."""
+    mine, other = Driver(store), Driver(open_store(url))
+    try:
+        mine.start("r01")
+        assert store.states.get("r01", mine.load("r01").last_hash) is not None  # cached by its write
+        other.claim("r01", worker="w2")
+        loaded = mine.load("r01")
+        assert (loaded.state.seq, loaded.state.active.worker) == (3, "w2")  # type: ignore[union-attr]
+    finally:
+        other.store.close()
+
+
+def test_a_rolled_back_write_leaves_no_usable_cache_entry(store, driver: Driver):
+    """A transition cached inside a transaction that then fails is never served: the head differs."""
+    driver.start("r01")
+    before, after, events = driver.plan(
+        "r01", ClaimTask(task_of("r01"), "w1", iso(T0 + timedelta(seconds=30)))
+    )
+
+    def append_then_fail() -> None:
+        with store.write() as tx:
+            tx.append(before, after, events, effects_of(events), now_ms=ms(T0))
+            raise RuntimeError("the commit never happens")
+
+    with pytest.raises(RuntimeError):
+        append_then_fail()
+    loaded = driver.load("r01")
+    assert loaded.state.seq == 2
+    assert loaded.state.active.worker is None  # type: ignore[union-attr]
+
+
+def test_tasks_reads_several_by_id_and_leaves_out_unknown_ones(store, driver: Driver):
+    """tx.tasks returns the rows of the given ids in one query; an unknown id is simply absent."""
+    driver.start("r01")
+    driver.start("r02")
+    driver.claim("r02")
+    with store.read() as tx:
+        got = tx.tasks([task_of("r01"), task_of("r02"), "nope/x/a1-2"])
+    assert sorted(got) == [task_of("r01"), task_of("r02")]
+    assert (got[task_of("r01")].status, got[task_of("r02")].status) == ("ready", "leased")
 
 
 def test_set_lease_is_capped_at_the_deadline(store, driver: Driver):

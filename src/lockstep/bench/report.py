@@ -161,9 +161,10 @@ def render_markdown(r: dict[str, Any]) -> str:
         "once a third of the steps completed, every engine process is SIGKILLed and restarted under the "
         "same `--worker-id` / `--scheduler-id`; the clock runs from the restart until every run completed. "
         "The history is then checked for any `ActivityStarted` of a step after its `ActivitySucceeded`.\n"
-        "- **Timers**: the runs (one `wait: {until}` step each, all due at the same instant) are loaded with "
-        "no scheduler running; the clock starts when the scheduler processes are launched (one on SQLite, "
-        "two on PostgreSQL, splitting the partitions); lag = `TimerFired.at` - max(due, launch).\n"
+        "- **Timers**: the scheduler processes run first (one on SQLite, two on PostgreSQL, given 4 s to "
+        "split the 64 partitions between them), then the runs (one `wait: {until}` step each, all due at "
+        "the same instant T, a few seconds after the load ends) are loaded; lag = `TimerFired.at` - T (the "
+        "commit time of the firing), and 'all fired' is the largest lag.\n"
         "- **Waiting at scale**: half the runs wait on an approval (30 d), half on a 30-day timer, with "
         "`lockstep serve`, a scheduler (default 200 ms poll) and a worker running; RSS from /proc after the "
         "load and a pause; idle CPU = the scheduler's user+system time over the pause.\n"
@@ -204,7 +205,8 @@ def _fleet_section(fl: dict[str, Any], sizes: dict[str, Any]) -> list[str]:
             _f(fl.get("recovery.steps_run_twice"), 0),
         ),
         (
-            f"timers: {sizes.get('timers', {}).get('n', 0):,} due at once; scheduler start -> all fired, s",
+            f"timers: {sizes.get('timers', {}).get('n', 0):,} due in the same instant, schedulers running;"
+            " due -> all fired, s",
             _f(fl.get("timers.all_fired_s"), 2),
         ),
         (

@@ -50,7 +50,9 @@ def format_duration(td: timedelta) -> str:
 
 def iso(dt: datetime) -> str:
     """UTC ISO-8601 with milliseconds and a Z, the one timestamp format in events."""
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    if dt.tzinfo is not UTC:
+        dt = dt.astimezone(UTC)
+    return dt.isoformat(timespec="milliseconds")[:-6] + "Z"  # "+00:00" -> "Z"
 
 
 def parse_iso(text: str) -> datetime:

@@ -13,13 +13,14 @@ in memory and its lease keeps being renewed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import os
 import socket
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -185,7 +186,9 @@ class Worker:
         while True:
             with self._lock:
                 batch = [self._results.popleft() for _ in range(min(len(self._results), MAX_BATCH))]
-                busy = len(self._inflight)
+                # The slots of the results reported now are free once this transaction commits: the
+                # runs they continue can be leased to them eagerly in it (if it fails, nothing is).
+                busy = len(self._inflight) - self._freed_by(batch)
             stopping = self.stop_event.is_set()
             if stopping and not batch and busy == 0:
                 return
@@ -233,6 +236,16 @@ class Worker:
             elif not batch and not leases:
                 self.wake.wait(self.poll)
                 self.wake.clear()
+
+    def _freed_by(self, batch: list[_Result]) -> int:
+        """How many in-flight attempts `batch` finishes (an attempt reported twice, by the deliver-twice
+        fail point, is finished by its last report)."""
+        counts = Counter(r.lease.task_id for r in batch)
+        return sum(
+            1
+            for task_id, n in counts.items()
+            if (item := self._inflight.get(task_id)) is not None and item.reports <= n
+        )
 
     def free_slots(self) -> int:
         """Slots for eager leases from a start in this process (none once stopping)."""
@@ -375,7 +388,7 @@ class Worker:
             beat,
         )
         try:
-            args = (lease.input, ctx) if len(inspect.signature(fn).parameters) == 2 else (lease.input,)
+            args = (lease.input, ctx) if _takes_context(fn) else (lease.input,)
             result = fn(*args)
             if inspect.isawaitable(result):
                 result = asyncio.run(_await(result))
@@ -386,6 +399,19 @@ class Worker:
             return ("fail", ("LeaseLost", str(exc), True, True))
         except Exception as exc:
             return ("fail", (type(exc).__name__, str(exc) or type(exc).__name__, True, True))
+
+
+def _takes_context(fn: Any) -> bool:
+    try:
+        return _takes_context_cached(fn)
+    except TypeError:  # an unhashable callable object: ask every time
+        return len(inspect.signature(fn).parameters) == 2
+
+
+@functools.cache
+def _takes_context_cached(fn: Any) -> bool:
+    # inspect.signature costs more than a trivial activity; the answer never changes for a function.
+    return len(inspect.signature(fn).parameters) == 2
 
 
 async def _await(aw: Any) -> Any:

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-from ..core.canonical import canonical_json
+from ..core.canonical import canonical_json, compact_json, parse_json
 from ..core.effects import (
     CloseApprovalRequest,
     CloseTask,
@@ -36,6 +36,7 @@ from .port import (
     TenantRow,
     UserRow,
 )
+from .states import StateCache
 
 __all__ = ["GENESIS", "SqlTx", "ms_of"]
 
@@ -53,12 +54,28 @@ class SqlTx:
     names, its own dialect) and the exception its driver raises for constraint violations.
     """
 
-    def __init__(self, conn: Any, queries: dict[str, str], integrity_error: type[Exception]) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        queries: dict[str, str],
+        integrity_error: type[Exception],
+        states: StateCache | None = None,
+    ) -> None:
         self.c = conn
         self.q = queries
         self.integrity_error = integrity_error
+        self.states = states
+        self._w: Any = None
         # Inside batch(): the row-count checks of the appends, run once the batch's writes are through.
         self._deferred: list[tuple[Any, str, int]] | None = None
+
+    @property
+    def w(self) -> Any:
+        """One cursor for the writes whose answer nobody reads (inserts, closes): on PostgreSQL a new
+        cursor per statement cost as much Python time as the statement itself. Errors still surface."""
+        if self._w is None:
+            self._w = self.c.cursor()
+        return self._w
 
     def _one(self, query: str, **params: Any) -> Any:
         return self.c.execute(self.q[query], params).fetchone()
@@ -116,8 +133,11 @@ class SqlTx:
     def _loaded(self, run_id: str, row: Any) -> LoadedRun | None:
         if row is None:
             return None
+        cached = self.states.get(run_id, row[2]) if self.states is not None else None
+        if cached is not None:
+            return LoadedRun(cached, row[2])
         try:
-            return LoadedRun(RunState.from_json(json.loads(row[1])), row[2])
+            return LoadedRun(RunState.from_json(parse_json(row[1])), row[2])
         except OutdatedSnapshot:
             # Written by an older lockstep: the events are the facts, so rebuild the snapshot from them.
             state = fold([e for e, _h in self.events(run_id)])
@@ -154,7 +174,7 @@ class SqlTx:
                     "type": e.type,
                     "at": e.at,
                     "v": e.v,
-                    "data": canonical_json(e.data),
+                    "data": compact_json(e.data),
                     "hash": h,
                 }
             )
@@ -163,7 +183,7 @@ class SqlTx:
             "status": after.status,
             "seq": after.seq,
             "current_step": after.current_step,
-            "snapshot": canonical_json(after.to_json(copy_values=False)),
+            "snapshot": compact_json(after.to_json(copy_values=False)),
             "last_hash": h,
             "updated_at": after.updated_at,
         }
@@ -173,7 +193,7 @@ class SqlTx:
             # batch(), once the whole batch is).
             with nullcontext() if self._deferred is not None else self.pipeline():
                 for event_row in rows:
-                    self.c.execute(self.q["event_insert"], event_row)
+                    self.w.execute(self.q["event_insert"], event_row)
                 if before is None:
                     cur = self.c.execute(
                         self.q["run_insert"],
@@ -200,6 +220,8 @@ class SqlTx:
             self._deferred.append((cur, after.run_id, expected))
         elif cur.rowcount != 1:
             raise ConcurrencyError(f"run {after.run_id} moved past seq {expected}")
+        if self.states is not None:
+            self.states.put(after.run_id, h, after)  # used only while the row's head is still h
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -233,11 +255,17 @@ class SqlTx:
     def _apply(
         self, run: RunState, effects: Sequence[Effect], now_ms: int, lease_until_ms: int | None = None
     ) -> None:
+        # A task created and leased in the same transition (eager dispatch) is inserted leased: one
+        # statement instead of two.
+        leases = {fx.task_id: fx for fx in effects if isinstance(fx, LeaseTask)}
+        inserted_leased: set[str] = set()
         for fx in effects:
             if isinstance(fx, CreateTask):
-                self.c.execute(
-                    self.q["task_insert"],
+                lease = leases.get(fx.task_id)
+                self.w.execute(
+                    self.q["task_insert" if lease is None else "task_insert_leased"],
                     {
+                        **(self._lease_params(lease, lease_until_ms) if lease is not None else {}),
                         "task_id": fx.task_id,
                         "tenant": run.tenant,
                         "run_id": run.run_id,
@@ -246,7 +274,7 @@ class SqlTx:
                         "kind": fx.kind,
                         "activity": fx.activity,
                         "queue": fx.queue or "default",
-                        "input": canonical_json(fx.input),
+                        "input": compact_json(fx.input),
                         "idempotency_key": fx.idempotency_key,
                         "definition": run.definition["name"],
                         "version": run.definition["version"],
@@ -256,24 +284,17 @@ class SqlTx:
                         "now": now_ms,
                     },
                 )
+                if lease is not None:
+                    inserted_leased.add(fx.task_id)
             elif isinstance(fx, LeaseTask):
-                deadline = ms_of(fx.deadline)
-                self.c.execute(
-                    self.q["task_lease"],
-                    {
-                        "task_id": fx.task_id,
-                        "fencing": fx.fencing,
-                        "worker": fx.worker,
-                        "lease_expires_at": min(deadline, lease_until_ms or deadline),
-                        "deadline": deadline,
-                    },
-                )
+                if fx.task_id not in inserted_leased:
+                    self.w.execute(self.q["task_lease"], self._lease_params(fx, lease_until_ms))
             elif isinstance(fx, DeadLetterTask):
                 self.dead_letter(fx.task_id, fx.reason)
             elif isinstance(fx, CloseTask):
                 self.close_task(fx.task_id, fx.status)
             elif isinstance(fx, CreateTimer):
-                self.c.execute(
+                self.w.execute(
                     self.q["timer_insert"],
                     {
                         "run_id": run.run_id,
@@ -287,6 +308,17 @@ class SqlTx:
                 self.close_timer(run.run_id, fx.key, fx.generation, fx.status)
             else:
                 self._apply_approval(run, fx, now_ms)
+
+    @staticmethod
+    def _lease_params(fx: LeaseTask, lease_until_ms: int | None) -> dict[str, Any]:
+        deadline = ms_of(fx.deadline)
+        return {
+            "task_id": fx.task_id,
+            "fencing": fx.fencing,
+            "worker": fx.worker,
+            "lease_expires_at": min(deadline, lease_until_ms or deadline),
+            "deadline": deadline,
+        }
 
     def _apply_approval(self, run: RunState, fx: Effect, now_ms: int) -> None:
         if isinstance(fx, OpenApprovalRequest):
@@ -479,7 +511,7 @@ class SqlTx:
         return [self._state_of(r[0]) for r in rows]
 
     def _state_of(self, snapshot: str) -> RunState:
-        raw = json.loads(snapshot)
+        raw = parse_json(snapshot)
         try:
             return RunState.from_json(raw)
         except OutdatedSnapshot:
@@ -493,7 +525,7 @@ class SqlTx:
 
     def events(self, run_id: str) -> list[tuple[Event, str]]:
         rows = self.c.execute(self.q["events_of_run"], {"run_id": run_id}).fetchall()
-        return [(Event(type=r[1], at=r[2], v=r[3], data=json.loads(r[4]), seq=r[0]), r[5]) for r in rows]
+        return [(Event(type=r[1], at=r[2], v=r[3], data=parse_json(r[4]), seq=r[0]), r[5]) for r in rows]
 
     # --- tasks and timers ----------------------------------------------------------------------
     def _task(self, r: Any) -> TaskRow:
@@ -506,7 +538,7 @@ class SqlTx:
             r[5],
             r[6],
             r[7],
-            json.loads(r[8]),
+            parse_json(r[8]),
             r[9],
             r[10],
             r[11],
@@ -523,6 +555,11 @@ class SqlTx:
         r = self._one("task_get", task_id=task_id)
         return self._task(r) if r else None
 
+    def tasks(self, task_ids: Sequence[str]) -> dict[str, TaskRow]:
+        """Several tasks in one query, by id; unknown ids are absent."""
+        rows = self.c.execute(self.q["tasks_get_many"], {"task_ids": self.list_param(task_ids)})
+        return {r[0]: self._task(r) for r in rows}
+
     def set_lease(self, task_id: str, lease_expires_at: int) -> None:
         self.c.execute(self.q["task_set_lease"], {"task_id": task_id, "until": lease_expires_at})
 
@@ -537,7 +574,7 @@ class SqlTx:
         return int(cur.rowcount)
 
     def close_task(self, task_id: str, status: str) -> None:
-        self.c.execute(self.q["task_close"], {"task_id": task_id, "status": status})
+        self.w.execute(self.q["task_close"], {"task_id": task_id, "status": status})
 
     def expired_leases(
         self, now_ms: int, limit: int, partitions: list[int] | None = None
@@ -632,7 +669,7 @@ class SqlTx:
         return None
 
     def close_timer(self, run_id: str, key: str, generation: int, status: str) -> None:
-        self.c.execute(
+        self.w.execute(
             self.q["timer_close"], {"run_id": run_id, "key": key, "generation": generation, "status": status}
         )
 

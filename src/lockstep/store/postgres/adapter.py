@@ -25,6 +25,7 @@ from ..migrate import check_applied, migrations
 from ..port import ConcurrencyError, LoadedRun, RowLocked, SchemaError, StoreUnavailable
 from ..sql import load_queries
 from ..sqltx import SqlTx
+from ..states import StateCache
 
 __all__ = ["PgStore", "PgTx"]
 
@@ -35,8 +36,10 @@ MIGRATION_LOCK = int.from_bytes(hashlib.sha256(b"lockstep.migrations").digest()[
 
 
 class PgTx(SqlTx):
-    def __init__(self, conn: psycopg.Connection[Any], *, writing: bool) -> None:
-        super().__init__(conn, Q, psycopg.errors.IntegrityError)
+    def __init__(
+        self, conn: psycopg.Connection[Any], *, writing: bool, states: StateCache | None = None
+    ) -> None:
+        super().__init__(conn, Q, psycopg.errors.IntegrityError, states)
         self.writing = writing
 
     def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None:
@@ -112,6 +115,7 @@ class PgStore:
         self.url = url
         self._closed = False
         self._lock = threading.Lock()
+        self.states = StateCache()
         self.pool = ConnectionPool(
             url,
             min_size=1,
@@ -141,7 +145,8 @@ class PgStore:
     def _tx(self, writing: bool) -> Iterator[PgTx]:
         try:
             with self.pool.connection() as conn, conn.transaction():
-                yield PgTx(conn, writing=writing)
+                # Only writers use the state cache: reads (verify, show) see the stored snapshot itself.
+                yield PgTx(conn, writing=writing, states=self.states if writing else None)
         except psycopg.errors.TransactionRollback as exc:
             # deadlock or serialization failure: the transaction lost a race; the caller retries it
             raise ConcurrencyError(str(exc).splitlines()[0]) from None

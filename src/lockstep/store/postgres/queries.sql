@@ -76,6 +76,14 @@ INSERT INTO tasks (task_id, tenant, run_id, step, attempt, kind, activity, queue
 VALUES (%(task_id)s, %(tenant)s, %(run_id)s, %(step)s, %(attempt)s, %(kind)s, %(activity)s, %(queue)s, %(input)s, %(idempotency_key)s,
         %(definition)s, %(version)s, %(delivery)s, %(timeout_ms)s, %(priority)s, 'ready', %(now)s, %(now)s);
 
+-- name: task_insert_leased
+INSERT INTO tasks (task_id, tenant, run_id, step, attempt, kind, activity, queue, input, idempotency_key,
+                   definition, version, delivery, timeout_ms, priority, status, available_at, created_at,
+                   fencing, lease_owner, lease_expires_at, deadline)
+VALUES (%(task_id)s, %(tenant)s, %(run_id)s, %(step)s, %(attempt)s, %(kind)s, %(activity)s, %(queue)s, %(input)s, %(idempotency_key)s,
+        %(definition)s, %(version)s, %(delivery)s, %(timeout_ms)s, %(priority)s, 'leased', %(now)s, %(now)s,
+        %(fencing)s, %(worker)s, %(lease_expires_at)s, %(deadline)s);
+
 -- name: task_lease
 UPDATE tasks SET status = 'leased', fencing = %(fencing)s, lease_owner = %(worker)s,
                  lease_expires_at = %(lease_expires_at)s, deadline = %(deadline)s
@@ -88,6 +96,11 @@ UPDATE tasks SET status = %(status)s WHERE task_id = %(task_id)s AND status IN (
 SELECT task_id, tenant, run_id, step, attempt, kind, activity, queue, input, idempotency_key, definition,
        version, delivery, timeout_ms, status, fencing, lease_owner, lease_expires_at, deadline
 FROM tasks WHERE task_id = %(task_id)s;
+
+-- name: tasks_get_many
+SELECT task_id, tenant, run_id, step, attempt, kind, activity, queue, input, idempotency_key, definition,
+       version, delivery, timeout_ms, status, fencing, lease_owner, lease_expires_at, deadline
+FROM tasks WHERE task_id = ANY(%(task_ids)s);
 
 -- name: task_heartbeat
 UPDATE tasks SET lease_expires_at = LEAST(%(lease_until)s, deadline)

@@ -19,6 +19,7 @@ from ..migrate import check_applied, migrations
 from ..port import SchemaError, StoreUnavailable
 from ..sql import load_queries
 from ..sqltx import SqlTx
+from ..states import StateCache
 
 __all__ = ["SqliteStore", "SqliteTx"]
 
@@ -26,8 +27,8 @@ Q = load_queries(__package__ or "lockstep.store.sqlite", "queries.sql")
 
 
 class SqliteTx(SqlTx):
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        super().__init__(conn, Q, sqlite3.IntegrityError)
+    def __init__(self, conn: sqlite3.Connection, states: StateCache | None = None) -> None:
+        super().__init__(conn, Q, sqlite3.IntegrityError, states)
 
 
 class SqliteStore:
@@ -48,6 +49,7 @@ class SqliteStore:
         # Threads of this process queue here for the write lock instead of in SQLite's busy handler,
         # which sleeps in steps up to 100 ms: under contention that sleep, not the disk, set the pace.
         self._writer = threading.RLock()
+        self.states = StateCache()
         if self.path != ":memory:":
             parent = Path(self.path).expanduser().resolve().parent
             if not parent.is_dir():
@@ -96,7 +98,8 @@ class SqliteStore:
         except sqlite3.OperationalError as exc:
             raise StoreUnavailable(f"database is busy or unavailable: {exc}") from None
         try:
-            yield SqliteTx(conn)
+            # Only writers use the state cache: reads (verify, show) see the stored snapshot itself.
+            yield SqliteTx(conn, self.states if begin == "BEGIN IMMEDIATE" else None)
         except BaseException:
             conn.execute("ROLLBACK")
             raise

@@ -65,6 +65,14 @@ INSERT INTO tasks (task_id, tenant, run_id, step, attempt, kind, activity, queue
 VALUES (:task_id, :tenant, :run_id, :step, :attempt, :kind, :activity, :queue, :input, :idempotency_key,
         :definition, :version, :delivery, :timeout_ms, :priority, 'ready', :now, :now);
 
+-- name: task_insert_leased
+INSERT INTO tasks (task_id, tenant, run_id, step, attempt, kind, activity, queue, input, idempotency_key,
+                   definition, version, delivery, timeout_ms, priority, status, available_at, created_at,
+                   fencing, lease_owner, lease_expires_at, deadline)
+VALUES (:task_id, :tenant, :run_id, :step, :attempt, :kind, :activity, :queue, :input, :idempotency_key,
+        :definition, :version, :delivery, :timeout_ms, :priority, 'leased', :now, :now,
+        :fencing, :worker, :lease_expires_at, :deadline);
+
 -- name: task_lease
 UPDATE tasks SET status = 'leased', fencing = :fencing, lease_owner = :worker,
                  lease_expires_at = :lease_expires_at, deadline = :deadline
@@ -77,6 +85,11 @@ UPDATE tasks SET status = :status WHERE task_id = :task_id AND status IN ('ready
 SELECT task_id, tenant, run_id, step, attempt, kind, activity, queue, input, idempotency_key, definition,
        version, delivery, timeout_ms, status, fencing, lease_owner, lease_expires_at, deadline
 FROM tasks WHERE task_id = :task_id;
+
+-- name: tasks_get_many
+SELECT task_id, tenant, run_id, step, attempt, kind, activity, queue, input, idempotency_key, definition,
+       version, delivery, timeout_ms, status, fencing, lease_owner, lease_expires_at, deadline
+FROM tasks WHERE task_id IN (SELECT value FROM json_each(:task_ids));
 
 -- name: task_heartbeat
 UPDATE tasks SET lease_expires_at = MIN(:lease_until, deadline)

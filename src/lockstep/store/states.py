@@ -1,0 +1,44 @@
+"""A small cache of the run states this process wrote last, so the next transition of a run it just
+advanced (a worker's next step, eagerly leased) skips parsing the snapshot JSON back into objects."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from ..core.state import RunState
+
+__all__ = ["StateCache"]
+
+
+class StateCache:
+    """Run states by run id, each with the hash-chain head it was written under.
+
+    An entry is only used when the row's `last_hash` is the one it was stored with: the head covers
+    every event of the run, and a state is the fold of its events, so equal heads mean equal states.
+    That makes a stale entry (a rolled-back write, another process moving the run on) harmless: it is
+    just not used. Bounded, so process memory stays flat however many runs exist. Write transactions
+    only: a read (verify, show) must see the stored snapshot, even one edited by hand."""
+
+    def __init__(self, size: int = 2048) -> None:
+        self.size = size
+        self._entries: OrderedDict[str, tuple[str, RunState]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, run_id: str, last_hash: str) -> RunState | None:
+        with self._lock:
+            entry = self._entries.get(run_id)
+            if entry is None or entry[0] != last_hash:
+                return None
+            self._entries.move_to_end(run_id)
+            return entry[1]
+
+    def put(self, run_id: str, last_hash: str, state: RunState) -> None:
+        with self._lock:
+            self._entries[run_id] = (last_hash, state)
+            self._entries.move_to_end(run_id)
+            if len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
