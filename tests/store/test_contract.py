@@ -109,6 +109,24 @@ def test_second_append_with_same_expected_seq_is_refused_and_writes_nothing(stor
     assert task_before[2] == "w1"
 
 
+def test_a_read_inside_a_batch_sees_the_writes_buffered_before_it(store, driver: Driver):
+    """batch() holds unanswered writes back, but any read sends them first: the batch reads its own
+    writes (the second transition of a run in one batch must see the first)."""
+    driver.start("r01")
+    before, after, events = driver.plan(
+        "r01", ClaimTask(task_of("r01"), "w1", iso(T0 + timedelta(seconds=30)))
+    )
+    with store.write() as tx, tx.batch():
+        tx.append(before, after, events, effects_of(events), now_ms=ms(T0))
+        seen_task = tx.task(task_of("r01"))
+        seen_run = tx.load_run("r01")
+    assert seen_task is not None
+    assert (seen_task.status, seen_task.lease_owner) == ("leased", "w1")
+    assert seen_run is not None
+    assert seen_run.state.seq == 3
+    assert driver.load("r01").state.seq == 3
+
+
 def test_a_batch_writes_several_appends_and_a_stale_one_fails_it_at_the_end(store, backend, url, driver):
     """Appends inside batch() all land (one round trip on PostgreSQL); a stale one is caught when the
     batch ends (ConcurrencyError), and a savepoint around the batch undoes all of its writes."""

@@ -47,6 +47,39 @@ def ms_of(text: str) -> int:
     return int(parse_iso(text).timestamp() * 1000)
 
 
+# The order in which batch() sends its buffered writes, one executemany per kind. Different runs'
+# writes touch different rows; for one transition this is the order its effects need (a task row is
+# created before it is leased or closed). Anything else a batch sends first flushes the buffer.
+_FLUSH_ORDER = (
+    "event_insert",
+    "run_update",
+    "task_insert",
+    "task_insert_leased",
+    "task_lease",
+    "task_close",
+    "timer_insert",
+    "timer_close",
+    "notify_tasks",
+    "notify_timers",
+)
+
+
+class _FlushFirst:
+    """The connection as a transaction sees it inside batch(): any statement it sends itself (a read, a
+    write with an answer) goes after the buffered writes, so it sees them."""
+
+    def __init__(self, tx: SqlTx, conn: Any) -> None:
+        self.tx = tx
+        self.conn = conn
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        self.tx.flush()
+        return self.conn.execute(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
 class SqlTx:
     """Operations inside one transaction, shared by the SQL backends.
 
@@ -66,8 +99,40 @@ class SqlTx:
         self.integrity_error = integrity_error
         self.states = states
         self._w: Any = None
-        # Inside batch(): the row-count checks of the appends, run once the batch's writes are through.
-        self._deferred: list[tuple[Any, str, int]] | None = None
+        # Inside batch(): the writes not sent yet, and the row-count checks (cursor, rows expected, what)
+        # run once the batch's writes are through.
+        self._pending: list[tuple[str, dict[str, Any]]] | None = None
+        self._deferred: list[tuple[Any, int, str]] | None = None
+
+    def _write(self, query: str, params: dict[str, Any]) -> None:
+        """A write whose answer nobody reads: buffered inside batch(), else sent at once."""
+        if self._pending is not None:
+            self._pending.append((query, params))
+        else:
+            self.w.execute(self.q[query], params)
+
+    def flush(self) -> None:
+        """Send the writes buffered by batch(), one executemany per kind in _FLUSH_ORDER."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        conn = self.c.conn if isinstance(self.c, _FlushFirst) else self.c
+        by_query: dict[str, list[dict[str, Any]]] = {}
+        for query, params in pending:
+            by_query.setdefault(query, []).append(params)
+        if not by_query.keys() <= set(_FLUSH_ORDER):  # pragma: no cover - a new buffered write kind
+            raise RuntimeError(f"no flush order for {sorted(by_query.keys() - set(_FLUSH_ORDER))}")
+        for query in _FLUSH_ORDER:
+            rows = by_query.get(query)
+            if not rows:
+                continue
+            if query.startswith("notify_"):  # once per batch: NOTIFY is delivered once per channel
+                conn.execute(self.q[query])
+                continue
+            cur = conn.cursor()
+            cur.executemany(self.q[query], rows)
+            if query == "run_update" and self._deferred is not None:
+                self._deferred.append((cur, len(rows), f"one of {len(rows)} runs"))
 
     @property
     def w(self) -> Any:
@@ -193,7 +258,8 @@ class SqlTx:
             # batch(), once the whole batch is).
             with nullcontext() if self._deferred is not None else self.pipeline():
                 for event_row in rows:
-                    self.w.execute(self.q["event_insert"], event_row)
+                    self._write("event_insert", event_row)
+                cur = None
                 if before is None:
                     cur = self.c.execute(
                         self.q["run_insert"],
@@ -207,6 +273,8 @@ class SqlTx:
                             "created_at": after.started_at,
                         },
                     )
+                elif self._pending is not None:
+                    self._pending.append(("run_update", {**row, "expected_seq": expected}))
                 else:
                     cur = self.c.execute(self.q["run_update"], {**row, "expected_seq": expected})
                 self._apply(after, effects, now_ms, lease_until_ms)
@@ -216,8 +284,10 @@ class SqlTx:
             raise ConcurrencyError(
                 f"run {after.run_id} was changed by another writer (seq {expected})"
             ) from None
-        if self._deferred is not None:
-            self._deferred.append((cur, after.run_id, expected))
+        if cur is None:
+            pass  # a buffered run update: checked with its batch
+        elif self._deferred is not None:
+            self._deferred.append((cur, 1, f"run {after.run_id} (seq {expected})"))
         elif cur.rowcount != 1:
             raise ConcurrencyError(f"run {after.run_id} moved past seq {expected}")
         if self.states is not None:
@@ -225,25 +295,28 @@ class SqlTx:
 
     @contextmanager
     def batch(self) -> Iterator[None]:
-        """The writes of several appends in one round trip where the driver pipelines (PostgreSQL);
-        their checks run when the block ends, and a failed one fails the block (undo it with a
-        savepoint). A read inside the block still works: it waits for the writes before it."""
+        """Several appends written together: their unanswered writes are buffered and sent as one
+        executemany per kind (in one pipeline on PostgreSQL: one round trip), and their row-count
+        checks run when the block ends; a failed one fails the block (undo it with a savepoint). A
+        read inside the block first sends the buffered writes, so it sees them."""
         if self._deferred is not None:  # nested: part of the outer batch
             yield
             return
-        self._deferred = []
+        self._deferred, self._pending = [], []
+        conn, self.c = self.c, _FlushFirst(self, self.c)
         try:
             try:
                 with self.pipeline():
                     yield
+                    self.flush()
             except self.integrity_error:
                 raise ConcurrencyError("a run of the batch was changed by another writer") from None
             checks = self._deferred
         finally:
-            self._deferred = None
-        for cur, run_id, expected in checks:
-            if cur.rowcount != 1:
-                raise ConcurrencyError(f"run {run_id} moved past seq {expected}")
+            self.c, self._deferred, self._pending = conn, None, None
+        for cur, expected, what in checks:
+            if cur.rowcount != expected:
+                raise ConcurrencyError(f"{what} moved on meanwhile")
 
     def pipeline(self) -> AbstractContextManager[Any]:
         """Batch the statements of the block into one round trip where the driver can (PostgreSQL)."""
@@ -262,8 +335,8 @@ class SqlTx:
         for fx in effects:
             if isinstance(fx, CreateTask):
                 lease = leases.get(fx.task_id)
-                self.w.execute(
-                    self.q["task_insert" if lease is None else "task_insert_leased"],
+                self._write(
+                    "task_insert" if lease is None else "task_insert_leased",
                     {
                         **(self._lease_params(lease, lease_until_ms) if lease is not None else {}),
                         "task_id": fx.task_id,
@@ -288,14 +361,14 @@ class SqlTx:
                     inserted_leased.add(fx.task_id)
             elif isinstance(fx, LeaseTask):
                 if fx.task_id not in inserted_leased:
-                    self.w.execute(self.q["task_lease"], self._lease_params(fx, lease_until_ms))
+                    self._write("task_lease", self._lease_params(fx, lease_until_ms))
             elif isinstance(fx, DeadLetterTask):
                 self.dead_letter(fx.task_id, fx.reason)
             elif isinstance(fx, CloseTask):
                 self.close_task(fx.task_id, fx.status)
             elif isinstance(fx, CreateTimer):
-                self.w.execute(
-                    self.q["timer_insert"],
+                self._write(
+                    "timer_insert",
                     {
                         "run_id": run.run_id,
                         "key": fx.key,
@@ -574,7 +647,7 @@ class SqlTx:
         return int(cur.rowcount)
 
     def close_task(self, task_id: str, status: str) -> None:
-        self.w.execute(self.q["task_close"], {"task_id": task_id, "status": status})
+        self._write("task_close", {"task_id": task_id, "status": status})
 
     def expired_leases(
         self, now_ms: int, limit: int, partitions: list[int] | None = None
@@ -669,9 +742,7 @@ class SqlTx:
         return None
 
     def close_timer(self, run_id: str, key: str, generation: int, status: str) -> None:
-        self.w.execute(
-            self.q["timer_close"], {"run_id": run_id, "key": key, "generation": generation, "status": status}
-        )
+        self._write("timer_close", {"run_id": run_id, "key": key, "generation": generation, "status": status})
 
     def next_wakeup_ms(self) -> int | None:
         a = self._one("next_timer")[0]

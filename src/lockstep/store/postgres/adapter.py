@@ -71,9 +71,15 @@ class PgTx(SqlTx):
         # leased in the same transition (eager dispatch) is nobody else's to wake up for.
         leased = {fx.task_id for fx in effects if isinstance(fx, LeaseTask)}
         if any(isinstance(fx, CreateTask) and fx.task_id not in leased for fx in effects):
-            self.c.execute("NOTIFY lockstep_tasks")
+            self._notify("notify_tasks")
         if any(isinstance(fx, CreateTimer) for fx in effects):
-            self.c.execute("NOTIFY lockstep_timers")
+            self._notify("notify_timers")
+
+    def _notify(self, query: str) -> None:
+        if self._pending is not None:
+            self._pending.append((query, {}))  # once per batch, after its writes
+        else:
+            self.c.execute(self.q[query])
 
     def list_param(self, values: Sequence[str]) -> Any:
         return list(values)

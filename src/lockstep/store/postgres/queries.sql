@@ -354,3 +354,9 @@ UPDATE tasks SET lease_expires_at = LEAST(%(until)s, deadline) WHERE task_id = %
 
 -- name: scheduled_timers
 SELECT COUNT(*) FROM timers WHERE tenant = %(tenant)s AND status = 'scheduled';
+
+-- name: notify_tasks
+NOTIFY lockstep_tasks;
+
+-- name: notify_timers
+NOTIFY lockstep_timers;
