@@ -375,12 +375,22 @@ def test_a_state_cached_by_one_process_is_not_used_after_another_moved_the_run(s
     mine, other = Driver(store), Driver(open_store(url))
     try:
         mine.start("r01")
-        assert store.states.get("r01", mine.load("r01").last_hash) is not None  # cached by its write
-        other.claim("r01", worker="w2")
-        loaded = mine.load("r01")
-        assert (loaded.state.seq, loaded.state.active.worker) == (3, "w2")  # type: ignore[union-attr]
+        fencing = mine.claim("r01", worker="w1")
+        assert store.states.get("r01", mine.load("r01").last_hash) is not None  # a leased attempt: kept
+        other.command("r01", ReportSuccess(task_of("r01"), 1, fencing, {"ok": True}))
+        with store.write() as tx:  # writers are the ones that consult the cache
+            loaded = tx.load_run("r01")
+        assert loaded is not None
+        assert loaded.state == other.load("r01").state
+        assert loaded.state.seq > 3
     finally:
         other.store.close()
+
+
+def test_only_runs_with_a_leased_attempt_are_cached(store, driver: Driver):
+    """A run that waits (here: queued, not leased) is not kept in memory: the cache stays small."""
+    driver.start("r01")
+    assert store.states.get("r01", driver.load("r01").last_hash) is None
 
 
 def test_a_rolled_back_write_leaves_no_usable_cache_entry(store, driver: Driver):

@@ -290,8 +290,10 @@ class SqlTx:
             self._deferred.append((cur, 1, f"run {after.run_id} (seq {expected})"))
         elif cur.rowcount != 1:
             raise ConcurrencyError(f"run {after.run_id} moved past seq {expected}")
-        if self.states is not None:
-            self.states.put(after.run_id, h, after)  # used only while the row's head is still h
+        if self.states is not None and after.active is not None and after.active.worker is not None:
+            # An attempt is out: its result (this process's or another's) is the run's next command.
+            # Runs that wait for days are not kept; the entry is used only while the head is still h.
+            self.states.put(after.run_id, h, after)
 
     @contextmanager
     def batch(self) -> Iterator[None]:

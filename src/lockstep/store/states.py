@@ -1,5 +1,6 @@
 """A small cache of the run states this process wrote last, so the next transition of a run it just
-advanced (a worker's next step, eagerly leased) skips parsing the snapshot JSON back into objects."""
+advanced (a worker's next step, eagerly leased) skips parsing the snapshot JSON back into objects.
+Only runs with a leased attempt are kept (their next command, the result, comes soon); a few MiB at most."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ class StateCache:
     just not used. Bounded, so process memory stays flat however many runs exist. Write transactions
     only: a read (verify, show) must see the stored snapshot, even one edited by hand."""
 
-    def __init__(self, size: int = 2048) -> None:
+    def __init__(self, size: int = 1024) -> None:
         self.size = size
         self._entries: OrderedDict[str, tuple[str, RunState]] = OrderedDict()
         self._lock = threading.Lock()
