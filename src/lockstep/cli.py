@@ -194,7 +194,7 @@ def _print_run(s: dict[str, Any]) -> None:
         out.print(f"[red]error:[/red] {s['error'].get('code')}: {s['error'].get('message')}")
     if s["status"] == "completed":
         out.print(f"output: {json.dumps(s['output'])}")
-    t = Table("step", "status", "attempts", "detail")
+    t = Table("step", "status", "attempts", "idempotency key", "detail")
     for sid, st in s["steps"].items():
         detail = ""
         if st.get("error"):
@@ -204,7 +204,7 @@ def _print_run(s: dict[str, Any]) -> None:
             detail = (
                 detail + "; " if detail else ""
             ) + f"compensation {comp['status']} ({comp['attempts']} attempt(s))"
-        t.add_row(sid, st["status"], str(st["attempts"]), detail)
+        t.add_row(sid, st["status"], str(st["attempts"]), st.get("idempotency_key") or "", detail)
     out.print(t)
 
 

@@ -451,6 +451,8 @@ class Service:
                 "attempts": st.attempts,
                 "output": st.output,
                 "error": st.error,
+                # What an operator looks the effect up with downstream (unknown outcomes, repairs).
+                "idempotency_key": st.idempotency_key,
                 "started_at": st.started_at,
                 "finished_at": st.finished_at,
             }

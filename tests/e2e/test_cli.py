@@ -97,10 +97,12 @@ def test_show_json_describes_the_run(cli: Cli) -> None:
         "status": "pending",
         "attempts": 0,
     }
+    assert shown["steps"]["charge"]["idempotency_key"] == "charge-o-7"  # the rendered template
     text = cli.run("show", run).stdout  # the human view says the same thing
     assert run in text
     assert "running" in text
     assert "queued" in text
+    assert "idempotency key" in text
 
 
 def test_events_json_lists_the_history(cli: Cli) -> None:

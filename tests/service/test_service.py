@@ -45,6 +45,17 @@ def finish_reserve(svc: Service) -> None:
 # --- publishing ----------------------------------------------------------------------------------
 
 
+def test_show_gives_each_step_the_idempotency_key_it_was_sent_with(svc: Service, published):
+    """`show` (CLI, API, UI) names the key of a step's last attempt, as the activity got it: what an
+    operator looks the effect up with downstream before resolving an unknown outcome."""
+    run = start_order(svc)
+    (lease,) = svc.claim("w1", ["inventory.reserve"], limit=10, lease_ttl=TTL)
+    shown = svc.show("acme", run)["steps"]
+    assert shown["reserve"]["idempotency_key"] == lease.idempotency_key
+    assert lease.idempotency_key  # the default key, tenant:run:step
+    assert all(st["idempotency_key"] is None for sid, st in shown.items() if st["status"] == "pending")
+
+
 def test_publish_returns_the_same_version_for_the_same_content(svc: Service):
     """Identical content (any key order, any YAML layout) is one version; changed content is the next."""
     first = svc.publish("acme", ORDER)
@@ -496,6 +507,7 @@ def test_show_explains_the_run(svc: Service, published):
         "attempts": 0,
         "output": None,
         "error": None,
+        "idempotency_key": None,
         "started_at": None,
         "finished_at": None,
     }

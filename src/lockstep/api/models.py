@@ -67,6 +67,9 @@ class StepView(BaseModel):
     attempts: int
     output: Any = None
     error: dict[str, Any] | None = None
+    idempotency_key: str | None = Field(
+        default=None, description="the key of the step's last attempt, as sent to the activity"
+    )
     started_at: str | None = None
     finished_at: str | None = None
 

@@ -197,12 +197,22 @@ class Fleet:
         self.procs.append(proc)
         return proc
 
-    def spawn(self, name: str, args: list[str], *, faults: str = "", ready: str | None = None) -> Proc:
-        """Start `lockstep --db URL ARGS...` with fail points `faults`; wait for `ready` in its output."""
+    def spawn(
+        self,
+        name: str,
+        args: list[str],
+        *,
+        faults: str = "",
+        ready: str | None = None,
+        db_url: str | None = None,
+    ) -> Proc:
+        """Start `lockstep --db URL ARGS...` with fail points `faults`; wait for `ready` in its output.
+        `db_url` reaches the same database another way (through a proxy)."""
         env = dict(self.env)
         if faults:
             env[failpoints.ENV] = faults
-        proc = self._popen(name, [sys.executable, "-m", "lockstep", "--db", self.db_url, *args], env)
+        url = db_url or self.db_url
+        proc = self._popen(name, [sys.executable, "-m", "lockstep", "--db", url, *args], env)
         if ready is not None:
             self.wait_ready(proc, ready)
         return proc
@@ -216,12 +226,13 @@ class Fleet:
         concurrency: int = 8,
         versions: list[str] | None = None,
         wait: bool = True,
+        db_url: str | None = None,
     ) -> Proc:
         args = ["worker", "--activities", ACTIVITIES, "--lease-ttl", lease_ttl, "--poll-interval", "50ms"]
         args += ["--concurrency", str(concurrency), "--worker-id", name, "--no-scheduler"]
         for v in versions or []:
             args += ["--versions", v]
-        return self.spawn(name, args, faults=faults, ready="serving" if wait else None)
+        return self.spawn(name, args, faults=faults, ready="serving" if wait else None, db_url=db_url)
 
     def scheduler(self, name: str, *, faults: str = "", wait: bool = True) -> Proc:
         args = ["scheduler", "--poll-interval", "50ms", "--partition-ttl", "2s"]

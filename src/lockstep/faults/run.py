@@ -24,7 +24,14 @@ from .base import Ctx, Outcome, Scenario
 from .checker import CHECKS
 from .fleet import Fleet
 from .scenarios import crash_after_commit, duplicate_delivery, duplicate_timer, lease_expiry, lost_response
-from .scenarios_ops import approval_replay, db_outage, interrupted_deployment, queue_backlog, quota_exhausted
+from .scenarios_ops import (
+    approval_replay,
+    db_outage,
+    db_partition,
+    interrupted_deployment,
+    queue_backlog,
+    quota_exhausted,
+)
 
 __all__ = ["SCENARIOS", "run_matrix", "write_reports"]
 
@@ -36,6 +43,13 @@ SCENARIOS = [
     Scenario("approval_replay", "approval_replay", approval_replay),
     Scenario("duplicate_timer", "duplicate_timer", duplicate_timer),
     Scenario("db_outage", "db_outage", db_outage),
+    Scenario(
+        "db_partition",
+        "db_partition",
+        db_partition,
+        backends=("postgresql",),
+        about="one worker cut off from PostgreSQL by a TCP proxy, longer than its lease, three times",
+    ),
     Scenario("queue_backlog", "queue_backlog", queue_backlog),
     Scenario("interrupted_deployment", "interrupted_deployment", interrupted_deployment),
     Scenario("quota_exhausted", "quota_exhausted", quota_exhausted),

@@ -1,6 +1,6 @@
 """Scenarios for faults around the engine rather than one attempt: replayed approval callbacks, a
-database outage, a queue backlog, an interrupted version deployment, an exhausted tenant quota (with
-the client's connection cut by the TCP proxy).
+database outage, a worker partitioned from the database, a queue backlog, an interrupted version
+deployment, an exhausted tenant quota (with the client's connection cut by the TCP proxy).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -23,7 +24,14 @@ from .checker import Expect, Verdict
 from .fleet import wait_until
 from .proxy import Proxy
 
-__all__ = ["approval_replay", "db_outage", "interrupted_deployment", "queue_backlog", "quota_exhausted"]
+__all__ = [
+    "approval_replay",
+    "db_outage",
+    "db_partition",
+    "interrupted_deployment",
+    "queue_backlog",
+    "quota_exhausted",
+]
 
 
 def _free_port() -> int:
@@ -161,6 +169,64 @@ def db_outage(ctx: Ctx) -> tuple[Verdict, float | None]:
         ctx.count("outage seconds", int(outage))
         settled = settle_time(ctx, back, tick=tick)
     ctx.count("processes that exited during the outage", workers.deaths + sched.deaths)
+    return ctx.verdict(monitor=mon), settled
+
+
+def db_partition(ctx: Ctx) -> tuple[Verdict, float | None]:
+    """PostgreSQL (SQLite has no network): one of two workers reaches the database through a TCP proxy
+    that cuts all its connections while it holds leases, several times, each cut longer than the lease;
+    the other worker and the scheduler keep their link. The cut-off worker keeps its finished results
+    and reports them once the link is back (stale ones become ResultIgnored); meanwhile its leases
+    expire and those attempts run again on the other worker with the same key."""
+    f = ctx.fleet
+    f.engine.publish(pay_definition(), tenant=ctx.tenant)
+    f.control(delay_ms=150)  # attempts last long enough to be in flight when the link goes
+    target = urlsplit(f.db_url)
+    proxy = Proxy(target.hostname or "127.0.0.1", target.port or 5432)
+    proxy.start()
+    userinfo = target.netloc.rpartition("@")[0]
+    far_url = urlunsplit(target._replace(netloc=f"{userinfo}@127.0.0.1:{proxy.port}".lstrip("@")))
+    sched = Supervisor(1, lambda n: f.scheduler(f"s{n}"))
+    near = Supervisor(1, lambda n: f.worker(f"near{n}"))
+    far = Supervisor(1, lambda n: f.worker(f"far{n}", db_url=far_url))
+    cuts, cut_s = (8, 3.0) if ctx.soak else (3, 2.0)  # the lease is 1 s
+
+    def tick() -> None:
+        for s in (sched, near, far):
+            s.tick()
+
+    def far_leases() -> int:
+        sql = "SELECT count(*) FROM tasks WHERE status = 'leased' AND lease_owner LIKE ?"
+        return int(f.sql(sql, ("far%",))[0][0])
+
+    try:
+        with ctx.monitor() as mon:
+            for wave in range(cuts):
+                start_runs(ctx, max(4, ctx.runs // cuts), wave=wave)
+                # The cut must land on work: after a heal the far worker needs a moment (its retry
+                # back-off) while the near one drains the wave, so top up until the far one is busy.
+                deadline = time.monotonic() + 30
+                while far_leases() == 0 and time.monotonic() < deadline:
+                    start_runs(ctx, 4, wave=wave, top_up=True)
+                    time.sleep(0.3)
+                wait_until(lambda: far_leases() > 0, 5, "the far worker to hold leases")
+                ctx.count("leases the far worker held when cut off", far_leases())
+                proxy.cut()
+                ctx.count("partitions: the far worker cut off from PostgreSQL")
+                time.sleep(cut_s)  # the partition itself: time passing is the fault
+                proxy.heal()
+                tick()
+            back = time.monotonic()
+            settled = settle_time(ctx, back, tick=tick)
+    finally:
+        proxy.stop()
+    timed_out = int(f.sql("SELECT count(*) FROM events WHERE type = 'ActivityTimedOut'")[0][0])
+    ignored = int(f.sql("SELECT count(*) FROM events WHERE type = 'ResultIgnored'")[0][0])
+    ctx.count("leases expired during the partitions (attempt retried elsewhere)", timed_out)
+    ctx.count("late results recorded as ResultIgnored", ignored)
+    ctx.count("processes that exited during the partitions", sched.deaths + near.deaths + far.deaths)
+    if timed_out == 0:  # the fault never reached an attempt: this run proves nothing
+        raise RuntimeError("db_partition: no lease expired during the partitions")
     return ctx.verdict(monitor=mon), settled
 
 
