@@ -23,6 +23,7 @@ from .core.commands import (
     ReportSuccess,
 )
 from .core.events import Event
+from .core.flow import run_of_task
 from .core.state import RunState
 from .core.timeutil import iso, parse_iso
 from .store import DueTimer, ExpiredLease, LoadedRun, RowLocked, TaskRow, Tx
@@ -101,6 +102,28 @@ def _isolated(svc: Service, tx: Tx, what: str, fn: Callable[..., T], *args: Any)
         return None
 
 
+def _as_one_batch(
+    svc: Service,
+    tx: Tx,
+    what: str,
+    run_ids: list[str],
+    body: Callable[[dict[str, LoadedRun]], T],
+    *,
+    skip_locked: bool = False,
+) -> T | None:
+    """The optimistic path of a batch (results, claims, timers): in one savepoint, lock and read all
+    its runs with one query (run-id order, so two batches cannot deadlock) and run `body(loaded)` with
+    every append in one tx.batch(). None if anything in it failed: it was undone, and the caller goes
+    item by item, each in its own savepoint, isolating the broken one."""
+
+    def whole(_svc: Service, _tx: Tx) -> T:
+        loaded = tx.load_runs(run_ids, skip_locked=skip_locked)
+        with tx.batch():
+            return body(loaded)
+
+    return _isolated(svc, tx, what, whole)
+
+
 def _lock(tx: Tx, run_id: str) -> LoadedRun | Literal[False] | None:
     """The run, locked; None if it does not exist; False if another transaction holds it."""
     try:
@@ -153,17 +176,13 @@ def report_and_claim(
     with svc.write() as tx:
         order = sorted(range(len(reports)), key=lambda i: reports[i].task_id)
 
-        def all_at_once(_svc: Service, _tx: Tx) -> bool:
-            # Lock and read every run of the batch in one query (in run-id order).
-            loaded = tx.load_runs([reports[i].task_id.split("/", 1)[0] for i in order])
-            with tx.batch():  # every append of the batch in one round trip
-                for i in order:
-                    verdicts[i] = _report_one(svc, tx, reports[i], now, eager, loaded)
+        def report_all(loaded: dict[str, LoadedRun]) -> bool:
+            for i in order:
+                verdicts[i] = _report_one(svc, tx, reports[i], now, eager, loaded)
             return True
 
-        # Optimistic: the whole batch in one savepoint (two round trips instead of two per report);
-        # if anything in it fails, undo it and go report by report, isolating the broken one.
-        if order and not _isolated(svc, tx, "a batch of reports", all_at_once):
+        run_ids = [run_of_task(reports[i].task_id) for i in order]
+        if order and _as_one_batch(svc, tx, "a batch of reports", run_ids, report_all) is None:
             eager.leases, eager.room = [], limit
             for i in order:
                 what = f"report of {reports[i].task_id}"
@@ -263,7 +282,7 @@ def _report_one(
 ) -> str:
     # Task ids begin with their run's id: lock the run straight away (one round trip fewer). A
     # preloaded run is used once: a second report for it must see the first one's transition.
-    run_id = report.task_id.split("/", 1)[0]
+    run_id = run_of_task(report.task_id)
     loaded = preloaded.pop(run_id, None) if preloaded is not None else None
     loaded = loaded or tx.load_run(run_id)
     if loaded is None:
@@ -317,10 +336,15 @@ def _claim_in(
     ids = round_robin(per_tenant, limit)
     if not ids:
         return out
-    # Optimistic, as for reports: every claim in one savepoint and one round trip of appends; if
-    # anything in it fails, undo it and claim one task at a time, isolating the broken one.
     alone: list[str] = []
-    batch = _isolated(svc, tx, "a batch of claims", _claim_many, ids, worker, now, lease_ttl, alone)
+    batch = _as_one_batch(
+        svc,
+        tx,
+        "a batch of claims",
+        [run_of_task(i) for i in ids],
+        lambda loaded: _claim_many(svc, tx, ids, loaded, worker, now, lease_ttl, alone),
+        skip_locked=True,
+    )
     if batch is None:
         alone = ids
     else:
@@ -336,32 +360,31 @@ def _claim_many(
     svc: Service,
     tx: Tx,
     task_ids: list[str],
+    loaded: dict[str, LoadedRun],
     worker: str,
     now: datetime,
     lease_ttl: timedelta,
     alone: list[str],
 ) -> list[TaskLease]:
-    """Claim several tasks with one locking read of their runs (task ids begin with their run's
-    id) and one read of the tasks under those locks. A task whose run is locked by someone else or
-    gone is put in `alone`, for the one-at-a-time path that tells the two apart."""
-    loaded = tx.load_runs([i.split("/", 1)[0] for i in task_ids], skip_locked=True)
-    tasks = tx.tasks([i for i in task_ids if i.split("/", 1)[0] in loaded])
+    """Claim several tasks whose runs are locked and `loaded`, with one read of the tasks under those
+    locks. A task whose run is locked by someone else or gone is put in `alone`, for the
+    one-at-a-time path that tells the two apart."""
+    tasks = tx.tasks([i for i in task_ids if run_of_task(i) in loaded])
     out: list[TaskLease] = []
-    with tx.batch():
-        for task_id in task_ids:
-            run_id = task_id.split("/", 1)[0]
-            t = tasks.get(task_id)
-            if t is None:
-                if run_id not in loaded:
-                    alone.append(task_id)
-                continue
-            if t.status != "ready":
-                continue  # taken or closed before we locked its run
-            # A preloaded run is used once: a second task of it must see the first claim.
-            run = loaded.pop(run_id, None) or tx.load_run(run_id)
-            lease = _claim_loaded(svc, tx, t, run, worker, now, lease_ttl) if run else None
-            if lease is not None:
-                out.append(lease)
+    for task_id in task_ids:
+        run_id = run_of_task(task_id)
+        t = tasks.get(task_id)
+        if t is None:
+            if run_id not in loaded:
+                alone.append(task_id)
+            continue
+        if t.status != "ready":
+            continue  # taken or closed before we locked its run
+        # A preloaded run is used once: a second task of it must see the first claim.
+        run = loaded.pop(run_id, None) or tx.load_run(run_id)
+        lease = _claim_loaded(svc, tx, t, run, worker, now, lease_ttl) if run else None
+        if lease is not None:
+            out.append(lease)
     return out
 
 
@@ -419,15 +442,16 @@ def fire_due_timers(svc: Service, limit: int = 200, partitions: list[int] | None
         if not due:
             return 0
 
-        def all_at_once(_svc: Service, _tx: Tx) -> int:
-            # The runs of the batch locked in one query (others' locked runs are skipped), and the
-            # armed-or-not question left to the core's generation check (a fired or superseded
-            # timer is refused there): a few round trips per batch instead of five per timer.
-            loaded = tx.load_runs([t.run_id for t in due], skip_locked=True)
-            with tx.batch():  # every append of the batch in one round trip
-                return sum(_fire_one(svc, tx, t, now, loaded) for t in due)
-
-        fired = _isolated(svc, tx, "a batch of timers", all_at_once)
+        # Runs another transaction holds are skipped, and the armed-or-not question is left to the
+        # core's generation check (a fired or superseded timer is refused there).
+        fired = _as_one_batch(
+            svc,
+            tx,
+            "a batch of timers",
+            [t.run_id for t in due],
+            lambda loaded: sum(_fire_one(svc, tx, t, now, loaded) for t in due),
+            skip_locked=True,
+        )
         if fired is not None:
             return fired
         return sum(

@@ -37,6 +37,7 @@ __all__ = [
     "queued_attempt",
     "request_approval",
     "resume_deferred",
+    "run_of_task",
     "schedule_action",
     "step_failed",
     "task_id",
@@ -49,6 +50,11 @@ def task_id(run_id: str, step: str, kind: str, attempt: int, seq: int) -> str:
     """Deterministic and unique per run: the seq of the scheduling event tells apart two passes through
     the same step (a polling loop) that both start at attempt 1."""
     return f"{run_id}/{step}/{'c' if kind == 'compensation' else 'a'}{attempt}-{seq}"
+
+
+def run_of_task(task: str) -> str:
+    """The run id a task id begins with (see task_id): lets a batch lock the runs before reading tasks."""
+    return task.split("/", 1)[0]
 
 
 def expression_context(state: RunState) -> dict[str, Any]:

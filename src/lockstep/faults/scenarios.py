@@ -13,6 +13,7 @@ import signal
 import time
 
 from ..core.commands import FireTimer
+from ..core.flow import run_of_task
 from ..errors import LockstepError
 from .base import Ctx, Supervisor, every, pay_definition, settle_time, start_runs, unsettled
 from .checker import Verdict
@@ -137,7 +138,7 @@ def lease_expiry(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, float | No
                 f.release(h)  # the held thread goes on as soon as the process is continued
                 stopped[pid] = time.monotonic()
                 continue
-            state = ctx.engine_service.state(None, str(h["task"]).split("/")[0])
+            state = ctx.engine_service.state(None, run_of_task(str(h["task"])))
             active = state.active
             moved_on = active is not None and active.task_id != h["task"] and active.fencing is not None
             if moved_on or state.terminal or time.monotonic() - stopped[pid] > 8:

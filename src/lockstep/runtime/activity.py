@@ -51,15 +51,27 @@ class ActivityContext:
 class Registry:
     def __init__(self) -> None:
         self._fns: dict[str, ActivityFn] = {}
+        # Whether each takes (input, ctx): inspect.signature costs more than a trivial activity, so it
+        # is asked once, here, not on every call.
+        self._takes_ctx: dict[str, bool] = {}
 
     def register(self, name: str, fn: ActivityFn) -> None:
         existing = self._fns.get(name)
         if existing is not None and existing is not fn and _qualname(existing) != _qualname(fn):
             raise ValueError(f"activity {name!r} is already registered by {_qualname(existing)}")
         self._fns[name] = fn
+        try:
+            self._takes_ctx[name] = len(inspect.signature(fn).parameters) == 2
+        except (TypeError, ValueError):  # no signature to read: asked (and failing) at call time
+            self._takes_ctx.pop(name, None)
 
     def get(self, name: str) -> ActivityFn | None:
         return self._fns.get(name)
+
+    def takes_context(self, name: str) -> bool:
+        """Whether activity `name` takes (input, ctx) rather than (input)."""
+        known = self._takes_ctx.get(name)
+        return known if known is not None else len(inspect.signature(self._fns[name]).parameters) == 2
 
     def names(self) -> list[str]:
         return sorted(self._fns)

@@ -13,7 +13,6 @@ in memory and its lease keeps being renewed.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 import os
@@ -388,7 +387,7 @@ class Worker:
             beat,
         )
         try:
-            args = (lease.input, ctx) if _takes_context(fn) else (lease.input,)
+            args = (lease.input, ctx) if self.registry.takes_context(lease.activity) else (lease.input,)
             result = fn(*args)
             if inspect.isawaitable(result):
                 result = asyncio.run(_await(result))
@@ -399,19 +398,6 @@ class Worker:
             return ("fail", ("LeaseLost", str(exc), True, True))
         except Exception as exc:
             return ("fail", (type(exc).__name__, str(exc) or type(exc).__name__, True, True))
-
-
-def _takes_context(fn: Any) -> bool:
-    try:
-        return _takes_context_cached(fn)
-    except TypeError:  # an unhashable callable object: ask every time
-        return len(inspect.signature(fn).parameters) == 2
-
-
-@functools.cache
-def _takes_context_cached(fn: Any) -> bool:
-    # inspect.signature costs more than a trivial activity; the answer never changes for a function.
-    return len(inspect.signature(fn).parameters) == 2
 
 
 async def _await(aw: Any) -> Any:

@@ -333,7 +333,7 @@ class SqlTx:
         # A task created and leased in the same transition (eager dispatch) is inserted leased: one
         # statement instead of two.
         leases = {fx.task_id: fx for fx in effects if isinstance(fx, LeaseTask)}
-        inserted_leased: set[str] = set()
+        created = {fx.task_id for fx in effects if isinstance(fx, CreateTask)}
         for fx in effects:
             if isinstance(fx, CreateTask):
                 lease = leases.get(fx.task_id)
@@ -359,10 +359,8 @@ class SqlTx:
                         "now": now_ms,
                     },
                 )
-                if lease is not None:
-                    inserted_leased.add(fx.task_id)
             elif isinstance(fx, LeaseTask):
-                if fx.task_id not in inserted_leased:
+                if fx.task_id not in created:  # else inserted leased above
                     self._write("task_lease", self._lease_params(fx, lease_until_ms))
             elif isinstance(fx, DeadLetterTask):
                 self.dead_letter(fx.task_id, fx.reason)
