@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                 timeout=a.timeout,
                 log=log,
             )
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the parent reports it
+        return 130
     except Exception as exc:
         traceback.print_exc()
         emit({"error": f"{type(exc).__name__}: {exc}"})
