@@ -696,7 +696,25 @@ def users_list(c: Ctx, tenant: str | None) -> None:
     "notify",
     default="log",
     show_default=True,
-    help="Approval link delivery: log, webhook:URL or smtp://host:port?from=ADDR.",
+    help="Approval link delivery: log, webhook:https://HOST/PATH (signed; secret in "
+    "LOCKSTEP_WEBHOOK_SECRET[_FILE]) or smtp[s]://HOST:PORT?from=ADDR (docs/approvals.md).",
+)
+@click.option(
+    "--allow-insecure-http",
+    is_flag=True,
+    help="Allow an http:// webhook to a host that is not loopback (links travel in clear text).",
+)
+@click.option(
+    "--allow-insecure-smtp",
+    is_flag=True,
+    help="Allow SMTP without TLS (tls=none) to a host that is not loopback.",
+)
+@click.option(
+    "--allow-webhook-network",
+    "webhook_networks",
+    multiple=True,
+    metavar="CIDR",
+    help="Allow the webhook to reach this private/link-local network (refused by default; repeatable).",
 )
 @pass_ctx
 def serve(
@@ -711,9 +729,19 @@ def serve(
     log_format: str,
     public_url: str | None,
     notify: str,
+    allow_insecure_http: bool,
+    allow_insecure_smtp: bool,
+    webhook_networks: tuple[str, ...],
 ) -> None:
     """Serve the HTTP API (/v1), the web UI (/ui) and /metrics; also do the scheduler's duties."""
+    from .runtime.outbound import OutboundPolicy  # noqa: PLC0415
     from .serve import run_server  # noqa: PLC0415 - web stack loads only for `serve`
+
+    outbound = OutboundPolicy.from_options(
+        allow_insecure_http=allow_insecure_http,
+        allow_insecure_smtp=allow_insecure_smtp,
+        networks=webhook_networks,
+    )
 
     run_server(
         c.engine,
@@ -728,7 +756,22 @@ def serve(
         console=err,
         public_url=public_url or f"http://{host}:{port}",
         notify=notify,
+        outbound=outbound,
     )
+
+
+@cli.group()
+def webhooks() -> None:
+    """Signed approval webhooks (Standard Webhooks)."""
+
+
+@webhooks.command("secret")
+def webhooks_secret() -> None:
+    """Print a new whsec_ signing secret (give it to the receiver; start serve with it in
+    LOCKSTEP_WEBHOOK_SECRET_FILE or LOCKSTEP_WEBHOOK_SECRET)."""
+    from .runtime.webhook import new_secret  # noqa: PLC0415
+
+    click.echo(new_secret())
 
 
 # --- approvals --------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from .engine import Engine
 from .errors import InvalidInput
 from .observability import configure_logging, log_events
 from .runtime.activity import REGISTRY
-from .runtime.notify import Notifier, channel_from_spec
+from .runtime.notify import Notifier, OutboundPolicy, channel_from_spec
 from .runtime.scheduler import Scheduler
 from .runtime.worker import Worker
 
@@ -37,8 +37,11 @@ def run_server(
     console: Any,
     public_url: str = "http://127.0.0.1:8080",
     notify: str = "log",
+    outbound: OutboundPolicy | None = None,
 ) -> None:
     configure_logging(json_logs=log_format == "json")
+    # First: a notification channel the destination policy refuses stops the server before it starts.
+    channel = channel_from_spec(notify, outbound)
     service = engine.service
     service.listeners.append(log_events)
     sys.path.insert(0, os.getcwd())
@@ -63,7 +66,6 @@ def run_server(
             f"example: tenant [bold]default[/bold], user [bold]admin[/bold], password "
             f"[bold]{info['password']}[/bold]" + (f", API key {info['api_key']}" if "api_key" in info else "")
         )
-    channel = channel_from_spec(notify)
     app = create_app(
         service, metrics_token=metrics_token, secure_cookies=secure_cookies, public_url=public_url
     )

@@ -26,6 +26,7 @@ import httpx
 
 from .. import failpoints
 from ..engine import Engine
+from ..runtime.webhook import SECRET_ENV, new_secret
 from ..testing.pgcluster import PgCluster
 from .activities import DOWNSTREAM_ENV
 from .downstream import LedgerReader
@@ -169,6 +170,7 @@ class Fleet:
             DOWNSTREAM_ENV: self.downstream_url,
             failpoints.LOG_ENV: str(self.failpoint_log),
             "PYTHONUNBUFFERED": "1",
+            SECRET_ENV: new_secret(),  # `serve --notify webhook:...` signs its webhooks and needs one
         }
         for name in (failpoints.ENV, "LOCKSTEP_DEBUG", "LOCKSTEP_DB", "LOCKSTEP_TENANT"):
             self.env.pop(name, None)

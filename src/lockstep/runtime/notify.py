@@ -2,28 +2,39 @@
 claimed here; for each eligible approver a fresh link is minted at delivery time and handed to a
 channel. The raw token exists only in this process's memory and in the message sent.
 
-Channels: `log` (a JSON log line; for development), `webhook:URL` (POST JSON), `smtp://host:port?from=ADDR`
-(an e-mail to the user's address). Failed deliveries are retried with backoff, then marked failed.
+Channels: `log` (a JSON log line; for development), `webhook:URL` (a signed JSON POST: webhook.py),
+`smtp://` or `smtps://` (an e-mail to the user's address: mail.py). Where they may connect is the
+destination policy's call (outbound.py). Failed deliveries are retried with backoff, then marked failed;
+every retry of a message keeps its message id.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import logging
-import smtplib
+import os
 import threading
-import urllib.request
-from email.message import EmailMessage
+from collections.abc import Mapping
 from typing import Any, Protocol
-from urllib.parse import parse_qs, urlparse
 
 import structlog
 
 from ..approvals import Approvals
-from ..errors import LockstepError
+from ..errors import InvalidInput, LockstepError
 from ..service import Service
+from .mail import SmtpChannel, smtp_channel
+from .outbound import OutboundPolicy
+from .webhook import WebhookChannel, webhook_secret
 
-__all__ = ["Channel", "LogChannel", "Notifier", "SmtpChannel", "WebhookChannel", "channel_from_spec"]
+__all__ = [
+    "Channel",
+    "LogChannel",
+    "Notifier",
+    "OutboundPolicy",
+    "SmtpChannel",
+    "WebhookChannel",
+    "channel_from_spec",
+]
 
 log = logging.getLogger("lockstep.notify")
 MAX_ATTEMPTS = 8
@@ -51,56 +62,31 @@ class LogChannel:
         )
 
 
-class WebhookChannel:
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise LockstepError(f"webhook URL must be http(s): {url!r}")
-        self.url = url
-        self.timeout = timeout
-
-    def send(self, message: dict[str, Any]) -> None:
-        headers = {"Content-Type": "application/json", "Idempotency-Key": message["link_id"]}
-        body = json.dumps(message).encode()
-        # The scheme is checked in __init__ (http/https only), which is what S310 guards against.
-        req = urllib.request.Request(self.url, data=body, method="POST", headers=headers)  # noqa: S310
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310
-            if resp.status >= 300:
-                raise OSError(f"webhook answered {resp.status}")
-
-
-class SmtpChannel:
-    def __init__(self, host: str, port: int, sender: str, emails: dict[str, str] | None = None) -> None:
-        self.host, self.port, self.sender = host, port, sender
-        self.emails = emails or {}
-
-    def send(self, message: dict[str, Any]) -> None:
-        to = message.get("email")
-        if not to:
-            raise LockstepError(f"no e-mail address for {message['approver']} (lockstep users set-email)")
-        mail = EmailMessage()
-        mail["From"], mail["To"] = self.sender, to
-        mail["Subject"] = f"Approval needed: {message['definition']} / {message['step']}"
-        mail.set_content(
-            f"{message['details']}\n\nDecide here (log in first): {message['url']}\n"
-            f"This link is for you only, works once, and expires at {message['expires_at']}.\n"
-        )
-        with smtplib.SMTP(self.host, self.port, timeout=15) as smtp:
-            smtp.send_message(mail)
-
-
-def channel_from_spec(spec: str) -> Channel:
-    """`log`, `webhook:https://...`, or `smtp://host:port?from=lockstep@example.com`."""
+def channel_from_spec(
+    spec: str, policy: OutboundPolicy | None = None, env: Mapping[str, str] | None = None
+) -> Channel:
+    """`log`, `webhook:https://...` or `smtp(s)://host:port?from=ADDR`: refused (InvalidInput, with the
+    fix) when the destination policy or the channel's secrets say no, so `lockstep serve` stops at once."""
+    policy = policy or OutboundPolicy()
+    env = os.environ if env is None else env
     if spec == "log":
         return LogChannel()
     if spec.startswith("webhook:"):
-        return WebhookChannel(spec[len("webhook:") :])
-    if spec.startswith("smtp://"):
-        u = urlparse(spec)
-        sender = parse_qs(u.query).get("from", ["lockstep@localhost"])[0]
-        return SmtpChannel(u.hostname or "localhost", u.port or 25, sender)
-    raise LockstepError(
-        f"unknown notification channel {spec!r}: use log, webhook:URL or smtp://host:port?from=ADDR"
+        return WebhookChannel(spec[len("webhook:") :], webhook_secret(env), policy)
+    if spec.startswith(("smtp://", "smtps://")):
+        return smtp_channel(spec, env, policy)
+    raise InvalidInput(
+        f"unknown notification channel {spec!r}: use log, webhook:https://HOST/PATH or "
+        "smtp://HOST:PORT?from=ADDR (smtps:// for implicit TLS)"
     )
+
+
+def message_id(n: dict[str, Any], approver: str) -> str:
+    """The Standard Webhooks `webhook-id` of one outbox row's message to one approver: the same on every
+    retry, so a receiver that saw it drops the duplicate (each retry carries a freshly minted link, as
+    raw tokens are never stored; the first one stays valid until it expires)."""
+    key = f"{n['tenant']}\n{n['run_id']}\n{n['request_id']}\n{n['id']}\n{approver}"
+    return "msg_" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 class Notifier:
@@ -160,6 +146,7 @@ class Notifier:
                         "definition": state.definition["name"],
                         "email": email,
                         "details": (state.approval or {}).get("details", ""),
+                        "message_id": message_id(n, approver),
                     }
                 )
         except (LockstepError, OSError) as exc:
