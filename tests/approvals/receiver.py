@@ -3,6 +3,7 @@ answers each with the next status of a script (then 204)."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +26,8 @@ class Receiver:
 
 
 @contextmanager
-def receiver() -> Iterator[Receiver]:
+def receiver(tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
+    """Plain HTTP on 127.0.0.1, or HTTPS with the server context `tls` (then the URL names localhost)."""
     rec = Receiver("")
     lock = threading.Lock()
 
@@ -48,6 +50,9 @@ def receiver() -> Iterator[Receiver]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     rec.url = f"http://127.0.0.1:{server.server_address[1]}"
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+        rec.url = f"https://localhost:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -22,6 +22,7 @@ from lockstep.runtime.webhook import new_secret
 
 from .conftest import TENANT, World
 from .receiver import Receiver, receiver
+from .tlscert import make_cert
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # noqa: S105 - the specification's test secret
 
@@ -64,6 +65,25 @@ def test_delivered_approval_verifies_with_standardwebhooks(world: World, hook: R
     assert len({r.headers["webhook-id"] for r in hook.requests}) == 4
     alice = next(json.loads(r.body) for r in hook.requests if json.loads(r.body)["approver"] == "alice")
     assert world.decide(alice["token"], "alice").status_code == 200
+
+
+def test_https_verifies_the_receivers_certificate(world: World, tmp_path: Path) -> None:
+    """Over https:// the certificate is checked against the host name (here against the test's CA); a
+    certificate the client does not trust gets nothing."""
+    cert = make_cert(tmp_path)
+    secret = new_secret()
+    with receiver(cert.server_context()) as hook:
+        world.start()
+        untrusting = WebhookChannel(f"{hook.url}/in", secret)  # system CAs only
+        Notifier(world.service, world.approvals, untrusting).tick()
+        assert hook.requests == []
+        ((error,),) = world.sql("SELECT last_error FROM notifications")
+        assert "CERTIFICATE_VERIFY_FAILED" in error
+        world.clock.advance(seconds=5)
+        trusting = WebhookChannel(f"{hook.url}/in", secret, ssl_context=cert.client_context())
+        Notifier(world.service, world.approvals, trusting).tick()
+    assert len(hook.requests) == 4
+    Webhook(secret).verify(hook.requests[0].body, hook.requests[0].headers)
 
 
 def test_an_old_timestamp_fails_verification(world: World, hook: Receiver) -> None:

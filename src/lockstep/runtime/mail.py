@@ -36,6 +36,7 @@ class _Pinned(smtplib.SMTP):
     address = ""
 
     def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
+        self._host = host  # the name TLS verifies (smtplib sets it only when the constructor connects)
         return socket.create_connection((self.address, port), timeout, self.source_address)
 
 
