@@ -2,6 +2,12 @@
 
 Gauges are read from the database at scrape time, so every process reports the same truth; counters
 count what this process committed (attempts, failures, lease expiries, timers).
+
+Label values that tenants or workers choose are bounded (core/limits.py), so no tenant can grow the
+output without end: activity names, the first `max_metric_activities` per tenant; error codes, the
+engine's own and those the definition declares (`non_retryable`), at most `max_metric_error_codes` per
+tenant. Everything past a bound is counted under `other`. Tenants (created by operators) and statuses
+(the engine's) are bounded already.
 """
 
 from __future__ import annotations
@@ -9,6 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,17 +26,79 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .core.definition import ActivityStep
 from .core.events import Event
+from .core.limits import SERVER_LIMITS
 from .core.state import RunState
 from .core.timeutil import parse_iso
 from .service import Service
 
-__all__ = ["Metrics", "configure_logging", "log_events"]
+__all__ = ["ENGINE_ERROR_CODES", "OTHER", "Metrics", "configure_logging", "log_events"]
+
+OTHER = "other"
+# Codes the engine itself reports for an attempt (lease timeout, lost lease, output that is not JSON):
+# a fixed set, so always their own label value.
+ENGINE_ERROR_CODES = frozenset({"Timeout", "LeaseLost", "InvalidOutput"})
+
+
+class _FirstSeen:
+    """Per tenant, the first `limit` distinct values keep their name for the process's life; later ones
+    are OTHER. Never evicts, so a series never changes meaning between scrapes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.seen: dict[str, set[str]] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, tenant: str, value: str) -> str:
+        with self.lock:
+            seen = self.seen.setdefault(tenant, set())
+            if value in seen:
+                return value
+            if len(seen) < self.limit:
+                seen.add(value)
+                return value
+            return OTHER
+
+
+class _DeclaredCodes:
+    """The error codes a definition version declares (its steps' `non_retryable` lists), cached."""
+
+    SIZE = 256
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.cache: OrderedDict[tuple[str, str, int], frozenset[str]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def __call__(self, state: RunState) -> frozenset[str]:
+        key = (state.tenant, str(state.definition["name"]), int(state.definition["version"]))
+        with self.lock:
+            if key in self.cache:
+                self.cache.move_to_end(key)
+                return self.cache[key]
+        try:
+            with self.service.read() as tx:
+                d = self.service.definition_for(tx, *key)
+        except Exception:  # metrics never fail a committed transition: count as undeclared
+            return frozenset()
+        codes: set[str] = set()
+        for step in d.steps:
+            if isinstance(step, ActivityStep):
+                codes.update(step.retry.non_retryable)
+                if step.compensate is not None:
+                    codes.update(step.compensate.retry.non_retryable)
+        with self.lock:
+            self.cache[key] = frozenset(codes)
+            if len(self.cache) > self.SIZE:
+                self.cache.popitem(last=False)
+        return frozenset(codes)
 
 
 class _DatabaseCollector(Collector):
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, activity_label: _FirstSeen) -> None:
         self.service = service
+        self.activity_label = activity_label
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self.service.clock()
@@ -47,7 +117,12 @@ class _DatabaseCollector(Collector):
             "Queue delay of the oldest ready task",
             labels=["tenant", "activity"],
         )
+        queues: dict[tuple[str, str], tuple[int, int]] = {}  # folded: (count, oldest available_at)
         for tenant, activity, n, oldest in stats["queues"]:
+            key = (tenant, self.activity_label(tenant, activity))
+            count, first = queues.get(key, (0, oldest))
+            queues[key] = (count + n, min(first, oldest))
+        for (tenant, activity), (n, oldest) in queues.items():
             depth.add_metric([tenant, activity], n)
             age.add_metric([tenant, activity], max(0.0, (now_ms - oldest) / 1000))
         yield depth
@@ -71,7 +146,10 @@ class Metrics:
     def __init__(self, service: Service) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # `_created` series only add noise
         self.registry = CollectorRegistry()
-        self.registry.register(_DatabaseCollector(service))
+        self.activity_label = _FirstSeen(SERVER_LIMITS["max_metric_activities"].default)
+        self.code_label = _FirstSeen(SERVER_LIMITS["max_metric_error_codes"].default)
+        self.declared_codes = _DeclaredCodes(service)
+        self.registry.register(_DatabaseCollector(service, self.activity_label))
         labels = ["tenant", "activity"]
         self.attempts = Counter(
             "lockstep_activity_attempts", "Activity attempts started", labels, registry=self.registry
@@ -114,11 +192,11 @@ class Metrics:
         for e in events:
             d = e.data
             if e.type == "ActivityStarted":
-                self.attempts.labels(t, _activity(state, d)).inc()
+                self.attempts.labels(t, self._activity(state, d)).inc()
             elif e.type in ("ActivityFailed", "ActivityTimedOut"):
-                self.failures.labels(t, _activity(state, d), d["error"]["code"]).inc()
+                self.failures.labels(t, self._activity(state, d), self._code(state, d)).inc()
                 if e.type == "ActivityTimedOut":
-                    self.lease_expiries.labels(t, _activity(state, d)).inc()
+                    self.lease_expiries.labels(t, self._activity(state, d)).inc()
             elif e.type == "ResultIgnored":
                 self.ignored.labels(t).inc()
             elif e.type == "TimerFired":
@@ -128,11 +206,20 @@ class Metrics:
             elif e.type in ("RunCompleted", "RunFailed", "RunCancelled"):
                 self.runs_finished.labels(t, e.type[3:].lower()).inc()
 
+    def _activity(self, state: RunState, data: dict[str, Any]) -> str:
+        if state.active is not None and state.active.task_id == data.get("task_id"):
+            name = state.active.activity
+        else:
+            name = str(data.get("activity") or data.get("step") or "?")
+        return self.activity_label(state.tenant, name)
 
-def _activity(state: RunState, data: dict[str, Any]) -> str:
-    if state.active is not None and state.active.task_id == data.get("task_id"):
-        return state.active.activity
-    return str(data.get("activity") or data.get("step") or "?")
+    def _code(self, state: RunState, data: dict[str, Any]) -> str:
+        code = str(data["error"]["code"])
+        if code in ENGINE_ERROR_CODES:
+            return code
+        if code in self.declared_codes(state):
+            return self.code_label(state.tenant, code)
+        return OTHER
 
 
 def _orjson_text(obj: Any, **kw: Any) -> str:

@@ -60,6 +60,22 @@ SERVER_LIMITS: dict[str, Limit] = {
     for limit in (
         Limit("max_request_bytes", 16 * 1024 * 1024, "bytes", "one HTTP request body (413 above)", 1 << 30),
         Limit("max_definition_bytes", 1024 * 1024, "bytes", "one published definition document", 1 << 24),
+        # Prometheus label values chosen by tenants and workers: one tenant's names cannot grow /metrics
+        # (and every scraper's memory) without bound; past the bound a value is counted as `other`.
+        Limit(
+            "max_metric_activities",
+            100,
+            "label values per tenant",
+            "distinct activity names in /metrics (the first ones seen keep their name)",
+            10_000,
+        ),
+        Limit(
+            "max_metric_error_codes",
+            20,
+            "label values per tenant",
+            "distinct declared error codes in /metrics (engine codes always pass; undeclared are `other`)",
+            1000,
+        ),
     )
 }
 
