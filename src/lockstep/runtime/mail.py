@@ -102,17 +102,11 @@ class SmtpChannel:
             f"This link is for you only, works once, and expires at {message['expires_at']}.\n"
         )
         try:
-            address = self._vetted()[0]
+            addresses = self._vetted()
         except InvalidInput as exc:
             raise OSError(str(exc)) from None
-        smtp: _Pinned = (
-            _PinnedSSL(timeout=self.timeout, context=self.context)
-            if self.tls == "implicit"
-            else _Pinned(timeout=self.timeout)
-        )
-        smtp.address = str(address)
+        smtp = self._connect(addresses)
         with smtp:
-            smtp.connect(self.host, self.port)
             if self.tls == "starttls":
                 smtp.ehlo()
                 if not smtp.has_extn("starttls"):
@@ -121,6 +115,24 @@ class SmtpChannel:
             if self.user is not None and self.password is not None:
                 smtp.login(self.user, self.password)
             smtp.send_message(mail)
+
+    def _connect(self, addresses: list[IPAddress]) -> _Pinned:
+        """Connected (and greeted) over the first vetted address that answers."""
+        last: OSError = OSError(f"SMTP host {self.host} has no address")
+        for address in addresses:
+            smtp: _Pinned = (
+                _PinnedSSL(timeout=self.timeout, context=self.context)
+                if self.tls == "implicit"
+                else _Pinned(timeout=self.timeout)
+            )
+            smtp.address = str(address)
+            try:
+                smtp.connect(self.host, self.port)
+                return smtp
+            except OSError as exc:
+                smtp.close()
+                last = exc
+        raise last
 
 
 def smtp_channel(spec: str, env: Mapping[str, str], policy: OutboundPolicy) -> SmtpChannel:

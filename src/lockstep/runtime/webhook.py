@@ -119,22 +119,32 @@ class WebhookChannel:
             addresses = self._vetted()
         except InvalidInput as exc:  # the name now resolves somewhere it may not go: a failed delivery
             raise OSError(str(exc)) from None
+        conn = self._connect(addresses)
+        try:
+            conn.request("POST", self.target, body=body, headers=headers)
+            status = conn.getresponse().status
+        except http.client.HTTPException as exc:  # a garbled answer: a failed delivery, retried
+            raise OSError(f"webhook answered badly: {type(exc).__name__}: {exc}") from None
+        finally:
+            conn.close()
+        if 300 <= status < 400:
+            raise OSError(f"webhook answered {status}: redirects are not followed; use the final URL")
+        if status >= 300:
+            raise OSError(f"webhook answered {status}")
+
+    def _connect(self, addresses: list[IPAddress]) -> http.client.HTTPConnection:
+        """A connection to the first vetted address that accepts one (and, for https, whose certificate
+        is valid for the host name). Only connecting moves on to the next address: once a request is
+        sent, a failure is the delivery's, so the receiver never gets the message twice from one try."""
         last: OSError = OSError(f"webhook host {self.host} has no address")
         for address in addresses:
             conn = self._connection(address)
             try:
-                conn.request("POST", self.target, body=body, headers=headers)
-                status = conn.getresponse().status
-            except OSError as exc:  # refused on this address: try the next one the name resolved to
-                last = exc
-                continue
-            finally:
+                conn.connect()
+                return conn
+            except OSError as exc:
                 conn.close()
-            if 300 <= status < 400:
-                raise OSError(f"webhook answered {status}: redirects are not followed; use the final URL")
-            if status >= 300:
-                raise OSError(f"webhook answered {status}")
-            return
+                last = exc
         raise last
 
     def _connection(self, address: IPAddress) -> http.client.HTTPConnection:
