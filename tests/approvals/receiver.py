@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 @dataclass
 class Received:
+    method: str
     path: str
     headers: dict[str, str]
     body: bytes
@@ -36,7 +37,7 @@ def receiver(tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             with lock:
                 rec.requests.append(
-                    Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                    Received(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                 )
                 status, extra = rec.script.pop(0) if rec.script else (204, {})
             self.send_response(status)
@@ -44,6 +45,8 @@ def receiver(tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
                 self.send_header(k, v)
             self.send_header("Content-Length", "0")
             self.end_headers()
+
+        do_GET = do_PUT = do_POST  # a redirected POST may come back as a GET: record that too
 
         def log_message(self, format: str, *args: object) -> None:  # quiet test output
             pass
