@@ -129,6 +129,7 @@ class Walk:
     walker: Any
     real: dict[str, str] = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
+    problem_codes: set[str] = field(default_factory=set)
     calls: int = 0
 
     async def send(
@@ -160,6 +161,8 @@ class Walk:
             where = f"{method} {url} as {who}"
             resp = await self.send(method, url, cookies, headers, **kw)
             self.findings += response_findings(where, resp)
+            if resp.headers.get("content-type", "").startswith("application/problem+json"):
+                self.problem_codes.add(resp.json()["code"])
             target = resp.headers.get("location", "")
             if resp.is_redirect and target.startswith("/") and not target.startswith("//"):
                 jar = {**cookies, **dict(resp.cookies)}
@@ -254,6 +257,11 @@ async def test_every_route_sets_security_headers_and_never_reflects_request_text
     await walk(w.app, w)
     assert w.calls > (200 if ui else 50)
     assert w.findings == [], f"{len(w.findings)} findings:\n" + "\n".join(w.findings[:40])
+    # Every problem `type` the walk was answered with links to a page that exists.
+    assert len(w.problem_codes) >= 5
+    for code in w.problem_codes:
+        r = await w.send("GET", f"/problems/{code.replace('_', '-')}", {}, {})
+        assert r.status_code == 200, code
 
 
 async def test_problem_pages_exist_for_known_codes_only(client: httpx.AsyncClient):
@@ -262,9 +270,17 @@ async def test_problem_pages_exist_for_known_codes_only(client: httpx.AsyncClien
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     assert "not-found" in page.text
-    for known in ("unauthenticated", "invalid-request", "not-skippable", "already-decided", "rate-limited"):
+    known_by_pattern = (
+        "unauthenticated",  # an error class's `code = ...`
+        "not-skippable",  # Rejected("...") in the core
+        "already-decided",  # code="..." when raising
+        "invalid-request",  # problem(status, "...") in the API
+        "method-not-allowed",  # a lookup table assigned to `code`
+        "http-error",  # its default
+    )
+    for known in known_by_pattern:
         assert (await client.get(f"/problems/{known}")).status_code == 200, known
-    for bad in ("no-such-code", XSS_SCRIPT, "not_found", "NOT-FOUND"):
+    for bad in ("no-such-code", XSS_SCRIPT, "not_found", "NOT-FOUND", "replace"):
         r = await client.get(f"/problems/{quote(bad, safe='')}")
         body = assert_problem(r, 404, "not_found")
         assert "<" not in body["detail"]

@@ -31,6 +31,21 @@ def _strings(node: ast.AST) -> list[str]:
     ]
 
 
+def _assigned(value: ast.expr) -> list[str]:
+    """Codes a `code = ...` assignment can take: a literal, either side of `a if c else b`, or the
+    values and default of a literal lookup table (`{404: "not_found"}.get(status, "http_error")`)."""
+    if isinstance(value, ast.Constant):
+        return _strings(value)
+    if isinstance(value, ast.IfExp):
+        return _assigned(value.body) + _assigned(value.orelse)
+    f = value.func if isinstance(value, ast.Call) else None
+    if isinstance(value, ast.Call) and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Dict):
+        return [s for v in f.value.values if v is not None for s in _assigned(v)] + [
+            s for a in value.args[1:] for s in _assigned(a)
+        ]
+    return []
+
+
 def _callee(call: ast.Call) -> str:
     f = call.func
     return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
@@ -42,7 +57,7 @@ def _codes_in(tree: ast.AST) -> set[str]:
         if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == "code" for t in targets):
-                found.update(_strings(node.value))
+                found.update(_assigned(node.value))
         elif isinstance(node, ast.Call):
             for kw in node.keywords:
                 if kw.arg == "code" and isinstance(kw.value, ast.Constant):
