@@ -32,7 +32,8 @@ pytestmark = pytest.mark.anyio
 XSS_SCRIPT = "<script>alert(1)</script>"
 XSS_ATTR = '"><img src=x onerror=alert(1)>'
 JS_URL = "javascript:alert(1)"
-HOSTILE = (XSS_SCRIPT, XSS_ATTR, JS_URL)
+OFFSITE = "//evil.example/\\evil.example"
+HOSTILE = (XSS_SCRIPT, XSS_ATTR, JS_URL, OFFSITE)
 SESSION_COOKIE = "lockstep_session"
 FLASH_COOKIE = "lockstep_flash"
 URL_ATTRS = {"href", "src", "action", "formaction", "xlink:href"}
@@ -113,6 +114,9 @@ def response_findings(where: str, resp: httpx.Response) -> list[str]:
     if resp.headers.get("content-type", "").startswith("text/html"):
         out += html_findings(where, resp)
     if resp.is_redirect:
+        target = resp.headers.get("location", "")
+        if not target.startswith("/") or target.startswith(("//", "/\\")):
+            out.append(f"{where}: redirect off this origin to {target!r}")
         for k, v in {"referrer-policy": "no-referrer", "cache-control": "no-store"}.items():
             if resp.headers.get(k) != v:
                 out.append(f"{where}: redirect with {k} {resp.headers.get(k)!r}, not {v!r}")

@@ -67,7 +67,8 @@ def render(name: str, ctx: dict[str, Any], status: int = 200) -> HTMLResponse:
 
 
 def redirect(url: str, status: int = 303) -> RedirectResponse:
-    """A redirect a browser follows; `url` must be a local path the caller built, never request text."""
+    """A redirect a browser follows; `url` is a local path the caller built (request text in it is
+    percent-quoted by Starlette, so it cannot become another origin or another header)."""
     resp = RedirectResponse(url, status_code=status)
     harden(resp)
     return resp
