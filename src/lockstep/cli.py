@@ -682,7 +682,16 @@ def users_list(c: Ctx, tenant: str | None) -> None:
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True)
 @click.option("--example", is_flag=True, help="Publish the example processes and start a few example runs.")
 @click.option(
-    "--metrics-token", envvar="LOCKSTEP_METRICS_TOKEN", help="Require this bearer token on /metrics."
+    "--metrics-token",
+    envvar="LOCKSTEP_METRICS_TOKEN",
+    help="A bearer token that reads every tenant's /metrics (tenant admins and operators read their own "
+    "tenant's with their API key).",
+)
+@click.option(
+    "--metrics-public",
+    is_flag=True,
+    envvar="LOCKSTEP_METRICS_PUBLIC",
+    help="Serve /metrics to anyone, every tenant included (only behind a network that limits who scrapes).",
 )
 @click.option("--secure-cookies", is_flag=True, help="Mark UI cookies Secure (when served over HTTPS).")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
@@ -725,6 +734,7 @@ def serve(
     concurrency: int,
     example: bool,
     metrics_token: str | None,
+    metrics_public: bool,
     secure_cookies: bool,
     log_format: str,
     public_url: str | None,
@@ -751,6 +761,7 @@ def serve(
         concurrency=concurrency,
         example=example,
         metrics_token=metrics_token,
+        metrics_public=metrics_public,
         secure_cookies=secure_cookies,
         log_format=log_format,
         console=err,

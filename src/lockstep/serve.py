@@ -38,6 +38,7 @@ def run_server(
     public_url: str = "http://127.0.0.1:8080",
     notify: str = "log",
     outbound: OutboundPolicy | None = None,
+    metrics_public: bool = False,
 ) -> None:
     configure_logging(json_logs=log_format == "json")
     # First: a notification channel the destination policy refuses stops the server before it starts.
@@ -66,8 +67,17 @@ def run_server(
             f"example: tenant [bold]default[/bold], user [bold]admin[/bold], password "
             f"[bold]{info['password']}[/bold]" + (f", API key {info['api_key']}" if "api_key" in info else "")
         )
+        if not metrics_public:
+            console.print(
+                "example: /metrics needs `Authorization: Bearer <metrics token>` or the API key of a "
+                "tenant admin or operator (e.g. the admin key above)"
+            )
     app = create_app(
-        service, metrics_token=metrics_token, secure_cookies=secure_cookies, public_url=public_url
+        service,
+        metrics_token=metrics_token,
+        metrics_public=metrics_public,
+        secure_cookies=secure_cookies,
+        public_url=public_url,
     )
     stop = threading.Event()
     scheduler = Scheduler(service, poll_interval=timedelta(milliseconds=200))

@@ -52,7 +52,13 @@ EXAMPLE_START_KEYS = {
 # The approvers `serve --example` creates in tenant default; they log in with the example password.
 EXAMPLE_APPROVERS = ("alice", "bob", "carol")
 # Environment variables that would point the server or the CLI somewhere else than the test's files.
-_SCRUB = ("LOCKSTEP_DB", "LOCKSTEP_TENANT", "LOCKSTEP_DEMO_LEDGER", "LOCKSTEP_METRICS_TOKEN")
+_SCRUB = (
+    "LOCKSTEP_DB",
+    "LOCKSTEP_TENANT",
+    "LOCKSTEP_DEMO_LEDGER",
+    "LOCKSTEP_METRICS_TOKEN",
+    "LOCKSTEP_METRICS_PUBLIC",
+)
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout: float = 20.0, interval: float = 0.1) -> Any:

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
-from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi import FastAPI, Response
 
 from .. import __version__
 from ..approvals import Approvals
-from ..errors import Unauthenticated
 from ..observability import Metrics
 from ..principals import Principals
 from ..service import Service
-from . import approvals, problems, repair, routes, tasks
+from . import approvals, html, metrics, pages, problems, repair, routes, tasks
 
 __all__ = ["create_app"]
 
@@ -29,13 +25,15 @@ def create_app(
     service: Service,
     *,
     metrics_token: str | None = None,
+    metrics_public: bool = False,
     ui: bool = True,
     secure_cookies: bool = False,
     public_url: str = "http://127.0.0.1:8080",
 ) -> FastAPI:
     app = FastAPI(
-        title="lockstep", version=__version__, description=DESCRIPTION, docs_url="/docs", redoc_url=None
+        title="lockstep", version=__version__, description=DESCRIPTION, docs_url=None, redoc_url=None
     )
+    app.add_middleware(html.NosniffMiddleware)
     app.state.service = service
     app.state.principals = Principals(service)
     app.state.approvals = Approvals(service, app.state.principals, public_url)
@@ -54,20 +52,8 @@ def create_app(
             tx.next_wakeup_ms()
         return {"ok": True}
 
-    @app.get("/metrics", include_in_schema=False)
-    def metrics(request: Request) -> Response:
-        if metrics_token is not None:
-            got = request.headers.get("authorization", "")
-            if not hmac.compare_digest(got.encode(), f"Bearer {metrics_token}".encode()):
-                raise Unauthenticated("/metrics needs `Authorization: Bearer <metrics token>`")
-        return PlainTextResponse(generate_latest(app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/problems/{code}", include_in_schema=False, response_class=HTMLResponse)
-    def problem_doc(code: str) -> str:
-        return (
-            f"<!doctype html><title>lockstep problem {code}</title><h1>{code}</h1>"
-            "<p>See the <code>detail</code> field of the response for what went wrong and how to fix it.</p>"
-        )
+    metrics.install(app, token=metrics_token, public=metrics_public)
+    pages.install(app)
 
     if ui:
         from ..ui import mount  # noqa: PLC0415 - the UI is optional
@@ -75,7 +61,7 @@ def create_app(
         mount(app)
 
         @app.get("/", include_in_schema=False)
-        def root() -> RedirectResponse:
-            return RedirectResponse("/ui/", status_code=303)
+        def root() -> Response:
+            return html.redirect("/ui/")
 
     return app

@@ -1,8 +1,9 @@
 """Approval pages: /approve/{token} (look, then decide with a CSRF-protected POST) and the inbox.
 
 GET never acts. The logged-in identity must be the approver the link was issued to; the link alone
-authorizes nothing. Responses carry `Referrer-Policy: no-referrer` and `Cache-Control: no-store` so
-the token in the URL does not leak to other sites or caches.
+authorizes nothing. Pages and redirects come from api/html.py, which sets `Referrer-Policy: no-referrer`
+and `Cache-Control: no-store` on every one, so the token in the URL leaks neither to other sites nor to
+caches.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, Response
 
+from ..api import html
 from ..approvals import Approvals
 from ..errors import Conflict, Forbidden, Gone, LockstepError, NotFound
 from .routes import CsrfRejected, Session, _check_csrf, _page, flash_redirect
@@ -33,12 +35,6 @@ def _status(exc: LockstepError) -> int:
     return 400
 
 
-def _private(resp: Response) -> Response:
-    resp.headers["Referrer-Policy"] = "no-referrer"
-    resp.headers["Cache-Control"] = "no-store"
-    return resp
-
-
 def _refused(request: Request, session: tuple[Any, str], exc: LockstepError) -> Response:
     titles = {
         "already_decided": "Already handled",
@@ -48,18 +44,16 @@ def _refused(request: Request, session: tuple[Any, str], exc: LockstepError) -> 
         "unknown_link": "Unknown link",
         "not_waiting": "No longer waiting",
     }
-    return _private(
-        _page(
-            request,
-            "message.html",
-            {
-                "me": session[0],
-                "csrf": session[1],
-                "title": titles.get(exc.code, "Not possible"),
-                "message": str(exc),
-            },
-            _status(exc),
-        )
+    return _page(
+        request,
+        "message.html",
+        {
+            "me": session[0],
+            "csrf": session[1],
+            "title": titles.get(exc.code, "Not possible"),
+            "message": str(exc),
+        },
+        _status(exc),
     )
 
 
@@ -70,7 +64,7 @@ def approve_page(request: Request, token: str, session: Session) -> Response:
         view = _approvals(request).inspect(me, token)
     except LockstepError as exc:
         return _refused(request, session, exc)
-    return _private(_page(request, "approve.html", {"me": me, "csrf": csrf, "token": token, **view}))
+    return _page(request, "approve.html", {"me": me, "csrf": csrf, "token": token, **view})
 
 
 @router.post("/approve/{token}")
@@ -94,7 +88,7 @@ def approve_submit(
         result = _approvals(request).decide(me, token, decision, comment or None, channel="ui")
     except LockstepError as exc:
         return _refused(request, session, exc)
-    return _private(_page(request, "decided.html", {"me": me, "csrf": expected, "result": result}))
+    return _page(request, "decided.html", {"me": me, "csrf": expected, "result": result})
 
 
 @router.get("/ui/approvals", response_class=HTMLResponse)
@@ -125,4 +119,4 @@ def open_request(
         link = _approvals(request).mint(me.tenant, run_id, step, me.name, by=f"{me.name} (inbox)")
     except LockstepError as exc:
         return flash_redirect(request, "/ui/approvals", str(exc))
-    return _private(RedirectResponse(f"/approve/{link['token']}", status_code=303))
+    return html.redirect(f"/approve/{link['token']}")

@@ -13,8 +13,8 @@ from urllib.parse import quote, unquote, urlencode
 from fastapi import APIRouter, Depends, FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
 
+from ..api import html
 from ..core.explain import WAIT_KINDS
 from ..core.narrate import narrate
 from ..core.state import STATUSES
@@ -28,7 +28,6 @@ __all__ = ["mount"]
 HERE = Path(__file__).parent
 SESSION_COOKIE = "lockstep_session"
 LOGIN_CSRF_COOKIE = "lockstep_login_csrf"
-templates = Jinja2Templates(directory=str(HERE / "templates"))
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 
@@ -57,10 +56,10 @@ def _until(at: str | None, now: datetime | None = None) -> str:
     )
 
 
-templates.env.filters["ago"] = _ago
-templates.env.filters["until"] = _until
-templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, sort_keys=True)
-templates.env.globals["narrate"] = narrate
+html.env.filters["ago"] = _ago
+html.env.filters["until"] = _until
+html.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, sort_keys=True)
+html.env.globals["narrate"] = narrate
 
 
 def _svc(request: Request) -> Service:
@@ -95,7 +94,7 @@ FLASH_COOKIE = "lockstep_flash"
 def flash_redirect(request: Request, url: str, message: str) -> RedirectResponse:
     """Redirect with a one-time message kept in a short-lived cookie: a URL parameter would let any link
     show forged messages, and would come back on every reload."""
-    resp = RedirectResponse(url, status_code=303)
+    resp = html.redirect(url)
     resp.set_cookie(
         FLASH_COOKIE,
         quote(message[:500]),
@@ -112,21 +111,10 @@ def _page(request: Request, name: str, ctx: dict[str, Any], status: int = 200) -
     # Relative times use the service's clock, so pages agree with `lockstep show` (and with test clocks).
     flash = unquote(request.cookies.get(FLASH_COOKIE, ""))
     ctx = {"now": _svc(request).clock(), "flash": flash, **ctx}
-    resp = templates.TemplateResponse(request, name, ctx, status_code=status)
+    resp = html.render(name, ctx, status)
     if flash:
         resp.delete_cookie(FLASH_COOKIE, path="/")
-    _harden(resp)
     return resp
-
-
-def _harden(resp: Response) -> None:
-    resp.headers["Content-Security-Policy"] = (
-        "default-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
-    )
-    resp.headers["X-Content-Type-Options"] = "nosniff"
-    resp.headers["Referrer-Policy"] = "no-referrer"
-    resp.headers["Cache-Control"] = "no-store"
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -183,7 +171,7 @@ def login(
         )
     principals.audit(p.tenant, p.name, "ui.login", None, "ok")
     cookie, _csrf = principals.open_session(p)
-    resp = RedirectResponse(_safe_next(next), status_code=303)
+    resp = html.redirect(_safe_next(next))
     resp.set_cookie(
         SESSION_COOKIE,
         cookie,
@@ -203,7 +191,7 @@ def logout(request: Request, session: Session, csrf: Annotated[str, Form()] = ""
     cookie = request.cookies.get(SESSION_COOKIE)
     if cookie:
         _principals(request).close_session(cookie)
-    resp = RedirectResponse("/ui/login", status_code=303)
+    resp = html.redirect("/ui/login")
     resp.delete_cookie(SESSION_COOKIE, path="/")
     return resp
 
@@ -448,7 +436,7 @@ def mount(app: FastAPI) -> None:
     async def _login(request: Request, exc: LoginRequired) -> Response:
         # After login, go back to the page; a form POST cannot be replayed as a GET, so use its page.
         target = request.url.path if request.method == "GET" else _page_of(request.url.path)
-        return RedirectResponse("/ui/login?" + urlencode({"next": target}), status_code=303)
+        return html.redirect("/ui/login?" + urlencode({"next": target}))
 
     @app.exception_handler(CsrfRejected)
     async def _csrf(request: Request, exc: CsrfRejected) -> Response:
