@@ -15,7 +15,7 @@ from ..errors import Unauthenticated
 from ..observability import Metrics
 from ..principals import Principals
 from ..service import Service
-from . import approvals, problems, repair, routes, tasks
+from . import approvals, limits, problems, repair, routes, tasks
 
 __all__ = ["create_app"]
 
@@ -42,6 +42,7 @@ def create_app(
     app.state.metrics = Metrics(service)
     app.state.secure_cookies = secure_cookies
     problems.install(app)
+    limits.install(app)  # body size (413) and JSON depth (422) before any route reads the body
     problems.with_problem_schema(app)
     app.include_router(routes.router)
     app.include_router(tasks.router)

@@ -1,0 +1,186 @@
+"""How big, deep and wide a JSON value is, measured without recursion (pure; core/limits.py says the bounds).
+
+Three tools: `measure` (a Python value: its compact-JSON size, nesting depth and widest array or object,
+with where), `text_depth_over` (JSON bytes, before anything parses them: a C-speed scan), and
+`for_view` (a stored value, shown: what no limit could have accepted becomes a marker, never a 500).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .limits import TENANT_LIMITS, tenant_limit
+
+__all__ = ["Shape", "for_view", "measure", "over_limit", "shape_of", "text_depth_over"]
+
+_CONTAINERS = (dict, list, tuple)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """`size` is the compact JSON's bytes. `depth` counts nested arrays/objects (a scalar is 0) and
+    `width` is the most elements of one array or members of one object; each with the path to it. A
+    measure stops at its first bound exceeded, so a value past a bound reports that bound plus one."""
+
+    size: int
+    depth: int = 0
+    depth_at: str = ""
+    width: int = 0
+    width_at: str = ""
+
+
+def _size(value: Any) -> int:
+    try:
+        return len(orjson.dumps(value))
+    except TypeError:  # what orjson refuses (huge integers, non-string keys, 255+ levels)
+        try:
+            return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+        except RecursionError:
+            return -1
+        except (TypeError, ValueError):
+            return 0  # not JSON at all: the callers' JSON check says so with a better message
+
+
+def _path(root: str, parts: tuple[Any, ...]) -> str:
+    out = root
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return out if len(out) <= 200 else out[:97] + "..." + out[-100:]
+
+
+def measure(value: Any, root: str, *, max_bytes: int, max_depth: int, max_width: int) -> Shape:
+    """The shape of `value` (named `root` in paths). The size comes first (orjson, C speed), so a value
+    over `max_bytes` is not walked at all; the walk visits each container once and stops at the first
+    array/object deeper than `max_depth` or wider than `max_width`."""
+    size = _size(value)
+    if size < 0:  # too deep for any JSON encoder: deeper than every bound
+        return Shape(size=0, depth=max_depth + 1, depth_at=root)
+    if size > max_bytes:
+        return Shape(size=size)
+    deepest, deepest_at, widest, widest_at = 0, (), 0, ()
+    stack: list[tuple[Any, int, tuple[Any, ...]]] = [(value, 1, ())]
+    while stack:
+        v, d, at = stack.pop()
+        if not isinstance(v, _CONTAINERS):
+            continue
+        if d > deepest:
+            deepest, deepest_at = d, at
+            if d > max_depth:
+                break
+        if len(v) > widest:
+            widest, widest_at = len(v), at
+            if widest > max_width:
+                break
+        items = v.items() if isinstance(v, dict) else enumerate(v)
+        stack.extend((c, d + 1, (*at, k)) for k, c in items if isinstance(c, _CONTAINERS))
+    return Shape(size, deepest, _path(root, deepest_at), widest, _path(root, widest_at))
+
+
+def shape_of(value: Any, root: str, size_limit: str) -> Shape:
+    """`value` measured up to the ceilings: enough to compare with any tenant's limits afterwards (so the
+    walk can run outside the transaction that then compares)."""
+    return measure(
+        value,
+        root,
+        max_bytes=TENANT_LIMITS[size_limit].ceiling,
+        max_depth=TENANT_LIMITS["max_json_depth"].ceiling,
+        max_width=TENANT_LIMITS["max_list_items"].ceiling,
+    )
+
+
+def over_limit(settings: dict[str, Any], shape: Shape, size_limit: str) -> tuple[str, int, int, str] | None:
+    """(limit name, found, allowed, where) for the first tenant limit `shape` exceeds, else None."""
+    for name, found, at in (
+        (size_limit, shape.size, ""),
+        ("max_json_depth", shape.depth, shape.depth_at),
+        ("max_list_items", shape.width, shape.width_at),
+    ):
+        allowed = tenant_limit(settings, name)
+        if found > allowed:
+            return name, found, allowed, at
+    return None
+
+
+# JSON text: strings (an unterminated one runs to the end; the parser refuses it there anyway), then
+# every byte but brackets dropped and objects folded into arrays. Possessive quantifiers: linear time.
+_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_FOLD = bytes.maketrans(b"{}", b"[]")
+
+
+def text_depth_over(data: bytes, limit: int) -> bool:
+    """Whether JSON text nests arrays/objects deeper than `limit` (without parsing it).
+
+    Each pass deletes every innermost pair: a balanced text of depth d is empty after exactly d passes
+    (each pass lowers the peak by one), and what an unbalanced one leaves behind are unclosed openings
+    that a parser would nest into before failing, so they count too. Cost: bytes.replace over the
+    brackets, at most `limit` times. UTF-8 only (RFC 8259): in UTF-16/32 a quote byte can hide inside
+    another character, so a NUL byte (never in UTF-8 JSON) counts as over."""
+    if b"\0" in data:
+        return True
+    brackets = _STRING.sub(b"", data).translate(_FOLD, _NOT_BRACKETS)
+    for passes in range(limit + 1):
+        if not brackets:
+            return False
+        pairs = brackets.replace(b"[]", b"")
+        if len(pairs) == len(brackets):  # only unmatched ones left: ]]]...[[[
+            return passes + brackets.count(b"[") > limit
+        brackets = pairs
+    return True
+
+
+VIEW_DEPTH = TENANT_LIMITS["max_json_depth"].ceiling
+VIEW_BYTES = max(TENANT_LIMITS[n].ceiling for n in ("max_input_bytes", "max_output_bytes"))
+
+
+def for_view(value: Any) -> Any:
+    """`value` as every view (API, UI, CLI) shows it: unchanged when some tenant limit could have
+    accepted it; else (stored before the limits, or written around them) with what lies past
+    VIEW_DEPTH levels, or the whole value if larger than VIEW_BYTES, replaced by a string marker.
+    The common case costs one orjson encode and one text scan, both at C speed."""
+    if not isinstance(value, _CONTAINERS):
+        return value
+    try:
+        text = orjson.dumps(value)
+    except TypeError:
+        text = None  # huge integers or 255+ levels: find out below
+    if text is not None:
+        if len(text) > VIEW_BYTES:
+            return f"[not shown: {len(text)} bytes, more than the {VIEW_BYTES} any view shows]"
+        if not text_depth_over(text, VIEW_DEPTH):
+            return value
+    return _clip(value, VIEW_DEPTH)
+
+
+def _clip(value: Any, depth: int) -> Any:
+    """A copy of `value` with every array/object at level `depth + 1` replaced by a marker (no recursion)."""
+    marker = f"[not shown: nested deeper than {depth} levels]"
+
+    def copy(v: Any, level: int) -> Any:
+        if not isinstance(v, _CONTAINERS):
+            return v
+        if level > depth:
+            return marker
+        return {} if isinstance(v, dict) else []
+
+    root = copy(value, 1)
+    stack = [(value, root, 1)]
+    while stack:
+        src, dst, level = stack.pop()
+        if isinstance(dst, str):
+            continue
+        items = src.items() if isinstance(src, dict) else enumerate(src)
+        for k, c in items:
+            child = copy(c, level + 1)
+            if isinstance(dst, dict):
+                dst[k] = child
+            else:
+                dst.append(child)
+            if isinstance(child, dict | list) and isinstance(c, _CONTAINERS):
+                stack.append((c, child, level + 1))
+    return root
