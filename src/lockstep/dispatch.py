@@ -298,7 +298,7 @@ def _report_one(
         return "not_found"  # (an unknown task of a live run is recorded as ResultIgnored evidence)
     s = loaded.state
     d = svc.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
-    report = svc.bounded_report(svc.settings_of(s.tenant, tx), s.tenant, report, shape)
+    report = svc.bounded_report(tx, s.tenant, report, shape)
     after, events = svc.apply(
         tx,
         loaded,

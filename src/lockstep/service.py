@@ -33,7 +33,7 @@ from .core.effects import effects_of
 from .core.events import Event, chain_hash
 from .core.explain import explain
 from .core.limits import TENANT_LIMITS, tenant_limit
-from .core.shape import Shape, for_view, measure, over_limit, shape_of
+from .core.shape import Shape, for_view, measure, over_limit
 from .core.state import RunState, evolve, fold
 from .core.timeutil import iso
 from .dispatch import TaskLease
@@ -94,35 +94,28 @@ def limit_error(tenant: str, what: str, over: tuple[str, int, int, str]) -> Inva
     )
 
 
-_CEILINGS: dict[str, Any] = {name: limit.ceiling for name, limit in TENANT_LIMITS.items()}
-
-
-def _input_shape(tenant: str, payload: Any, what: str = "the run input") -> Shape:
-    """A run input measured before its start's transaction; over the ceilings (no tenant may accept it)
-    it is refused at once, before the request digest encodes it again."""
-    shape = shape_of(payload, "input", "max_input_bytes")
-    over = over_limit(_CEILINGS, shape, "max_input_bytes")
-    if over is not None:
-        raise limit_error(tenant, what, over)
-    return shape
-
-
-def check_value(
-    settings: dict[str, Any], tenant: str, value: Any, size_limit: str, what: str, root: str = "value"
-) -> None:
-    """Refuse (InvalidInput naming the limit, the size found and the setting that raises it) a value
-    over the tenant's `size_limit`, max_json_depth or max_list_items. Measured with the tenant's own
-    bounds, so a refused value costs at most one encode and a walk of what the limits allow."""
-    shape = measure(
+def measured(settings: dict[str, Any], value: Any, size_limit: str, root: str) -> Shape:
+    """`value` measured with the tenant's own bounds: a refused value costs at most one encode and a
+    walk of what the limits allow (never a walk of a huge value)."""
+    return measure(
         value,
         root,
         max_bytes=tenant_limit(settings, size_limit),
         max_depth=tenant_limit(settings, "max_json_depth"),
         max_width=tenant_limit(settings, "max_list_items"),
     )
+
+
+def check_value(
+    settings: dict[str, Any], tenant: str, value: Any, size_limit: str, what: str, root: str = "value"
+) -> Shape:
+    """Refuse (InvalidInput naming the limit, the size found and the setting that raises it) a value
+    over the tenant's `size_limit`, max_json_depth or max_list_items; else its shape."""
+    shape = measured(settings, value, size_limit, root)
     over = over_limit(settings, shape, size_limit)
     if over is not None:
         raise limit_error(tenant, what, over)
+    return shape
 
 
 def utcnow() -> datetime:
@@ -277,9 +270,14 @@ class Service:
             self._settings_cache[tenant] = hit
         return hit[1]
 
-    def check_value(self, tenant: str, value: Any, size_limit: str, what: str, root: str = "value") -> None:
-        """check_value with the tenant's (cached) settings: for operator and approver payloads."""
-        check_value(self.settings_of(tenant), tenant, value, size_limit, what, root)
+    def check_value(self, tenant: str, value: Any, size_limit: str, what: str, root: str = "value") -> Shape:
+        """check_value with the tenant's settings. They are cached for a few seconds, so a refusal is
+        checked again with settings read fresh: a limit raised a moment ago is never refused by."""
+        try:
+            return check_value(self.settings_of(tenant), tenant, value, size_limit, what, root)
+        except InvalidInput:
+            self._settings_cache.pop(tenant, None)
+            return check_value(self.settings_of(tenant), tenant, value, size_limit, what, root)
 
     def command(
         self, run_id: str, command: Command, tenant: str | None = None
@@ -360,7 +358,8 @@ class Service:
     ) -> dict[str, Any]:
         """Start a run; with `key`, the same key returns the same run (and a different request is refused)."""
         payload = {} if input is None else input
-        shape = _input_shape(tenant, payload)
+        # Measured before the transaction (which compares again with the settings it reads).
+        shape = self.check_value(tenant, payload, "max_input_bytes", "the run input", "input")
         request = _json_digest({"definition": name, "version": version, "input": payload}, "the run input")
         for _ in range(5):
             now = self.clock()
@@ -395,7 +394,10 @@ class Service:
         """Start one run per input in ONE transaction (bulk loads, backfills): all start or none do.
         Each run passes the same checks and tenant limits as `start`; no start keys."""
         payloads = [{} if data is None else data for data in inputs]
-        shapes = [_input_shape(tenant, data, f"input {i}") for i, data in enumerate(payloads)]
+        shapes = [
+            self.check_value(tenant, data, "max_input_bytes", f"run input #{i}", "input")
+            for i, data in enumerate(payloads)
+        ]
         requests = [
             _json_digest({"definition": name, "version": None, "input": data}, "the run input")
             for data in inputs
@@ -672,15 +674,17 @@ class Service:
             raise NotFound(f"task {task_id} not found")
         return t
 
-    def _report(
-        self,
-        task_id: str,
-        command: ReportSuccess | ReportFailure,
-        tenant: str | None = None,
-        shape: Shape | None = None,
-    ) -> str:
+    def _report(self, task_id: str, command: ReportSuccess | ReportFailure, tenant: str | None = None) -> str:
         t = self.task(task_id, tenant)
-        bounded = self.bounded_report(self.settings_of(t.tenant), t.tenant, command, shape)
+        bounded = command
+        if isinstance(command, ReportSuccess):
+            try:  # measured with the tenant's bounds, before the transaction
+                what = "the activity output"
+                self.check_value(t.tenant, command.output, "max_output_bytes", what, "output")
+            except InvalidInput as over:
+                bounded = self._output_refused(command, str(over))
+        if isinstance(bounded, ReportFailure):
+            bounded = self._fit_failure(self.settings_of(t.tenant), bounded)
         _state, events = self.command(t.run_id, bounded)
         if events and events[0].type == "ResultIgnored":
             return "ignored"
@@ -690,34 +694,39 @@ class Service:
         return "accepted"
 
     def bounded_report(
-        self,
-        settings: dict[str, Any],
-        tenant: str,
-        report: ReportSuccess | ReportFailure,
-        shape: Shape | None,
+        self, tx: Tx, tenant: str, report: ReportSuccess | ReportFailure, shape: Shape | None
     ) -> ReportSuccess | ReportFailure:
-        """`report` as the tenant's limits let it be recorded. An output over them (`shape`, measured
-        before the transaction) fails the attempt with OUTPUT_TOO_LARGE, not retryable: the same
-        activity would return the same output again, and the run would loop. An error message is cut to
-        fit max_output_bytes (a failure must always be recordable)."""
+        """`report` as the tenant's limits let it be recorded, inside its transaction (`shape` was
+        measured before it, up to the ceilings). An output over the limits fails the attempt with
+        OUTPUT_TOO_LARGE, not retryable: the activity would return the same output again and the run
+        would loop. An error message is cut to fit max_output_bytes (a failure is always recordable)."""
+        settings = self.settings_of(tenant, tx)
         if isinstance(report, ReportSuccess):
-            over = over_limit(settings, shape, "max_output_bytes") if shape is not None else None
+            if shape is None or over_limit(settings, shape, "max_output_bytes") is None:
+                return report
+            self._settings_cache.pop(tenant, None)  # refuse only by settings read now
+            settings = self.settings_of(tenant, tx)
+            over = over_limit(settings, shape, "max_output_bytes")
             if over is None:
                 return report
-            message = (
-                limit_message(tenant, "the activity output", over)
-                + "; the attempt was recorded as failed (output_too_large) and is not retried"
-            )
-            report = self.failure_report(
-                report.task_id, report.attempt, report.fencing, OUTPUT_TOO_LARGE, message, retryable=False
-            )
+            report = self._output_refused(report, limit_message(tenant, "the activity output", over))
+        return self._fit_failure(settings, report)
+
+    def _output_refused(self, report: ReportSuccess, why: str) -> ReportFailure:
+        message = f"{why}; the attempt was recorded as failed ({OUTPUT_TOO_LARGE}) and is not retried"
+        return self.failure_report(
+            report.task_id, report.attempt, report.fencing, OUTPUT_TOO_LARGE, message, retryable=False
+        )
+
+    @staticmethod
+    def _fit_failure(settings: dict[str, Any], report: ReportFailure) -> ReportFailure:
         # The compact JSON of {"code": ..., "message": ...}: 24 bytes of keys and quotes, and escapes.
         room = tenant_limit(settings, "max_output_bytes") - len(report.code.encode()) - 24
-        if len(report.message) * 6 > room and len(canonical_json(report.message).encode()) > room:
-            cut = "... (cut to fit max_output_bytes)"
-            keep = report.message.encode()[: max(0, room // 6 - len(cut))].decode("utf-8", "ignore")
-            report = replace(report, message=keep + cut)
-        return report
+        if len(report.message) * 6 <= room or len(canonical_json(report.message).encode()) <= room:
+            return report
+        cut = "... (cut to fit max_output_bytes)"
+        keep = report.message.encode()[: max(0, room // 6 - len(cut))].decode("utf-8", "ignore")
+        return replace(report, message=keep + cut)
 
     @staticmethod
     def without_fencing(
@@ -781,8 +790,7 @@ class Service:
         output over the tenant's limits is recorded as a failed attempt (not retried) and then refused
         with InvalidInput code output_too_large, so the worker hears it."""
         report = self.success_report(task_id, attempt, fencing, output, strict=strict)
-        shape = shape_of(output, "output", "max_output_bytes") if isinstance(report, ReportSuccess) else None
-        return self._report(task_id, report, tenant, shape)
+        return self._report(task_id, report, tenant)
 
     def fail(
         self,

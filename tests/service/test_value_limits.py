@@ -52,7 +52,7 @@ def totals(raw: Raw) -> dict[str, int]:
     [
         ({"blob": "x" * 300_000}, "too_large", "max_input_bytes=262144"),
         ({"x": nested(33)}, "too_deep", "max_json_depth=32"),
-        ({"x": nested(500)}, "too_deep", "max_json_depth=64"),
+        ({"x": nested(500)}, "too_deep", "max_json_depth=32"),
         ({"items": list(range(1001))}, "too_many_items", "max_list_items=1000"),
         ({f"k{i}": i for i in range(1001)}, "too_many_items", "max_list_items=1000"),
     ],
