@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+import lockstep
+from lockstep import Engine, Registry
 from lockstep.approvals import Approvals
 from lockstep.cli import cli
 from lockstep.core.commands import StartRun
@@ -190,3 +192,33 @@ def test_a_stored_deep_run_still_shows_everywhere(svc: Service, tenant: Principa
             assert run_id in done.stdout or args[0] == "events"
             if fmt and args[0] != "runs":
                 assert marker in done.stdout
+
+
+def test_a_real_worker_returning_a_huge_output_fails_once_and_stops(db_url: str) -> None:
+    """An in-process Worker whose activity returns 2 MB: one attempt, failed output_too_large, run failed."""
+    reg = Registry()
+    calls: list[int] = []
+
+    @lockstep.activity("big.fetch", registry=reg)
+    def fetch(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        calls.append(ctx.attempt)
+        return {"rows": "r" * 2_000_000}
+
+    engine = Engine.open(db_url)
+    try:
+        step = {"id": "fetch", "activity": "big.fetch", "timeout": "5s"}
+        engine.publish(
+            {"name": "big", "steps": [{**step, "retry": {"max_attempts": 5, "initial_interval": "10ms"}}]}
+        )
+        run = engine.start("big", input={})
+        worker = engine.worker(reg, lease_ttl=timedelta(seconds=2), concurrency=1).start()
+        try:
+            shown = engine.wait_for(run, timeout=15)
+        finally:
+            worker.stop(timeout=10)
+        assert shown["status"] == "failed", shown
+        assert shown["steps"]["fetch"]["error"]["code"] == "output_too_large"
+        assert shown["steps"]["fetch"]["attempts"] == 1
+        assert calls == [1]
+    finally:
+        engine.close()
