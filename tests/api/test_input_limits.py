@@ -137,6 +137,17 @@ async def test_streamed_body_is_not_read_past_the_limit(client: httpx.AsyncClien
     assert pulled <= 18 * MB
 
 
+async def test_the_server_limits_can_be_lowered_by_whoever_runs_the_app(
+    app: FastAPI, client: httpx.AsyncClient, api: Api, published: None
+) -> None:
+    """app.state.max_request_bytes / max_request_depth override the defaults of core/limits.py."""
+    app.state.max_request_bytes = 2000
+    app.state.max_request_depth = 4
+    assert_problem(await api.start("nap", {"blob": "x" * 3000}), 413, "too_large")
+    assert_problem(await api.start("nap", {"x": nested(4)}), 422, "too_deep")
+    assert (await api.start("nap", {"x": nested(2)})).status_code == 201
+
+
 async def test_500_deep_input_is_422_and_writes_nothing(api: Api, published: None, db: Db) -> None:
     """A 500-deep input (accepted before, then breaking every listing) is refused with 422 too_deep."""
     before = db.totals()

@@ -46,8 +46,8 @@ class RequestLimits:
         self.state = state
 
     def _limit(self, name: str) -> int:
-        value = getattr(self.state, name, None)
-        return int(value) if isinstance(value, int) and value > 0 else SERVER_LIMITS[name].default
+        value, limit = getattr(self.state, name, None), SERVER_LIMITS[name]
+        return min(value, limit.ceiling) if isinstance(value, int) and value > 0 else limit.default
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
