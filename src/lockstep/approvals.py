@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from .core.commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
+from .core.shape import for_view
 from .core.timeutil import iso, parse_iso
 from .errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound, Refused
 from .principals import Principal, Principals
@@ -108,6 +109,7 @@ class Approvals:
     def revoke(self, tenant: str, link_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
         if not reason.strip():
             raise InvalidInput("a reason is required (--reason TEXT)")
+        self.service.check_value(tenant, reason, "max_payload_bytes", "the reason")
         with self.service.write() as tx:
             link = tx.link_by_id(link_id)
             if link is None or link["tenant"] != tenant:
@@ -132,7 +134,7 @@ class Approvals:
         link = self._link_for(principal, token, consuming=False)
         state = self.service.state(principal.tenant, link["run_id"])
         a = state.approval if state.approval and state.approval["request_id"] == link["request_id"] else None
-        return {"link": link, "run": self.service.describe(state), "approval": a}
+        return {"link": link, "run": self.service.describe(state), "approval": for_view(a)}
 
     def _link_for(self, principal: Principal, token: str, *, consuming: bool) -> dict[str, Any]:
         well_formed = TOKEN_RE.match(token) is not None
@@ -221,6 +223,7 @@ class Approvals:
         return result
 
     def _decide(self, principal: Principal, token: str, decision: str, comment: str | None) -> dict[str, Any]:
+        self.service.check_value(principal.tenant, comment, "max_payload_bytes", "the comment")
         well_formed = TOKEN_RE.match(token) is not None
         h = _sha(token[:200])
         now = self.service.clock()
@@ -317,7 +320,7 @@ class Approvals:
                     "run_id": r["run_id"],
                     "step": r["step"],
                     "definition": state.definition,
-                    "details": state.approval["details"],
+                    "details": for_view(state.approval["details"]),
                     "quorum": state.approval["policy"]["quorum"],
                     "decisions": state.approval["decisions"],
                     "requested_at": state.approval["requested_at"],

@@ -538,6 +538,20 @@ def tenants_create(c: Ctx, name: str) -> None:
     _json(_principals(c).create_tenant(name))
 
 
+def _value_limit_options(f: Any) -> Any:
+    """--max-input-bytes, --max-json-depth, ...: one option per value limit, up to its ceiling."""
+    from .core.limits import TENANT_LIMITS  # noqa: PLC0415
+
+    for name, limit in reversed(TENANT_LIMITS.items()):
+        f = click.option(
+            f"--{name.replace('_', '-')}",
+            name,
+            type=click.IntRange(1, limit.ceiling),
+            help=f"Bound on {limit.protects}, in {limit.unit} (default {limit.default}).",
+        )(f)
+    return f
+
+
 @tenants.command("set")
 @click.argument("name")
 @click.option("--max-active-runs", type=click.IntRange(1), help="Non-terminal runs allowed at once.")
@@ -552,9 +566,11 @@ def tenants_create(c: Ctx, name: str) -> None:
 @click.option(
     "--max-timers", type=click.IntRange(1), help="Durable timers armed at once (starts beyond: 429)."
 )
+@_value_limit_options
 @pass_ctx
 def tenants_set(
     c: Ctx,
+    /,
     name: str,
     max_active_runs: int | None,
     starts_per_second: float | None,
@@ -564,6 +580,7 @@ def tenants_set(
     max_history_events: int | None,
     max_run_time: str | None,
     max_timers: int | None,
+    **value_limits: int | None,
 ) -> None:
     """Change tenant NAME's limits (only the options given)."""
     changes: dict[str, Any] = {
@@ -575,6 +592,7 @@ def tenants_set(
         "max_history_events": max_history_events,
         "max_run_seconds": _seconds(max_run_time, "--max-run-time"),
         "max_timers": max_timers,
+        **value_limits,
     }
     changes = {k: v for k, v in changes.items() if v is not None}
     if not changes:

@@ -24,6 +24,7 @@ from .core.commands import (
 )
 from .core.events import Event
 from .core.flow import run_of_task
+from .core.shape import shape_of
 from .core.state import RunState
 from .core.timeutil import iso, parse_iso
 from .store import DueTimer, ExpiredLease, LoadedRun, RowLocked, TaskRow, Tx
@@ -31,6 +32,7 @@ from .store import DueTimer, ExpiredLease, LoadedRun, RowLocked, TaskRow, Tx
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from .core.shape import Shape
     from .service import Service
 
 log = logging.getLogger("lockstep.dispatch")
@@ -168,6 +170,12 @@ def report_and_claim(
     """Results and new leases in one transaction. Runs are locked in run-id order, so two workers'
     batches cannot deadlock; each report is isolated in a savepoint (one broken run does not fail
     the others)."""
+    # Outputs are measured here, before the transaction; inside it each is compared with its tenant's
+    # limits (an output over them becomes a failed attempt, see Service.bounded_report).
+    shapes = [
+        shape_of(r.output, "output", "max_output_bytes") if isinstance(r, ReportSuccess) else None
+        for r in reports
+    ]
     now = svc.clock()
     verdicts: dict[int, str | None] = {}
     eager = _Eager(
@@ -178,7 +186,7 @@ def report_and_claim(
 
         def report_all(loaded: dict[str, LoadedRun]) -> bool:
             for i in order:
-                verdicts[i] = _report_one(svc, tx, reports[i], now, eager, loaded)
+                verdicts[i] = _report_one(svc, tx, reports[i], now, eager, loaded, shapes[i])
             return True
 
         run_ids = [run_of_task(reports[i].task_id) for i in order]
@@ -186,7 +194,7 @@ def report_and_claim(
             eager.leases, eager.room = [], limit
             for i in order:
                 what = f"report of {reports[i].task_id}"
-                verdicts[i] = _isolated(svc, tx, what, _report_one, reports[i], now, eager)
+                verdicts[i] = _isolated(svc, tx, what, _report_one, reports[i], now, eager, None, shapes[i])
         leases = eager.leases
         if scan and activities and eager.room > 0:
             leases += _claim_in(
@@ -279,6 +287,7 @@ def _report_one(
     now: datetime,
     eager: _Eager,
     preloaded: dict[str, LoadedRun] | None = None,
+    shape: Shape | None = None,
 ) -> str:
     # Task ids begin with their run's id: lock the run straight away (one round trip fewer). A
     # preloaded run is used once: a second report for it must see the first one's transition.
@@ -289,6 +298,7 @@ def _report_one(
         return "not_found"  # (an unknown task of a live run is recorded as ResultIgnored evidence)
     s = loaded.state
     d = svc.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
+    report = svc.bounded_report(tx, s.tenant, report, shape)
     after, events = svc.apply(
         tx,
         loaded,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from .core.limits import TENANT_LIMITS
 from .core.timeutil import iso
 from .errors import Conflict, Forbidden, InvalidInput, NotFound
 from .service import Service
@@ -35,6 +36,11 @@ TENANT_SETTINGS: dict[str, str] = {
     "max_history_events": "events one run may record; a run reaching it is cancelled (runaway loops)",
     "max_run_seconds": "total time one run may take; a durable timer cancels it when it is reached",
     "max_timers": "durable timers the tenant may have armed; starts beyond it get 429",
+    # The size, depth and list bounds of values (core/limits.py: default and ceiling of each).
+    **{
+        n: f"{x.protects} ({x.unit}; default {x.default}, at most {x.ceiling})"
+        for n, x in TENANT_LIMITS.items()
+    },
 }
 # Permissions by role. `approver` and `worker` see no runs: they act only through their own endpoints.
 PERMISSIONS: dict[str, frozenset[str]] = {
@@ -113,6 +119,9 @@ class Principals:
         for k, v in changes.items():
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
                 raise InvalidInput(f"{k} must be a positive number (or unset), got {v!r}")
+            if k in TENANT_LIMITS and v is not None and (v != int(v) or v > TENANT_LIMITS[k].ceiling):
+                ceiling = TENANT_LIMITS[k].ceiling
+                raise InvalidInput(f"{k} must be a whole number of at most {ceiling}, got {v!r}")
         with self.service.write() as tx:
             row = tx.tenant(name)
             if row is None:

@@ -45,6 +45,7 @@ class Repairs:
         roles: tuple[str, ...] = ("operator",),
     ) -> dict[str, Any]:
         self._json(output, "--output")
+        self.service.check_value(tenant, output, "max_output_bytes", "--output", "output")
         cmd = SkipStep(step, _reason(reason), output, actor, roles)
         return self._done(run_id, *self.service.command(run_id, cmd, tenant))
 
@@ -52,6 +53,7 @@ class Repairs:
         self, tenant: str, run_id: str, new_input: Any, reason: str, actor: str | None = None
     ) -> dict[str, Any]:
         self._json(new_input, "--input")
+        self.service.check_value(tenant, new_input, "max_input_bytes", "the new input", "input")
         cmd = EditInput(new_input, _reason(reason), actor)
         return self._done(run_id, *self.service.command(run_id, cmd, tenant))
 
@@ -69,6 +71,7 @@ class Repairs:
         if outcome not in ("succeeded", "failed"):
             raise InvalidInput("--as must be succeeded or failed")
         self._json(output, "--output")
+        self.service.check_value(tenant, output, "max_output_bytes", "--output", "output")
         cmd = ResolveStep(step, outcome, _reason(reason), output, actor)
         return self._done(run_id, *self.service.command(run_id, cmd, tenant))
 
@@ -84,6 +87,7 @@ class Repairs:
         actor: str | None = None,
     ) -> dict[str, Any]:
         """Move a run to another version; with dry_run, explain what would happen and change nothing."""
+        self.service.check_value(tenant, mapping or {}, "max_payload_bytes", "the step map", "map")
         state = self.service.state(tenant, run_id)
         name = state.definition["name"]
         with self.service.read() as tx:

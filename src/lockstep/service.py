@@ -32,13 +32,15 @@ from .core.definition import Definition, DefinitionError, Limits, parse_definiti
 from .core.effects import effects_of
 from .core.events import Event, chain_hash
 from .core.explain import explain
+from .core.limits import TENANT_LIMITS, tenant_limit
+from .core.shape import Shape, for_view, measure, over_limit
 from .core.state import RunState, evolve, fold
 from .core.timeutil import iso
 from .dispatch import TaskLease
 from .errors import Conflict, InvalidInput, NotFound, RateLimited, Refused, Unavailable
 from .store import ConcurrencyError, DefinitionRow, LoadedRun, Store, StoreUnavailable, TaskRow, Tx
 
-__all__ = ["Service", "TaskLease", "new_run_id", "utcnow"]
+__all__ = ["OUTPUT_TOO_LARGE", "Service", "TaskLease", "check_value", "new_run_id", "utcnow"]
 
 log = logging.getLogger("lockstep.service")
 GENESIS = "0" * 64
@@ -59,6 +61,61 @@ def _json_digest(value: Any, what: str) -> str:
         return digest(value)
     except (TypeError, ValueError, UnicodeEncodeError) as exc:
         raise InvalidInput(f"{what} is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
+
+
+# The failure code of an attempt whose output is over a tenant limit: never retried (it would loop).
+OUTPUT_TOO_LARGE = "output_too_large"
+_CODES = {"max_json_depth": "too_deep", "max_list_items": "too_many_items"}
+
+
+def limit_message(tenant: str, what: str, over: tuple[str, int, int, str]) -> str:
+    name, found, allowed, at = over
+    if name == "max_json_depth":
+        found_text = f"nests at least {found} levels of arrays/objects (at {at})"
+    elif name == "max_list_items":
+        found_text = f"has an array or object of at least {found} elements (at {at})"
+    else:
+        found_text = f"is {found} bytes as compact JSON"
+    ceiling = TENANT_LIMITS[name].ceiling
+    if allowed >= ceiling:
+        return f"{what} {found_text}, over {name}={ceiling}, the most any tenant may allow; send less"
+    return (
+        f"{what} {found_text}, over tenant {tenant}'s limit {name}={allowed}; send less, or raise it with "
+        f"`lockstep tenants set {tenant} --{name.replace('_', '-')} N` (at most {ceiling})"
+    )
+
+
+def limit_error(tenant: str, what: str, over: tuple[str, int, int, str]) -> InvalidInput:
+    name, found, allowed, at = over
+    return InvalidInput(
+        limit_message(tenant, what, over),
+        code=_CODES.get(name, "too_large"),
+        extra={"limit": name, "found": found, "allowed": allowed, "at": at or None},
+    )
+
+
+def measured(settings: dict[str, Any], value: Any, size_limit: str, root: str) -> Shape:
+    """`value` measured with the tenant's own bounds: a refused value costs at most one encode and a
+    walk of what the limits allow (never a walk of a huge value)."""
+    return measure(
+        value,
+        root,
+        max_bytes=tenant_limit(settings, size_limit),
+        max_depth=tenant_limit(settings, "max_json_depth"),
+        max_width=tenant_limit(settings, "max_list_items"),
+    )
+
+
+def check_value(
+    settings: dict[str, Any], tenant: str, value: Any, size_limit: str, what: str, root: str = "value"
+) -> Shape:
+    """Refuse (InvalidInput naming the limit, the size found and the setting that raises it) a value
+    over the tenant's `size_limit`, max_json_depth or max_list_items; else its shape."""
+    shape = measured(settings, value, size_limit, root)
+    over = over_limit(settings, shape, size_limit)
+    if over is not None:
+        raise limit_error(tenant, what, over)
+    return shape
 
 
 def utcnow() -> datetime:
@@ -197,18 +254,38 @@ class Service:
 
     def _tenant_setting(self, tx: Tx, tenant: str, name: str) -> Any:
         """A tenant setting, cached for a few seconds: read on every command, changed rarely."""
+        return self.settings_of(tenant, tx).get(name)
+
+    def settings_of(self, tenant: str, tx: Tx | None = None) -> dict[str, Any]:
+        """A tenant's settings, cached for a few seconds (read in `tx`, or in a read of its own)."""
         now = time.monotonic()
         hit = self._settings_cache.get(tenant)
         if hit is None or now - hit[0] > 5.0:
-            row = tx.tenant(tenant)
+            if tx is None:
+                with self.read() as own:
+                    row = own.tenant(tenant)
+            else:
+                row = tx.tenant(tenant)
             hit = (now, row.settings if row else {})
             self._settings_cache[tenant] = hit
-        return hit[1].get(name)
+        return hit[1]
+
+    def check_value(self, tenant: str, value: Any, size_limit: str, what: str, root: str = "value") -> Shape:
+        """check_value with the tenant's settings. They are cached for a few seconds, so a refusal is
+        checked again with settings read fresh: a limit raised a moment ago is never refused by."""
+        try:
+            return check_value(self.settings_of(tenant), tenant, value, size_limit, what, root)
+        except InvalidInput:
+            self._settings_cache.pop(tenant, None)
+            return check_value(self.settings_of(tenant), tenant, value, size_limit, what, root)
 
     def command(
         self, run_id: str, command: Command, tenant: str | None = None
     ) -> tuple[RunState, list[Event]]:
         """Run one command on one run, retrying a lost optimistic race a few times."""
+        reason = getattr(command, "reason", None)
+        if tenant is not None and isinstance(reason, str):
+            self.check_value(tenant, reason, "max_payload_bytes", "the reason")
         for _ in range(5):
             now = self.clock()
             try:
@@ -281,6 +358,8 @@ class Service:
     ) -> dict[str, Any]:
         """Start a run; with `key`, the same key returns the same run (and a different request is refused)."""
         payload = {} if input is None else input
+        # Measured before the transaction (which compares again with the settings it reads).
+        shape = self.check_value(tenant, payload, "max_input_bytes", "the run input", "input")
         request = _json_digest({"definition": name, "version": version, "input": payload}, "the run input")
         for _ in range(5):
             now = self.clock()
@@ -298,7 +377,7 @@ class Service:
                                 )
                             return {"run_id": found[0], "created": False}
                     run_id = self._start_in(
-                        tx, now, tenant, name, version, payload, key, actor, request, eager
+                        tx, now, tenant, name, version, payload, key, actor, request, shape, eager
                     )
                 if eager is not None and eager.leases:
                     eager.owner.accept(eager.leases)  # committed: the first attempt may run now
@@ -314,22 +393,21 @@ class Service:
     ) -> list[str]:
         """Start one run per input in ONE transaction (bulk loads, backfills): all start or none do.
         Each run passes the same checks and tenant limits as `start`; no start keys."""
+        payloads = [{} if data is None else data for data in inputs]
+        shapes = [
+            self.check_value(tenant, data, "max_input_bytes", f"run input #{i}", "input")
+            for i, data in enumerate(payloads)
+        ]
+        requests = [
+            _json_digest({"definition": name, "version": None, "input": data}, "the run input")
+            for data in inputs
+        ]
         now = self.clock()
         try:
             with self.write() as tx:
                 return [
-                    self._start_in(
-                        tx,
-                        now,
-                        tenant,
-                        name,
-                        None,
-                        {} if data is None else data,
-                        None,
-                        actor,
-                        _json_digest({"definition": name, "version": None, "input": data}, "the run input"),
-                    )
-                    for data in inputs
+                    self._start_in(tx, now, tenant, name, None, data, None, actor, request, shape)
+                    for data, request, shape in zip(payloads, requests, shapes, strict=True)
                 ]
         except Rejected as r:
             raise InvalidInput(r.reason, code=r.code) from None
@@ -345,8 +423,10 @@ class Service:
         key: str | None,
         actor: str | None,
         request: str,
+        shape: Shape,
         eager: Any = None,
     ) -> str:
+        settings = self._check_input(tx, tenant, shape)
         row = tx.definition(tenant, name, version)
         if row is None:
             known = [x["name"] for x in tx.definitions(tenant)]
@@ -359,7 +439,7 @@ class Service:
         d = self.definition_for(tx, tenant, name, row.version)
         self._admit(tx, tenant, now)
         run_id = new_run_id(now)
-        max_run = self._tenant_setting(tx, tenant, "max_run_seconds")
+        max_run = settings.get("max_run_seconds")
         cmd = StartRun(
             run_id, tenant, row.version, payload, key, actor, int(float(max_run) * 1000) if max_run else None
         )
@@ -379,6 +459,16 @@ class Service:
         if after is not None:
             eager.leased(tx, now, after, events)
         return run_id
+
+    def _check_input(self, tx: Tx, tenant: str, shape: Shape) -> dict[str, Any]:
+        """The tenant's settings, read fresh in the start's transaction, after refusing an input over its
+        limits (the input was measured before the transaction: nothing is walked while it is open)."""
+        row = tx.tenant(tenant)
+        settings = row.settings if row else {}
+        over = over_limit(settings, shape, "max_input_bytes")
+        if over is not None:
+            raise limit_error(tenant, "the run input", over)
+        return settings
 
     def _admit(self, tx: Tx, tenant: str, now: datetime) -> None:
         """Tenant limits at the edge, inside the start transaction: refused starts write nothing."""
@@ -449,15 +539,15 @@ class Service:
             steps[sid] = {
                 "status": st.status,
                 "attempts": st.attempts,
-                "output": st.output,
-                "error": st.error,
+                "output": for_view(st.output),
+                "error": for_view(st.error),
                 # What an operator looks the effect up with downstream (unknown outcomes, repairs).
                 "idempotency_key": st.idempotency_key,
                 "started_at": st.started_at,
                 "finished_at": st.finished_at,
             }
             if st.compensation is not None:
-                steps[sid]["compensation"] = st.compensation
+                steps[sid]["compensation"] = for_view(st.compensation)
         return {
             "run_id": s.run_id,
             "tenant": s.tenant,
@@ -465,9 +555,10 @@ class Service:
             "definition": s.definition,
             "current_step": s.current_step,
             **why,
-            "input": s.input,
-            "output": s.output,
-            "error": s.error,
+            # Every value as the views show it: what no limit could accept is a marker, never a 500.
+            "input": for_view(s.input),
+            "output": for_view(s.output),
+            "error": for_view(s.error),
             "steps": steps,
             "started_at": s.started_at,
             "updated_at": s.updated_at,
@@ -499,7 +590,7 @@ class Service:
                 item["step"] = e.data["step"]
             if "attempt" in e.data:
                 item["attempt"] = e.data["attempt"]
-            item["data"] = e.data
+            item["data"] = for_view(e.data)
             out.append(item)
         return out
 
@@ -585,8 +676,57 @@ class Service:
 
     def _report(self, task_id: str, command: ReportSuccess | ReportFailure, tenant: str | None = None) -> str:
         t = self.task(task_id, tenant)
-        _state, events = self.command(t.run_id, command)
-        return "ignored" if events and events[0].type == "ResultIgnored" else "accepted"
+        bounded = command
+        if isinstance(command, ReportSuccess):
+            try:  # measured with the tenant's bounds, before the transaction
+                what = "the activity output"
+                self.check_value(t.tenant, command.output, "max_output_bytes", what, "output")
+            except InvalidInput as over:
+                bounded = self._output_refused(command, str(over))
+        if isinstance(bounded, ReportFailure):
+            bounded = self._fit_failure(self.settings_of(t.tenant), bounded)
+        _state, events = self.command(t.run_id, bounded)
+        if events and events[0].type == "ResultIgnored":
+            return "ignored"
+        if isinstance(bounded, ReportFailure) and isinstance(command, ReportSuccess):
+            # Recorded as a failure: the worker must hear why its result was not taken.
+            raise InvalidInput(bounded.message, code=OUTPUT_TOO_LARGE)
+        return "accepted"
+
+    def bounded_report(
+        self, tx: Tx, tenant: str, report: ReportSuccess | ReportFailure, shape: Shape | None
+    ) -> ReportSuccess | ReportFailure:
+        """`report` as the tenant's limits let it be recorded, inside its transaction (`shape` was
+        measured before it, up to the ceilings). An output over the limits fails the attempt with
+        OUTPUT_TOO_LARGE, not retryable: the activity would return the same output again and the run
+        would loop. An error message is cut to fit max_output_bytes (a failure is always recordable)."""
+        settings = self.settings_of(tenant, tx)
+        if isinstance(report, ReportSuccess):
+            if shape is None or over_limit(settings, shape, "max_output_bytes") is None:
+                return report
+            self._settings_cache.pop(tenant, None)  # refuse only by settings read now
+            settings = self.settings_of(tenant, tx)
+            over = over_limit(settings, shape, "max_output_bytes")
+            if over is None:
+                return report
+            report = self._output_refused(report, limit_message(tenant, "the activity output", over))
+        return self._fit_failure(settings, report)
+
+    def _output_refused(self, report: ReportSuccess, why: str) -> ReportFailure:
+        message = f"{why}; the attempt was recorded as failed ({OUTPUT_TOO_LARGE}) and is not retried"
+        return self.failure_report(
+            report.task_id, report.attempt, report.fencing, OUTPUT_TOO_LARGE, message, retryable=False
+        )
+
+    @staticmethod
+    def _fit_failure(settings: dict[str, Any], report: ReportFailure) -> ReportFailure:
+        # The compact JSON of {"code": ..., "message": ...}: 24 bytes of keys and quotes, and escapes.
+        room = tenant_limit(settings, "max_output_bytes") - len(report.code.encode()) - 24
+        if len(report.message) * 6 <= room or len(canonical_json(report.message).encode()) <= room:
+            return report
+        cut = "... (cut to fit max_output_bytes)"
+        keep = report.message.encode()[: max(0, room // 6 - len(cut))].decode("utf-8", "ignore")
+        return replace(report, message=keep + cut)
 
     @staticmethod
     def without_fencing(
@@ -608,6 +748,11 @@ class Service:
         it is refused with InvalidInput instead."""
         try:
             digest(output)
+        except RecursionError:
+            message = "activity output nests arrays/objects too deep to encode as JSON"
+            if strict:
+                raise InvalidInput(message) from None
+            return self.failure_report(task_id, attempt, fencing, "InvalidOutput", message, retryable=False)
         except (TypeError, ValueError, UnicodeEncodeError) as exc:
             if strict:
                 raise InvalidInput(f"output is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
@@ -641,10 +786,11 @@ class Service:
         tenant: str | None = None,
         strict: bool = False,
     ) -> str:
-        """Report success: "accepted", or "ignored" when the result is stale (recorded as evidence)."""
-        return self._report(
-            task_id, self.success_report(task_id, attempt, fencing, output, strict=strict), tenant
-        )
+        """Report success: "accepted", or "ignored" when the result is stale (recorded as evidence). An
+        output over the tenant's limits is recorded as a failed attempt (not retried) and then refused
+        with InvalidInput code output_too_large, so the worker hears it."""
+        report = self.success_report(task_id, attempt, fencing, output, strict=strict)
+        return self._report(task_id, report, tenant)
 
     def fail(
         self,

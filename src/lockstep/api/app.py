@@ -11,7 +11,7 @@ from ..approvals import Approvals
 from ..observability import Metrics
 from ..principals import Principals
 from ..service import Service
-from . import approvals, html, metrics, pages, problems, repair, routes, tasks
+from . import approvals, html, limits, metrics, pages, problems, repair, routes, tasks
 
 __all__ = ["create_app"]
 
@@ -40,6 +40,7 @@ def create_app(
     app.state.metrics = Metrics(service)
     app.state.secure_cookies = secure_cookies
     problems.install(app)
+    limits.install(app)  # body size (413) and JSON depth (422) before any route reads the body
     problems.with_problem_schema(app)
     app.include_router(routes.router)
     app.include_router(tasks.router)

@@ -48,7 +48,8 @@ TENANT_LIMITS: dict[str, Limit] = {
             "max_list_items",
             1000,
             "items",
-            "elements of any one array in an input or output (bounds the cost of every expression)",
+            "elements of any one array (or members of one object) in an input or output (bounds the cost "
+            "of every expression: comprehensions iterate objects too)",
             10_000,
         ),
     )
@@ -75,6 +76,16 @@ SERVER_LIMITS: dict[str, Limit] = {
             "label values per tenant",
             "distinct declared error codes in /metrics (engine codes always pass; undeclared are `other`)",
             1000,
+        ),
+        # Checked on the raw bytes before anything parses them: the ceiling of max_json_depth plus the
+        # two levels of a request's own fields (e.g. {"inputs": [<input>]}); each tenant's own
+        # max_json_depth is checked after.
+        Limit(
+            "max_request_depth",
+            TENANT_LIMITS["max_json_depth"].ceiling + 2,
+            "levels",
+            "nesting of a JSON request body (422 above)",
+            200,
         ),
     )
 }
