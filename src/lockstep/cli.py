@@ -613,7 +613,8 @@ def users_create(c: Ctx, name: str, tenant: str | None, roles: str, groups: str)
 @tenant_opt
 @pass_ctx
 def users_disable(c: Ctx, name: str, tenant: str | None) -> None:
-    """Disable a user: their key, sessions and links stop working at once."""
+    """Disable a user: their key, sessions and links stop working at once (enabling does not revive
+    the sessions)."""
     _json(_principals(c).disable_user(tenant or c.tenant, name))
 
 
@@ -632,7 +633,10 @@ def users_enable(c: Ctx, name: str, tenant: str | None) -> None:
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
 @pass_ctx
 def users_set_password(c: Ctx, name: str, tenant: str | None, password_stdin: bool) -> None:
-    """Set the password used to log in to the web UI."""
+    """Set the password used to log in to the web UI; ends the user's UI sessions.
+
+    At least 12 characters, and not easy to guess (checked offline against lists of common passwords,
+    words, names and keyboard patterns): a passphrase of four or more unrelated words works."""
     if password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
@@ -645,7 +649,8 @@ def users_set_password(c: Ctx, name: str, tenant: str | None, password_stdin: bo
 @tenant_opt
 @pass_ctx
 def users_rotate_key(c: Ctx, name: str, tenant: str | None) -> None:
-    """Replace a user's API key; prints the new key once, the old one stops working."""
+    """Replace a user's API key; prints the new key once, the old one stops working and the user's UI
+    sessions end."""
     _json(_principals(c).rotate_key(tenant or c.tenant, name))
 
 
@@ -698,6 +703,14 @@ def users_list(c: Ctx, tenant: str | None) -> None:
     show_default=True,
     help="Approval link delivery: log, webhook:URL or smtp://host:port?from=ADDR.",
 )
+@click.option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    multiple=True,
+    metavar="ADDR",
+    help="A reverse proxy (IP or CIDR; repeatable) whose X-Forwarded-For names the client address used "
+    "for login throttling. Without it the peer address counts and the header is ignored.",
+)
 @pass_ctx
 def serve(
     c: Ctx,
@@ -711,6 +724,7 @@ def serve(
     log_format: str,
     public_url: str | None,
     notify: str,
+    trusted_proxies: tuple[str, ...],
 ) -> None:
     """Serve the HTTP API (/v1), the web UI (/ui) and /metrics; also do the scheduler's duties."""
     from .serve import run_server  # noqa: PLC0415 - web stack loads only for `serve`
@@ -728,6 +742,7 @@ def serve(
         console=err,
         public_url=public_url or f"http://{host}:{port}",
         notify=notify,
+        trusted_proxies=trusted_proxies,
     )
 
 
