@@ -37,7 +37,7 @@ def current(c: LoginCounter, now_ms: int, p: ThrottlePolicy) -> LoginCounter:
     if c.locked_until_ms is not None:
         if now_ms < c.locked_until_ms:
             return c
-        return replace(c, attempts=0, window_start_ms=c.locked_until_ms, locked_until_ms=None)
+        c = replace(c, attempts=0, window_start_ms=c.locked_until_ms, locked_until_ms=None)
     if now_ms - c.window_start_ms >= p.window_ms:
         return replace(c, attempts=0, window_start_ms=now_ms, lockouts=0)
     return c
