@@ -142,6 +142,8 @@ async def test_guessing_one_password_is_stopped_after_the_limit_before_any_scryp
     assert LOCKOUT - 1 <= retry_after <= LOCKOUT
     assert_throttled(await b.login(alice, WRONG))
     assert len(checks) == PER_USER, "a throttled attempt must not reach scrypt"
+    wrong = audit(db_path, "refused")
+    assert [e["detail"]["address"] for e in wrong] == ["198.51.100.7"] * PER_USER
     refused = audit(db_path, "throttled")
     assert len(refused) == 2
     assert (refused[0]["tenant"], refused[0]["actor"]) == ("acme", "alice")

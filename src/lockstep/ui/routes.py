@@ -177,12 +177,12 @@ def login(
             "Your login form expired; please try again.",
         )
     principals = _principals(request)
+    # The peer, or the client a trusted proxy named (`serve --trusted-proxy`).
+    address = request.client.host if request.client else None
     p = None
     if api_key.strip():
         p = principals.authenticate_key(api_key.strip())
     elif tenant and user and password:
-        # request.client is the peer, or the client a trusted proxy named (`serve --trusted-proxy`).
-        address = request.client.host if request.client else None
         try:
             p = principals.authenticate_password(tenant.strip(), user.strip(), password, address=address)
         except RateLimited as exc:  # refused before the password check, and audited
@@ -191,7 +191,7 @@ def login(
             page.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
             return page
     if p is None:
-        principals.audit(tenant or None, user or None, "ui.login", None, "refused")
+        principals.audit(tenant or None, user or None, "ui.login", None, "refused", address=address)
         return flash_redirect(
             request,
             "/ui/login?" + urlencode({"next": _safe_next(next)}),
