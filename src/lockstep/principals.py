@@ -364,10 +364,10 @@ class Principals:
                 "throttled",
                 {"address": address, "locked": sorted(locked), "retry_after_s": wait_s},
             )
-        minutes = f"{wait_s} seconds" if wait_s < 120 else f"{math.ceil(wait_s / 60)} minutes"
+        wait_text = f"{wait_s} seconds" if wait_s < 120 else f"{math.ceil(wait_s / 60)} minutes"
         raise RateLimited(
             f"logins are paused after too many failed attempts for this user or from this address; "
-            f"try again in {minutes}, or log in with an API key",
+            f"try again in {wait_text}, or log in with an API key",
             retry_after=wait_s,
             code="login_throttled",
         )
