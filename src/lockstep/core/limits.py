@@ -80,14 +80,21 @@ SERVER_LIMITS: dict[str, Limit] = {
         Limit(
             "login_window_seconds", 15 * 60, "seconds", "the window the login attempts are counted in", 86_400
         ),
+        # At least the window: then any window-long interval admits at most twice the per-window limit.
         Limit(
             "login_lockout_seconds",
-            60,
+            15 * 60,
             "seconds",
             "the first lockout; each further one in a row lasts twice as long",
             86_400,
         ),
-        Limit("login_lockout_max_seconds", 3600, "seconds", "the longest lockout", 7 * 86_400),
+        Limit(
+            "login_lockout_max_seconds",
+            4 * 3600,
+            "seconds",
+            "the longest lockout (bounds how long failing on purpose locks a user out)",
+            7 * 86_400,
+        ),
         # Password policy (principals.py): a password set with `lockstep users set-password`.
         Limit("min_password_chars", 12, "characters", "a password's length, at least", 1024),
         Limit(
