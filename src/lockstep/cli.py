@@ -631,7 +631,8 @@ def users_create(c: Ctx, name: str, tenant: str | None, roles: str, groups: str)
 @tenant_opt
 @pass_ctx
 def users_disable(c: Ctx, name: str, tenant: str | None) -> None:
-    """Disable a user: their key, sessions and links stop working at once."""
+    """Disable a user: their key, sessions and links stop working at once (enabling does not revive
+    the sessions)."""
     _json(_principals(c).disable_user(tenant or c.tenant, name))
 
 
@@ -650,7 +651,10 @@ def users_enable(c: Ctx, name: str, tenant: str | None) -> None:
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
 @pass_ctx
 def users_set_password(c: Ctx, name: str, tenant: str | None, password_stdin: bool) -> None:
-    """Set the password used to log in to the web UI."""
+    """Set the password used to log in to the web UI; ends the user's UI sessions.
+
+    At least 12 characters, and not easy to guess (checked offline against lists of common passwords,
+    words, names and keyboard patterns): a passphrase of four or more unrelated words works."""
     if password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
@@ -663,7 +667,8 @@ def users_set_password(c: Ctx, name: str, tenant: str | None, password_stdin: bo
 @tenant_opt
 @pass_ctx
 def users_rotate_key(c: Ctx, name: str, tenant: str | None) -> None:
-    """Replace a user's API key; prints the new key once, the old one stops working."""
+    """Replace a user's API key; prints the new key once, the old one stops working and the user's UI
+    sessions end."""
     _json(_principals(c).rotate_key(tenant or c.tenant, name))
 
 
@@ -743,6 +748,14 @@ def users_list(c: Ctx, tenant: str | None) -> None:
     metavar="CIDR",
     help="Allow the webhook to reach this private/link-local network (refused by default; repeatable).",
 )
+@click.option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    multiple=True,
+    metavar="ADDR",
+    help="A reverse proxy (IP or CIDR; repeatable) whose X-Forwarded-For names the client address used "
+    "for login throttling. Without it the peer address counts and the header is ignored.",
+)
 @pass_ctx
 def serve(
     c: Ctx,
@@ -760,6 +773,7 @@ def serve(
     allow_insecure_http: bool,
     allow_insecure_smtp: bool,
     webhook_networks: tuple[str, ...],
+    trusted_proxies: tuple[str, ...],
 ) -> None:
     """Serve the HTTP API (/v1), the web UI (/ui) and /metrics; also do the scheduler's duties."""
     from .runtime.outbound import OutboundPolicy  # noqa: PLC0415
@@ -786,6 +800,7 @@ def serve(
         public_url=public_url or f"http://{host}:{port}",
         notify=notify,
         outbound=outbound,
+        trusted_proxies=trusted_proxies,
     )
 
 

@@ -2,22 +2,30 @@
 
 Secrets are never stored: API keys (256 random bits) are kept as sha256 hashes, passwords as scrypt
 hashes, session cookies as sha256 hashes. Every check re-reads the user, so disabling a user or changing
-their roles takes effect on their next request.
+their roles takes effect on their next request. A new password, a new key or disabling the user raises
+the user's credential generation, which ends every session opened before. Password logins are
+throttled per user and per client address (core/throttle.py) before the scrypt check.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
+import math
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from .core.limits import TENANT_LIMITS
+from zxcvbn import zxcvbn
+
+from .core.limits import SERVER_LIMITS, TENANT_LIMITS
+from .core.throttle import ThrottlePolicy, admit, expires_at, refund
 from .core.timeutil import iso
-from .errors import Conflict, Forbidden, InvalidInput, NotFound
+from .errors import Conflict, Forbidden, InvalidInput, NotFound, RateLimited
 from .service import Service
 from .store import ConcurrencyError, UserRow
 
@@ -58,6 +66,9 @@ class Principal:
     name: str
     roles: tuple[str, ...]
     groups: tuple[str, ...]
+    # The user's credential generation when these credentials were checked: a session opened for this
+    # principal records it, so a change committed after the check still ends that session.
+    credential_generation: int = 0
 
     def can(self, permission: str) -> bool:
         return any(permission in PERMISSIONS.get(r, frozenset()) for r in self.roles)
@@ -89,6 +100,48 @@ def _check_password(password: str, stored: str | None) -> bool:
     return hmac.compare_digest(got.hex(), dk)
 
 
+def _principal(u: UserRow) -> Principal:
+    return Principal(u.tenant, u.name, u.roles, u.groups, u.generation)
+
+
+# zxcvbn refuses longer input (its matching is superlinear); what follows 72 characters only adds strength.
+_ZXCVBN_MAX = 72
+
+
+def check_password_policy(password: str, *, tenant: str, user: str) -> None:
+    """Refuse a short password or one that lists of common passwords, words, names and keyboard patterns
+    make easy to guess (zxcvbn, offline), saying why and how to pick a better one."""
+    shortest = SERVER_LIMITS["min_password_chars"].default
+    how = (
+        "pick a passphrase of four or more unrelated words, or let a password manager generate one "
+        f"(at least {shortest} characters)"
+    )
+    if len(password) < shortest:
+        raise InvalidInput(
+            f"the password is too short ({len(password)} characters, at least {shortest} needed): {how}"
+        )
+    verdict = zxcvbn(password[:_ZXCVBN_MAX], user_inputs=[tenant, user])
+    if verdict["score"] < SERVER_LIMITS["min_password_score"].default:
+        warning = str(verdict["feedback"].get("warning") or "It is easy to guess.").rstrip(".")
+        raise InvalidInput(
+            f"the password is too easy to guess ({warning.lower()}; common passwords, words, names, "
+            f"dates, repeats and keyboard patterns are tried first): {how}"
+        )
+
+
+def _address_key(address: str) -> str:
+    """One counter per IPv4 address and per IPv6 /64 (one end user usually holds a whole /64)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return "address:" + address[:100]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return f"address:{ip.ipv4_mapped}"
+        return f"address:{ipaddress.IPv6Network((ip, 64), strict=False)}"
+    return f"address:{ip}"
+
+
 def _check_name(kind: str, name: str) -> None:
     if not NAME_RE.match(name):
         raise InvalidInput(
@@ -97,8 +150,21 @@ def _check_name(kind: str, name: str) -> None:
 
 
 class Principals:
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, *, limits: Mapping[str, int] | None = None) -> None:
         self.service = service
+        # The server-wide login limits (core/limits.py defaults; `limits` overrides them by name).
+        values = {name: SERVER_LIMITS[name].default for name in SERVER_LIMITS} | dict(limits or {})
+
+        def policy(attempts: str) -> ThrottlePolicy:
+            return ThrottlePolicy(
+                values[attempts],
+                values["login_window_seconds"] * 1000,
+                values["login_lockout_seconds"] * 1000,
+                values["login_lockout_max_seconds"] * 1000,
+            )
+
+        self._user_policy = policy("login_attempts_per_user")
+        self._address_policy = policy("login_attempts_per_address")
 
     # --- tenants -------------------------------------------------------------------------------
     def create_tenant(self, name: str) -> dict[str, Any]:
@@ -173,8 +239,13 @@ class Principals:
                 raise Conflict(f"user {name} already exists in tenant {tenant}") from None
         return {"tenant": tenant, "user": name, "roles": roles, "groups": groups, "api_key": key}
 
-    def _update(self, tenant: str, name: str, **changes: Any) -> UserRow:
+    def _update(self, tenant: str, name: str, *, end_sessions: bool = False, **changes: Any) -> UserRow:
+        """Change a user; with `end_sessions` (a credential change) every session of theirs ends in the
+        same transaction, and so does any session a login that checked the old credentials opens later."""
         with self.service.write() as tx:
+            # First: it locks the user row (PostgreSQL), so the read below sees the latest one.
+            if end_sessions and tx.end_sessions(tenant, name) is None:
+                raise NotFound(f"no user {name} in tenant {tenant}")
             u = tx.user(tenant, name)
             if u is None:
                 raise NotFound(f"no user {name} in tenant {tenant}")
@@ -183,7 +254,7 @@ class Principals:
             return u
 
     def disable_user(self, tenant: str, name: str) -> dict[str, Any]:
-        self._update(tenant, name, disabled=True)
+        self._update(tenant, name, end_sessions=True, disabled=True)
         return {"tenant": tenant, "user": name, "disabled": True}
 
     def enable_user(self, tenant: str, name: str) -> dict[str, Any]:
@@ -191,10 +262,9 @@ class Principals:
         return {"tenant": tenant, "user": name, "disabled": False}
 
     def set_password(self, tenant: str, name: str, password: str) -> dict[str, Any]:
-        if len(password) < 8:
-            raise InvalidInput("a password needs at least 8 characters")
-        self._update(tenant, name, password_hash=_hash_password(password))
-        return {"tenant": tenant, "user": name, "password": "set"}
+        check_password_policy(password, tenant=tenant, user=name)
+        self._update(tenant, name, end_sessions=True, password_hash=_hash_password(password))
+        return {"tenant": tenant, "user": name, "password": "set", "sessions": "ended"}
 
     def set_email(self, tenant: str, name: str, email: str) -> dict[str, Any]:
         if not re.match(r"^[^@\s]+@[^@\s]+\.[^@\s]+$", email):
@@ -204,8 +274,8 @@ class Principals:
 
     def rotate_key(self, tenant: str, name: str) -> dict[str, Any]:
         key = KEY_PREFIX + secrets.token_urlsafe(32)
-        self._update(tenant, name, key_hash=_sha(key))
-        return {"tenant": tenant, "user": name, "api_key": key}
+        self._update(tenant, name, end_sessions=True, key_hash=_sha(key))
+        return {"tenant": tenant, "user": name, "api_key": key, "sessions": "ended"}
 
     def set_membership(
         self, tenant: str, name: str, *, roles: list[str] | None = None, groups: list[str] | None = None
@@ -241,7 +311,7 @@ class Principals:
             u = tx.user(tenant, name)
         if u is None or u.disabled:
             return None
-        return Principal(u.tenant, u.name, u.roles, u.groups)
+        return _principal(u)
 
     # --- authentication ------------------------------------------------------------------------
     def authenticate_key(self, key: str) -> Principal | None:
@@ -251,15 +321,67 @@ class Principals:
             u = tx.user_by_key(_sha(key))
         if u is None or u.disabled:
             return None
-        return Principal(u.tenant, u.name, u.roles, u.groups)
+        return _principal(u)
 
-    def authenticate_password(self, tenant: str, name: str, password: str) -> Principal | None:
+    def authenticate_password(
+        self, tenant: str, name: str, password: str, *, address: str | None = None
+    ) -> Principal | None:
+        """The user if the password is theirs, else None. Raises RateLimited, before any password check,
+        when the user or the client `address` is locked out (see core/throttle.py)."""
+        valid = bool(NAME_RE.match(tenant) and NAME_RE.match(name))
+        user_key = f"user:{tenant}/{name}"
+        policies = {user_key: self._user_policy} if valid else {}
+        if address is not None:
+            policies[_address_key(address)] = self._address_policy
+        self._admit(tenant, name, address, policies)
+        if not valid:
+            return None  # no such user can exist: nothing to hash
         with self.service.read() as tx:
             u = tx.user(tenant, name)
         ok = _check_password(password, u.password_hash if u else None)
         if not ok or u is None or u.disabled:
-            return None
-        return Principal(u.tenant, u.name, u.roles, u.groups)
+            return None  # the attempt stays counted
+        now = self._now_ms()
+        with self.service.write() as tx:
+            tx.delete_login_counter(user_key)
+            for key, counter in tx.login_counters(list(policies.keys() - {user_key}), now).items():
+                kept = refund(counter, now, policies[key])
+                tx.save_login_counter(kept, expires_at(kept, policies[key]))
+        return _principal(u)
+
+    def _admit(
+        self, tenant: str, name: str, address: str | None, policies: dict[str, ThrottlePolicy]
+    ) -> None:
+        """Count this attempt against every counter, or refuse it (audited) if one is locked."""
+        now = self._now_ms()
+        with self.service.write() as tx:
+            counters = tx.login_counters(list(policies), now)
+            admitted = {key: admit(counters[key], now, policies[key]) for key in policies}
+            locked = {key: wait for key, (_c, wait) in admitted.items() if wait > 0}
+            if not locked:
+                for key, (counter, _wait) in admitted.items():
+                    tx.save_login_counter(counter, expires_at(counter, policies[key]))
+                return
+            wait_s = math.ceil(max(locked.values()) / 1000)
+            tx.audit(
+                iso(self.service.clock()),
+                tenant[:100] or None,
+                name[:100] or None,
+                "ui.login",
+                None,
+                "throttled",
+                {"address": address, "locked": sorted(locked), "retry_after_s": wait_s},
+            )
+        wait_text = f"{wait_s} seconds" if wait_s < 120 else f"{math.ceil(wait_s / 60)} minutes"
+        raise RateLimited(
+            f"logins are paused after too many failed attempts for this user or from this address; "
+            f"try again in {wait_text}, or log in with an API key",
+            retry_after=wait_s,
+            code="login_throttled",
+        )
+
+    def _now_ms(self) -> int:
+        return int(self.service.clock().timestamp() * 1000)
 
     # --- sessions (web UI) ---------------------------------------------------------------------
     def open_session(self, p: Principal) -> tuple[str, str]:
@@ -274,16 +396,21 @@ class Principals:
                 csrf,
                 int(now.timestamp() * 1000),
                 int((now + SESSION_TTL).timestamp() * 1000),
+                p.credential_generation,
             )
         return cookie, csrf
 
     def session(self, cookie: str) -> tuple[Principal, str] | None:
+        """The session's user as they are now, and its CSRF token; None once it expired, the user was
+        disabled or their credentials changed after the login that opened it."""
         with self.service.read() as tx:
             row = tx.session(_sha(cookie))
-        if row is None or row[3] < int(self.service.clock().timestamp() * 1000):
+            u = tx.user(row[0], row[1]) if row is not None else None
+        if row is None or u is None or row[3] < self._now_ms():
             return None
-        p = self.principal(row[0], row[1])
-        return (p, row[2]) if p else None
+        if u.disabled or u.generation != row[4]:
+            return None
+        return _principal(u), row[2]
 
     def close_session(self, cookie: str) -> None:
         with self.service.write() as tx:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import os
 import sys
 import threading
@@ -39,8 +40,17 @@ def run_server(
     notify: str = "log",
     outbound: OutboundPolicy | None = None,
     metrics_public: bool = False,
+    trusted_proxies: tuple[str, ...] = (),
 ) -> None:
     configure_logging(json_logs=log_format == "json")
+    for proxy in trusted_proxies:
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            raise InvalidInput(
+                f"--trusted-proxy {proxy!r} is not an IP address or network: give the proxy's address "
+                f"as it connects to lockstep, e.g. 127.0.0.1 or 10.0.0.0/24"
+            ) from None
     # First: a notification channel the destination policy refuses stops the server before it starts.
     channel = channel_from_spec(notify, outbound)
     service = engine.service
@@ -92,8 +102,18 @@ def run_server(
     if mods:
         worker = Worker(service, REGISTRY, concurrency=concurrency, scheduler=False).start()
     console.print(f"lockstep serving on http://{host}:{port}  (UI: /ui/, API: /v1, OpenAPI: /openapi.json)")
+    # The client address (login throttling, audit) is the peer's, unless the peer is a proxy we were told
+    # to trust: only then does X-Forwarded-For count, else any client could rotate it at will (uvicorn
+    # alone would trust it from 127.0.0.1).
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=10
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        proxy_headers=bool(trusted_proxies),
+        forwarded_allow_ips=list(trusted_proxies) or None,
     )
     try:
         uvicorn.Server(config).run()

@@ -18,6 +18,7 @@ from lockstep.core.definition import parse_definition
 from lockstep.core.effects import effects_of
 from lockstep.core.events import chain_hash
 from lockstep.core.state import SNAPSHOT_VERSION, fold
+from lockstep.core.throttle import LoginCounter
 from lockstep.core.timeutil import iso
 from lockstep.service import Service
 from lockstep.store import (
@@ -26,6 +27,7 @@ from lockstep.store import (
     DueTimer,
     ExpiredLease,
     SchemaError,
+    UserRow,
     open_store,
     upgrade_store,
 )
@@ -681,6 +683,92 @@ def test_runs_are_listed_per_tenant_with_filters_and_paging(store, driver: Drive
         assert ids(after="a01", limit=1) == ["a02"]
         assert tx.run_ids("t1") == ["a01", "a02", "a03"]
         assert tx.run_ids(None) == ["a01", "a02", "a03", "b01"]
+
+
+# --- users, sessions and login counters ----------------------------------------------------------
+
+
+def _user(tenant: str, name: str) -> UserRow:
+    return UserRow(tenant, name, ("viewer",), (), f"hash-{tenant}-{name}", None, False, iso(T0))
+
+
+def test_end_sessions_raises_the_generation_and_deletes_only_that_users_sessions(store):
+    """end_sessions bumps the user's credential generation by one per call and deletes that user's
+    sessions (other users' stay); sessions keep the generation they were opened with."""
+    with store.write() as tx:
+        tx.insert_tenant("acme", {}, iso(T0))
+        tx.insert_user(_user("acme", "alice"))
+        tx.insert_user(_user("acme", "bob"))
+        tx.insert_session("s-alice", "acme", "alice", "csrf-a", 1, 10**13, 0)
+        tx.insert_session("s-bob", "acme", "bob", "csrf-b", 1, 10**13, 0)
+    with store.write() as tx:
+        assert tx.end_sessions("acme", "alice") == 1
+        assert tx.end_sessions("acme", "alice") == 2
+        assert tx.end_sessions("acme", "nobody") is None
+        tx.insert_session("s-alice-2", "acme", "alice", "csrf-c", 2, 10**13, 2)
+    with store.read() as tx:
+        alice = tx.user("acme", "alice")
+        assert alice is not None
+        assert alice.generation == 2
+        assert tx.user("acme", "bob").generation == 0
+        assert tx.session("s-alice") is None
+        assert tx.session("s-bob") == ("acme", "bob", "csrf-b", 10**13, 0)
+        assert tx.session("s-alice-2") == ("acme", "alice", "csrf-c", 10**13, 2)
+
+
+def test_login_counters_start_fresh_and_keep_what_is_saved(store):
+    """A key without a counter gets a fresh one (no attempts, window from now); a saved counter reads back
+    as saved; a deleted one is fresh again."""
+    key = "user:acme/alice"
+    with store.write() as tx:
+        assert tx.login_counters([key, "address:192.0.2.1"], 1000) == {
+            key: LoginCounter(key, 0, 1000),
+            "address:192.0.2.1": LoginCounter("address:192.0.2.1", 0, 1000),
+        }
+        tx.save_login_counter(LoginCounter(key, 5, 1000, 61_000, 1), 961_000)
+    with store.write() as tx:
+        assert tx.login_counters([key], 2000)[key] == LoginCounter(key, 5, 1000, 61_000, 1)
+        tx.delete_login_counter(key)
+    with store.write() as tx:
+        assert tx.login_counters([key], 3000)[key] == LoginCounter(key, 0, 3000)
+
+
+def test_expired_login_counters_are_pruned(store, backend, url):
+    """Counters whose expiry has passed are deleted when counters are next read; others stay."""
+    with store.write() as tx:
+        tx.login_counters(["a", "b"], 0)
+        tx.save_login_counter(LoginCounter("a", 1, 0), 500)
+        tx.save_login_counter(LoginCounter("b", 1, 0), 5000)
+    with store.write() as tx:
+        tx.login_counters(["c"], 1000)
+    keys = [r[0] for r in backend.fetch(url, "SELECT key FROM login_counters ORDER BY key")]
+    assert keys == ["b", "c"]
+
+
+def test_counting_login_attempts_from_threads_loses_none(store):
+    """Transactions that read a counter with login_counters and save it plus one run one after the other:
+    twenty threads at once leave exactly twenty attempts (no lost update, no error)."""
+    key = "user:acme/alice"
+    start = threading.Barrier(20)
+    errors: list[BaseException] = []
+
+    def count_one() -> None:
+        start.wait(timeout=30)
+        try:
+            with store.write() as tx:
+                c = tx.login_counters([key, "address:192.0.2.1"], 1000)[key]
+                tx.save_login_counter(replace(c, attempts=c.attempts + 1), 10**9)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=count_one) for _ in range(20)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert errors == []
+    with store.write() as tx:
+        assert tx.login_counters([key], 1000)[key].attempts == 20
 
 
 # --- schema and migrations -----------------------------------------------------------------------

@@ -87,6 +87,51 @@ SERVER_LIMITS: dict[str, Limit] = {
             "nesting of a JSON request body (422 above)",
             200,
         ),
+        # Login throttling (principals.py, core/throttle.py): protects every user's password from
+        # guessing and the server's CPU from scrypt floods; counted in the database, so it holds across
+        # server processes. A throttled attempt gets 429 with Retry-After and costs no password check.
+        Limit(
+            "login_attempts_per_user",
+            5,
+            "attempts",
+            "password logins to one user per window before a lockout (a success clears the count)",
+            1000,
+        ),
+        Limit(
+            "login_attempts_per_address",
+            20,
+            "attempts",
+            "failed password logins from one client address (IPv6: its /64) per window before a lockout",
+            100_000,
+        ),
+        Limit(
+            "login_window_seconds", 15 * 60, "seconds", "the window the login attempts are counted in", 86_400
+        ),
+        # At least the window: then any window-long interval admits at most twice the per-window limit.
+        Limit(
+            "login_lockout_seconds",
+            15 * 60,
+            "seconds",
+            "the first lockout; each further one in a row lasts twice as long",
+            86_400,
+        ),
+        Limit(
+            "login_lockout_max_seconds",
+            4 * 3600,
+            "seconds",
+            "the longest lockout (bounds how long failing on purpose locks a user out)",
+            7 * 86_400,
+        ),
+        # Password policy (principals.py): a password set with `lockstep users set-password`.
+        Limit("min_password_chars", 12, "characters", "a password's length, at least", 1024),
+        Limit(
+            "min_password_score",
+            3,
+            "zxcvbn score 0-4",
+            "a password's strength against lists of common passwords, words, names and patterns "
+            "(3: about 10^8 guesses or more)",
+            4,
+        ),
     )
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +20,7 @@ from ..core.explain import WAIT_KINDS
 from ..core.narrate import narrate
 from ..core.state import STATUSES
 from ..core.timeutil import format_duration, parse_iso
-from ..errors import InvalidInput, LockstepError, NotFound
+from ..errors import InvalidInput, LockstepError, NotFound, RateLimited
 from ..principals import Principal, Principals
 from ..service import Service
 
@@ -119,8 +120,15 @@ def _page(request: Request, name: str, ctx: dict[str, Any], status: int = 200) -
 
 @router.get("/login", response_class=HTMLResponse)
 def login_form(request: Request, next: str = "/ui/") -> HTMLResponse:
+    return _login_page(request, next)
+
+
+def _login_page(request: Request, next: str, status: int = 200, message: str = "") -> HTMLResponse:
     token = secrets.token_urlsafe(24)
-    resp = _page(request, "login.html", {"csrf": token, "next": _safe_next(next), "me": None})
+    ctx: dict[str, Any] = {"csrf": token, "next": _safe_next(next), "me": None}
+    if message:
+        ctx["flash"] = message
+    resp = _page(request, "login.html", ctx, status)
     resp.set_cookie(
         LOGIN_CSRF_COOKIE,
         token,
@@ -157,13 +165,21 @@ def login(
             "Your login form expired; please try again.",
         )
     principals = _principals(request)
+    # The peer, or the client a trusted proxy named (`serve --trusted-proxy`).
+    address = request.client.host if request.client else None
     p = None
     if api_key.strip():
         p = principals.authenticate_key(api_key.strip())
     elif tenant and user and password:
-        p = principals.authenticate_password(tenant.strip(), user.strip(), password)
+        try:
+            p = principals.authenticate_password(tenant.strip(), user.strip(), password, address=address)
+        except RateLimited as exc:  # refused before the password check, and audited
+            text = str(exc)
+            page = _login_page(request, next, 429, f"{text[:1].upper()}{text[1:]}.")
+            page.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+            return page
     if p is None:
-        principals.audit(tenant or None, user or None, "ui.login", None, "refused")
+        principals.audit(tenant or None, user or None, "ui.login", None, "refused", address=address)
         return flash_redirect(
             request,
             "/ui/login?" + urlencode({"next": _safe_next(next)}),

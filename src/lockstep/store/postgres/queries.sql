@@ -155,11 +155,11 @@ UPDATE tenants SET bucket_tokens = %(tokens)s, bucket_at_ms = %(at_ms)s WHERE na
 SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants ORDER BY name;
 
 -- name: user_get
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
 FROM users WHERE tenant = %(tenant)s AND name = %(name)s;
 
 -- name: user_by_key
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
 FROM users WHERE key_hash = %(key_hash)s;
 
 -- name: user_insert
@@ -172,15 +172,15 @@ UPDATE users SET roles = %(roles)s, groups = %(groups)s, key_hash = %(key_hash)s
 WHERE tenant = %(tenant)s AND name = %(name)s;
 
 -- name: users_list
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
 FROM users WHERE tenant = %(tenant)s ORDER BY name;
 
 -- name: session_insert
-INSERT INTO sessions (id_hash, tenant, "user", csrf, created_at, expires_at)
-VALUES (%(id_hash)s, %(tenant)s, %(user)s, %(csrf)s, %(created_at)s, %(expires_at)s);
+INSERT INTO sessions (id_hash, tenant, "user", csrf, created_at, expires_at, generation)
+VALUES (%(id_hash)s, %(tenant)s, %(user)s, %(csrf)s, %(created_at)s, %(expires_at)s, %(generation)s);
 
 -- name: session_get
-SELECT tenant, "user", csrf, expires_at FROM sessions WHERE id_hash = %(id_hash)s;
+SELECT tenant, "user", csrf, expires_at, generation FROM sessions WHERE id_hash = %(id_hash)s;
 
 -- name: session_delete
 DELETE FROM sessions WHERE id_hash = %(id_hash)s OR expires_at < %(now)s;
@@ -275,7 +275,7 @@ UPDATE notifications SET status = 'leased', lease_expires_at = %(until)s, attemp
 UPDATE notifications SET status = %(status)s, last_error = %(error)s, available_at = %(available_at)s WHERE id = %(id)s;
 
 -- name: users_in_groups
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email FROM users
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation FROM users
 WHERE tenant = %(tenant)s;
 
 -- name: run_load_skip_locked
@@ -360,3 +360,31 @@ NOTIFY lockstep_tasks;
 
 -- name: notify_timers
 NOTIFY lockstep_timers;
+
+-- name: user_end_sessions
+UPDATE users SET generation = generation + 1 WHERE tenant = %(tenant)s AND name = %(name)s
+RETURNING generation;
+
+-- name: sessions_of_user_delete
+DELETE FROM sessions WHERE tenant = %(tenant)s AND "user" = %(name)s;
+
+-- name: login_counters_prune
+-- A bounded number per attempt, skipping rows another login holds: pruning never waits or deadlocks.
+DELETE FROM login_counters WHERE key IN (
+    SELECT key FROM login_counters WHERE expires_at < %(now)s ORDER BY expires_at LIMIT 100 FOR UPDATE SKIP LOCKED
+);
+
+-- name: login_counter_ensure
+INSERT INTO login_counters (key, attempts, window_start, locked_until, lockouts, expires_at)
+VALUES (%(key)s, 0, %(now)s, NULL, 0, %(now)s) ON CONFLICT (key) DO NOTHING;
+
+-- name: login_counter_get
+SELECT key, attempts, window_start, locked_until, lockouts FROM login_counters WHERE key = %(key)s FOR UPDATE;
+
+-- name: login_counter_save
+UPDATE login_counters SET attempts = %(attempts)s, window_start = %(window_start)s,
+       locked_until = %(locked_until)s, lockouts = %(lockouts)s, expires_at = %(expires_at)s
+WHERE key = %(key)s;
+
+-- name: login_counter_delete
+DELETE FROM login_counters WHERE key = %(key)s;

@@ -140,11 +140,11 @@ UPDATE tenants SET bucket_tokens = :tokens, bucket_at_ms = :at_ms WHERE name = :
 SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants ORDER BY name;
 
 -- name: user_get
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
 FROM users WHERE tenant = :tenant AND name = :name;
 
 -- name: user_by_key
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
 FROM users WHERE key_hash = :key_hash;
 
 -- name: user_insert
@@ -157,15 +157,15 @@ UPDATE users SET roles = :roles, groups = :groups, key_hash = :key_hash, passwor
 WHERE tenant = :tenant AND name = :name;
 
 -- name: users_list
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
 FROM users WHERE tenant = :tenant ORDER BY name;
 
 -- name: session_insert
-INSERT INTO sessions (id_hash, tenant, user, csrf, created_at, expires_at)
-VALUES (:id_hash, :tenant, :user, :csrf, :created_at, :expires_at);
+INSERT INTO sessions (id_hash, tenant, user, csrf, created_at, expires_at, generation)
+VALUES (:id_hash, :tenant, :user, :csrf, :created_at, :expires_at, :generation);
 
 -- name: session_get
-SELECT tenant, user, csrf, expires_at FROM sessions WHERE id_hash = :id_hash;
+SELECT tenant, user, csrf, expires_at, generation FROM sessions WHERE id_hash = :id_hash;
 
 -- name: session_delete
 DELETE FROM sessions WHERE id_hash = :id_hash OR expires_at < :now;
@@ -260,7 +260,7 @@ UPDATE notifications SET status = 'leased', lease_expires_at = :until, attempts 
 UPDATE notifications SET status = :status, last_error = :error, available_at = :available_at WHERE id = :id;
 
 -- name: users_in_groups
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email FROM users
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation FROM users
 WHERE tenant = :tenant;
 
 -- name: ready_tenants
@@ -301,3 +301,31 @@ UPDATE tasks SET lease_expires_at = MIN(:until, deadline) WHERE task_id = :task_
 
 -- name: scheduled_timers
 SELECT COUNT(*) FROM timers WHERE tenant = :tenant AND status = 'scheduled';
+
+-- name: user_end_sessions
+UPDATE users SET generation = generation + 1 WHERE tenant = :tenant AND name = :name
+RETURNING generation;
+
+-- name: sessions_of_user_delete
+DELETE FROM sessions WHERE tenant = :tenant AND user = :name;
+
+-- name: login_counters_prune
+-- A bounded number per attempt, skipping rows another login holds: pruning never waits or deadlocks.
+DELETE FROM login_counters WHERE key IN (
+    SELECT key FROM login_counters WHERE expires_at < :now ORDER BY expires_at LIMIT 100
+);
+
+-- name: login_counter_ensure
+INSERT INTO login_counters (key, attempts, window_start, locked_until, lockouts, expires_at)
+VALUES (:key, 0, :now, NULL, 0, :now) ON CONFLICT (key) DO NOTHING;
+
+-- name: login_counter_get
+SELECT key, attempts, window_start, locked_until, lockouts FROM login_counters WHERE key = :key;
+
+-- name: login_counter_save
+UPDATE login_counters SET attempts = :attempts, window_start = :window_start,
+       locked_until = :locked_until, lockouts = :lockouts, expires_at = :expires_at
+WHERE key = :key;
+
+-- name: login_counter_delete
+DELETE FROM login_counters WHERE key = :key;
