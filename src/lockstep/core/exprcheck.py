@@ -1,0 +1,469 @@
+"""Static checks of a CEL expression BEFORE the CEL library sees it: size, nesting and worst-case cost.
+
+The CEL library (Rust) recurses once per level of the expression tree, both when it parses and when it
+evaluates, and a deep enough tree overflows the thread's stack (a segfault: the whole server dies). Its
+comprehensions (`map`, `filter`) copy their accumulator on every iteration, so their cost is quadratic
+in the list length. So every expression is tokenized and parsed here first, by code that cannot
+overflow (a linear scan, then a parser whose recursion is bounded by the nesting checked by the scan),
+and refused unless its size, nesting and worst-case cost are within `ExprLimits`.
+
+Measured on the reference machine (2 cores, Python 3.11, common-expression-language 0.10, 8 MiB thread
+stacks; see `python -m lockstep.core.exprcheck` is not provided: the numbers come from
+tests/core/test_expr_limits.py and docs/definitions.md):
+- `1 + 1 + ...` compiles up to ~20,000 terms and segfaults when EVALUATED from ~15,000 (from ~1,000 on a
+  512 KiB thread stack); member chains `a.b.c...` segfault from ~30,000 (~1,000 on 512 KiB).
+- the parser refuses more than ~96 nested brackets itself, but on a 512 KiB stack it overflows from ~70.
+- 100,000 nested brackets raise a PanicException (a BaseException) from the parser.
+Hence the defaults: 32 brackets and 200 tree levels, far below every threshold measured.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .limits import SERVER_LIMITS, TENANT_LIMITS, tenant_limit
+
+__all__ = [
+    "STORED_EXPR_LIMITS",
+    "ExprLimits",
+    "LimitExceeded",
+    "Shape",
+    "check_shape",
+    "expression_limits",
+]
+
+
+@dataclass(frozen=True)
+class ExprLimits:
+    """The bounds an expression is checked against, and the bounds of the data it may run on."""
+
+    max_length: int = SERVER_LIMITS["max_expression_length"].default
+    max_nesting: int = SERVER_LIMITS["max_expression_nesting"].default
+    max_depth: int = SERVER_LIMITS["max_expression_depth"].default
+    max_macro_nesting: int = SERVER_LIMITS["max_macro_nesting"].default
+    # None: no cost bound (definitions stored before the bound existed must keep running).
+    max_cost: int | None = SERVER_LIMITS["max_expression_cost"].default
+    list_items: int = TENANT_LIMITS["max_list_items"].default
+    input_bytes: int = TENANT_LIMITS["max_input_bytes"].default
+    output_bytes: int = TENANT_LIMITS["max_output_bytes"].default
+    step_outputs: int = 20  # how many step outputs a context may hold (the definition's step count)
+
+
+# Stored definitions compiled once already: they get the crash-safety ceilings, and no cost bound.
+STORED_EXPR_LIMITS = ExprLimits(
+    max_length=SERVER_LIMITS["max_expression_length"].ceiling,
+    max_nesting=SERVER_LIMITS["max_expression_nesting"].ceiling,
+    max_depth=SERVER_LIMITS["max_expression_depth"].ceiling,
+    max_macro_nesting=SERVER_LIMITS["max_macro_nesting"].ceiling,
+    max_cost=None,
+)
+
+
+def expression_limits(base: ExprLimits, settings: dict[str, object]) -> ExprLimits:
+    """`base` on a tenant's data bounds (its settings of max_list_items, max_input_bytes...)."""
+    return replace(
+        base,
+        list_items=tenant_limit(settings, "max_list_items"),
+        input_bytes=tenant_limit(settings, "max_input_bytes"),
+        output_bytes=tenant_limit(settings, "max_output_bytes"),
+    )
+
+
+class LimitExceeded(ValueError):
+    """An expression over one of the limits; the message names the limit, the value and the bound."""
+
+
+MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+_TOKEN = re.compile(
+    r"""
+    (?P<ws>\s+|//[^\n]*)
+  | (?P<str>(?:[rR][bB]?|[bB][rR]?)?(?:\"\"\"(?:\\.|[^\\])*?\"\"\"|'''(?:\\.|[^\\])*?'''
+        |"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'))
+  | (?P<num>0[xX][0-9a-fA-F]+[uU]?|(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?[uU]?)
+  | (?P<id>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<op>\|\||&&|==|!=|<=|>=|\.\?|\[\?|[-+*/%!<>?:.,()\[\]{}])
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_RAW_STR = re.compile(r"^[rR]|^[bB][rR]")
+
+
+def _tokens(source: str) -> list[tuple[str, str, int]]:
+    """(kind, text, offset) for every token; raise ValueError at the first character that is none."""
+    out: list[tuple[str, str, int]] = []
+    pos = 0
+    while pos < len(source):
+        m = _TOKEN.match(source, pos)
+        if m is None:
+            raise ValueError(f"unexpected character {source[pos]!r} at offset {pos}")
+        kind = m.lastgroup or ""
+        if kind == "str" and _RAW_STR.match(m.group()):
+            # In a raw string a backslash escapes nothing: re-scan up to the first closing quote.
+            m = re.compile(r"(?:[rR][bB]?|[bB][rR])(\"\"\"|'''|\"|')").match(source, pos) or m
+            quote = m.group(1) if m.lastindex else ""
+            end = source.find(quote, m.end()) if quote else -1
+            if end < 0:
+                raise ValueError(f"unterminated string at offset {pos}")
+            out.append(("str", source[pos : end + len(quote)], pos))
+            pos = end + len(quote)
+            continue
+        if kind != "ws":
+            out.append((kind, m.group(), pos))
+        pos = m.end()
+    return out
+
+
+OPEN = {"(": ")", "[": "]", "{": "}", "[?": "]"}
+BINARY = {"||", "&&", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "?", ":"}
+
+
+def _scan(tokens: list[tuple[str, str, int]], limits: ExprLimits) -> None:
+    """Linear bounds on bracket nesting and tree depth, before anything recurses.
+
+    Tree depth is over-estimated as: open brackets, plus every operator and member access since the
+    start of each enclosing bracket's current element (a chain `a + b + c` is a left-deep tree)."""
+    frames = [0]
+    for _kind, text, offset in tokens:
+        if text in OPEN:
+            frames[-1] += 1
+            frames.append(0)
+            if len(frames) - 1 > limits.max_nesting:
+                raise LimitExceeded(
+                    f"nesting of brackets exceeds the limit of {limits.max_nesting} "
+                    f"(at offset {offset}): split the expression or simplify it"
+                )
+        elif text in (")", "]", "}"):
+            if len(frames) > 1:
+                frames.pop()
+        elif text == ",":
+            frames[-1] = 0
+        elif text in BINARY or text in ("!", ".", ".?") or (text == "-"):
+            frames[-1] += 1
+        depth = sum(frames) + len(frames) - 1
+        if depth > limits.max_depth:
+            raise LimitExceeded(
+                f"expression depth exceeds the limit of {limits.max_depth} levels (at offset {offset}; "
+                f"each operator in a chain, member access and bracket adds one): use `in [...]`, "
+                f"or split it into several steps"
+            )
+
+
+# --- a small parser: just enough structure for the cost bound ------------------------------------
+# A node is a tuple: ("lit", elements, bytes) | ("ident", name) | ("select", target, field)
+# | ("index", target, key) | ("call", name, target | None, args) | ("list", items) | ("map", pairs)
+# | ("op", op, operands) | ("cond", test, then, else)
+Node = tuple[Any, ...]
+_PRECEDENCE = [("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">=", "in"), ("+", "-"), ("*", "/", "%")]
+
+
+class _Parser:
+    def __init__(self, tokens: list[tuple[str, str, int]]) -> None:
+        self.tokens = tokens
+        self.i = 0
+
+    def peek(self) -> str:
+        return self.tokens[self.i][1] if self.i < len(self.tokens) else ""
+
+    def take(self, expected: str | None = None) -> tuple[str, str, int]:
+        if self.i >= len(self.tokens):
+            raise ValueError("unexpected end of expression")
+        tok = self.tokens[self.i]
+        if expected is not None and tok[1] != expected:
+            raise ValueError(f"expected {expected!r} at offset {tok[2]}, found {tok[1]!r}")
+        self.i += 1
+        return tok
+
+    def parse(self) -> Node:
+        node = self.expr()
+        if self.i != len(self.tokens):
+            raise ValueError(f"unexpected {self.peek()!r} at offset {self.tokens[self.i][2]}")
+        return node
+
+    def expr(self) -> Node:
+        test = self.binary(0)
+        if self.peek() == "?":
+            self.take()
+            then = self.binary(0)
+            self.take(":")
+            return ("cond", test, then, self.expr())
+        return test
+
+    def binary(self, level: int) -> Node:
+        if level == len(_PRECEDENCE):
+            return self.unary()
+        node = self.binary(level + 1)
+        while self.peek() in _PRECEDENCE[level]:
+            op = self.take()[1]
+            node = ("op", op, [node, self.binary(level + 1)])
+        return node
+
+    def unary(self) -> Node:
+        ops = []
+        while self.peek() in ("!", "-"):
+            ops.append(self.take()[1])
+        node = self.member()
+        for op in reversed(ops):
+            node = ("op", op, [node])
+        return node
+
+    def member(self) -> Node:
+        node = self.primary()
+        while self.peek() in (".", ".?", "[", "[?"):
+            tok = self.take()[1]
+            if tok in ("[", "[?"):
+                key = self.expr()
+                self.take("]")
+                node = ("index", node, key)
+                continue
+            kind, name, _ = self.take()
+            if kind != "id":
+                raise ValueError(f"expected a field name after '.', found {name!r}")
+            if self.peek() == "(" and tok == ".":
+                node = ("call", name, node, self.args(")"))
+            else:
+                node = ("select", node, name)
+        return node
+
+    def args(self, close: str) -> list[Node]:
+        self.take()
+        items: list[Node] = []
+        while self.peek() != close:
+            if self.peek() == "?" and close == "]":
+                self.take()
+            items.append(self.expr())
+            if self.peek() != ",":
+                break
+            self.take()
+        self.take(close)
+        return items
+
+    def primary(self) -> Node:
+        kind, text, offset = self.take()
+        if kind == "num":
+            return ("lit", 0, 8)
+        if kind == "str":
+            plain = re.fullmatch(r"""(['"])([A-Za-z0-9_-]*)\1""", text)
+            return ("lit", 0, len(text), plain.group(2) if plain else None)
+        if text == ".":  # a leading dot: an absolute name
+            kind, text, offset = self.take()
+        if kind == "id":
+            if text in ("true", "false", "null"):
+                return ("lit", 0, 8)
+            if self.peek() == "(":
+                return ("call", text, None, self.args(")"))
+            if self.peek() == "{":  # a message literal: Name{field: value}
+                return ("map", self.pairs())
+            return ("ident", text)
+        if text == "(":
+            node = self.expr()
+            self.take(")")
+            return node
+        if text == "[":
+            self.i -= 1
+            return ("list", self.args("]"))
+        if text == "{":
+            self.i -= 1
+            return ("map", self.pairs())
+        raise ValueError(f"unexpected {text!r} at offset {offset}")
+
+    def pairs(self) -> list[tuple[Node, Node]]:
+        self.take("{")
+        out: list[tuple[Node, Node]] = []
+        while self.peek() != "}":
+            if self.peek() == "?":
+                self.take()
+            key = self.expr()
+            self.take(":")
+            out.append((key, self.expr()))
+            if self.peek() != ",":
+                break
+            self.take()
+        self.take("}")
+        return out
+
+
+# --- the cost bound ---------------------------------------------------------------------------------
+# One unit is about 60 ns on the reference machine (one list element copied by a comprehension's
+# accumulator). The rates below were measured there (docs/definitions.md, "Limits") and rounded up.
+NODE = 4  # evaluating one node once
+CONVERT_BYTES = 4  # converting the Python context into CEL values, once per evaluation or template
+COPY_BYTES = 32  # deep copies: `+` on strings and lists, comprehension accumulators
+SCAN_BYTES = 256  # comparisons, contains/startsWith/endsWith, `in`
+REGEX_BYTES, REGEX_CALL = 16, 200  # `matches` compiles its pattern on every call
+SCAN_OPS = {"==", "!=", "<", "<=", ">", ">=", "in"}
+SCAN_CALLS = {"contains", "startsWith", "endsWith", "string", "bytes", "size", "int", "double", "uint"}
+
+
+@dataclass(frozen=True)
+class _Value:
+    """What the cost of an operation on a value depends on: its elements and its size in bytes."""
+
+    cost: int
+    items: int = 0
+    nbytes: int = 8
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The result of the static check: tree facts, the worst-case cost, and which steps it reads."""
+
+    macro_nesting: int
+    cost: int  # the worst case of one evaluation, conversion of its context included
+    conversion: int  # of that, converting the context (a template converts it once for all its parts)
+    roots: frozenset[str]
+    # Step ids read as steps.<id> / steps['<id>']; None when `steps` is read in any other way.
+    step_ids: frozenset[str] | None
+
+
+class _Coster:
+    def __init__(self, limits: ExprLimits) -> None:
+        self.lim = limits
+        self.roots: set[str] = set()
+        self.max_nesting = 0
+        self.step_ids: set[str] | None = set()
+
+    def value(self, node: Node, scope: dict[str, _Value], nesting: int) -> _Value:
+        kind = node[0]
+        if kind == "lit":
+            return _Value(NODE, node[1], node[2])
+        if kind == "ident":
+            bound = scope.get(node[1])
+            if bound is not None:
+                return bound
+            if node[1] == "steps":
+                self.step_ids = None
+            return self.context(node[1])
+        if kind in ("select", "index"):
+            if node[1] == ("ident", "steps") and "steps" not in scope:
+                key = node[2] if kind == "select" else _string_literal(node[2])
+                if key is not None and self.step_ids is not None:
+                    self.step_ids.add(key)
+                    return self.context("output")
+            target = self.value(node[1], scope, nesting)
+            key_cost = self.value(node[2], scope, nesting).cost if kind == "index" else 0
+            return _Value(target.cost + key_cost + NODE, target.items, target.nbytes)
+        if kind == "call":
+            return self.call(node, scope, nesting)
+        if kind == "list":
+            parts = [self.value(n, scope, nesting) for n in node[1]]
+            return _Value(NODE + sum(p.cost for p in parts), len(parts), 8 + sum(p.nbytes for p in parts))
+        if kind == "map":
+            parts = [self.value(n, scope, nesting) for pair in node[1] for n in pair]
+            return _Value(
+                NODE + sum(p.cost for p in parts), len(parts) // 2, 8 + sum(p.nbytes for p in parts)
+            )
+        if kind == "cond":
+            parts = [self.value(n, scope, nesting) for n in node[1:]]
+            return _Value(
+                NODE + sum(p.cost for p in parts),
+                max(p.items for p in parts),
+                max(p.nbytes for p in parts),
+            )
+        return self.op(node[1], [self.value(n, scope, nesting) for n in node[2]])
+
+    def context(self, root: str) -> _Value:
+        """A value read from the run's context: any list holds at most max_list_items elements."""
+        self.roots.add("steps" if root == "output" else root)
+        nbytes = self.lim.output_bytes if root in ("steps", "output") else self.lim.input_bytes
+        if root == "steps":
+            nbytes *= self.lim.step_outputs
+        return _Value(NODE, self.lim.list_items, nbytes)
+
+    def op(self, op: str, args: list[_Value]) -> _Value:
+        cost = NODE + sum(a.cost for a in args)
+        if op == "+":
+            size = sum(a.nbytes for a in args)
+            return _Value(cost + size // COPY_BYTES, sum(a.items for a in args), size)
+        if op in SCAN_OPS:
+            cost += sum(a.nbytes for a in args) // SCAN_BYTES
+            if op == "in":
+                cost += NODE * args[-1].items
+        return _Value(cost)
+
+    def call(self, node: Node, scope: dict[str, _Value], nesting: int) -> _Value:
+        _, name, target, args = node
+        if target is not None and name in MACROS and len(args) == 2 and args[0][0] == "ident":
+            return self.macro(name, target, args[0][1], args[1], scope, nesting)
+        values = [self.value(n, scope, nesting) for n in ([target] if target is not None else []) + args]
+        cost = NODE + sum(v.cost for v in values)
+        size = sum(v.nbytes for v in values)
+        if name == "has":
+            return _Value(cost)
+        if name == "matches":
+            return _Value(cost + REGEX_CALL + size // REGEX_BYTES)
+        if name in SCAN_CALLS:
+            return _Value(cost + size // SCAN_BYTES, 0, size if name in ("string", "bytes") else 8)
+        # Anything else (timestamps, durations, has, type conversions...): a copy of its arguments.
+        return _Value(cost + size // COPY_BYTES, max((v.items for v in values), default=0), size)
+
+    def macro(
+        self, name: str, target: Node, var: str, body: Node, scope: dict[str, _Value], nesting: int
+    ) -> _Value:
+        nesting += 1
+        self.max_nesting = max(self.max_nesting, nesting)
+        over = self.value(target, scope, nesting - 1)
+        n = max(over.items, 1)
+        # Each element's share of the range's bytes: summed over the iterations it is the whole.
+        element = _Value(NODE, self.lim.list_items, max(over.nbytes // n, 8))
+        each = self.value(body, {**scope, var: element}, nesting)
+        cost = over.cost + n * (each.cost + NODE)
+        if name in ("map", "filter"):
+            kept = each.nbytes if name == "map" else element.nbytes
+            # The accumulator is copied on every iteration: quadratic in the number of elements.
+            cost += n * n // 2 * (1 + kept // COPY_BYTES)
+            return _Value(cost, n, 8 + n * kept)
+        return _Value(cost)
+
+
+def _string_literal(node: Node) -> str | None:
+    """The id in steps['id'] (how an id with a dash is read), else None."""
+    return node[3] if node[0] == "lit" and len(node) > 3 else None
+
+
+def check_shape(source: str, limits: ExprLimits) -> Shape:
+    """Check size and nesting, then bound the cost; raise LimitExceeded naming the limit it is over.
+
+    Raise ValueError (not LimitExceeded) for text that is not an expression: the caller lets the
+    CEL library word the syntax error, which is safe once the size and nesting checks passed."""
+    if len(source) > limits.max_length:
+        raise LimitExceeded(
+            f"expression is {len(source)} characters; the limit is {limits.max_length}: "
+            f"move the logic into an activity or split it into several steps"
+        )
+    tokens = _tokens(source)
+    _scan(tokens, limits)
+    tree = _Parser(tokens).parse()
+    coster = _Coster(limits)
+    total = coster.value(tree, {}, 0)
+    roots = frozenset(coster.roots)
+    if coster.max_nesting > limits.max_macro_nesting:
+        raise LimitExceeded(
+            f"comprehensions (all, exists, exists_one, map, filter) nested {coster.max_nesting} deep; "
+            f"the limit is {limits.max_macro_nesting}"
+        )
+    step_ids = frozenset(coster.step_ids) if coster.step_ids is not None else None
+    if step_ids is not None and "steps" in roots:
+        narrowed = len(step_ids)
+    else:
+        narrowed = limits.step_outputs if "steps" in roots else 0
+    conversion = _conversion(roots, narrowed, limits)
+    cost = total.cost + conversion
+    if limits.max_cost is not None and cost > limits.max_cost:
+        raise LimitExceeded(
+            f"worst-case cost {cost:,} exceeds the limit of {limits.max_cost:,} (with lists of "
+            f"{limits.list_items} items and inputs of {limits.input_bytes} bytes): "
+            f"comprehensions over comprehensions, map/filter over long lists and string functions "
+            f"inside comprehensions cost the most; do such work in an activity"
+        )
+    return Shape(coster.max_nesting, cost, conversion, roots, step_ids)
+
+
+def _conversion(roots: frozenset[str], step_outputs: int, limits: ExprLimits) -> int:
+    """The cost of converting the context the expression reads (only its roots, only its steps)."""
+    nbytes = 1024 if "run" in roots else 0
+    if "input" in roots:
+        nbytes += limits.input_bytes
+    nbytes += step_outputs * limits.output_bytes
+    return nbytes // CONVERT_BYTES
