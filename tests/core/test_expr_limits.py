@@ -129,7 +129,7 @@ def test_the_quadratic_duplicate_check_is_refused_at_publish() -> None:
     path, reason = refusal(choice(QUADRATIC))
     assert path == "steps[0](route).choice[0].if"
     assert "worst-case cost" in reason
-    assert "exceeds the limit of 800,000" in reason
+    assert "exceeds the limit of 500,000" in reason
 
 
 def test_nested_map_is_refused_and_a_single_comprehension_is_allowed() -> None:

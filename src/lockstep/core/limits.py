@@ -74,10 +74,10 @@ SERVER_LIMITS: dict[str, Limit] = {
         Limit("max_macro_nesting", 2, "levels", "comprehensions (exists, all, map...) inside others", 8),
         Limit(
             "max_expression_cost",
-            800_000,
+            500_000,
             "units of ~60 ns",
             "the worst case of one expression, or of one template's expressions together, on inputs "
-            "at the tenant's max_list_items and max_input_bytes (800,000 is about 50 ms)",
+            "at the tenant's max_list_items and max_input_bytes (500,000: 30 ms idle, 60 ms loaded)",
             8_000_000,
         ),
         # YAML (documents.py): counted while composing, before any tree is built.
