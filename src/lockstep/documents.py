@@ -93,8 +93,9 @@ class BoundedLoader(yaml.SafeLoader):
 
 def parse_yaml_document(text: str, where: str) -> Any:
     """The value of a YAML (or JSON) text; InvalidInput naming line and column for any problem."""
-    loader = BoundedLoader(text)
+    loader = None
     try:
+        loader = BoundedLoader(text)  # the reader refuses control characters already here
         return loader.get_single_data()
     except RecursionError:
         raise InvalidInput(f"{where}: nested too deeply to be a definition") from None
@@ -108,7 +109,8 @@ def parse_yaml_document(text: str, where: str) -> Any:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InvalidInput(f"{where}: not valid YAML/JSON{_at(exc)}: {problem}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _at(exc: yaml.YAMLError) -> str:

@@ -187,6 +187,11 @@ YAML_NOISE = st.lists(
             "1",
             "name",
             "steps",
+            "\x00",
+            "\x85",
+            "\ufeff",
+            "\ud800",
+            "\t",
         ]
     ),
     max_size=60,

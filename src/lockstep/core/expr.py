@@ -92,6 +92,8 @@ def compile_expr(source: str, limits: ExprLimits = DEFAULT_LIMITS) -> Expr:
         shape = check_shape(source, limits)
     except LimitExceeded as exc:
         raise ExprError(f"`{_short(source)}`: {exc}") from None
+    except RecursionError:  # the checks bound the parser's recursion; this is a last line of defence
+        raise ExprError(f"`{_short(source)}`: nested too deeply: simplify the expression") from None
     except ValueError as exc:
         # Not an expression lockstep can analyse. Its size and nesting were checked before parsing (or
         # it could not even be split into tokens), so the CEL library may word the syntax error.
@@ -275,9 +277,12 @@ class Template:
     def cost(self) -> int:
         """The worst case of one render: the context is converted once, for all its expressions."""
         shapes = [e.shape for e in self.expressions() if e.shape is not None and e.path is None]
-        if not shapes:
-            return 0
-        return sum(s.cost - s.conversion for s in shapes) + max(s.conversion for s in shapes)
+        # Expressions reading the same roots (and steps) share one conversion: charge it once per group.
+        conversions: dict[tuple[frozenset[str], frozenset[str] | None], int] = {}
+        for s in shapes:
+            key = (s.roots, s.step_ids)
+            conversions[key] = max(conversions.get(key, 0), s.conversion)
+        return sum(s.cost - s.conversion for s in shapes) + sum(conversions.values())
 
 
 class _Str:
