@@ -194,3 +194,21 @@ def test_steps_are_narrowed_to_the_ones_an_expression_names() -> None:
     ctx = {"steps": {"check-x": {"output": {"n": 1}}, "b": {"output": {"n": 2}}, "c": {"output": 3}}}
     assert evaluate(e, ctx) == 3
     assert compile_expr("size(steps) > 0").shape.step_ids is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "input.s.matches(input.pattern)",  # a caller's pattern: 14 bytes can take 190 ms to compile
+        "input.s.matches(r'(\\w{100}){100}')",
+        "input.s.matches('((a{50}){50}){50}')",
+    ],
+)
+def test_regexes_that_cannot_be_bounded_are_refused(condition: str) -> None:
+    """`matches` compiles its pattern on each call: patterns from data and huge automata are refused."""
+    assert "worst-case cost" in refusal(choice(condition))[1]
+
+
+def test_an_ordinary_regex_publishes() -> None:
+    """A literal pattern of a few counted repetitions is cheap and publishes."""
+    parse_definition(choice("input.sku.matches('^[A-Z]{3}-[0-9]{4}$')"))

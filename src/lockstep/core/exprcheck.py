@@ -245,7 +245,7 @@ class _Parser:
             return ("lit", 0, 8)
         if kind == "str":
             plain = re.fullmatch(r"""(['"])([A-Za-z0-9_-]*)\1""", text)
-            return ("lit", 0, len(text), plain.group(2) if plain else None)
+            return ("lit", 0, len(text), plain.group(2) if plain else None, text)
         if text == ".":  # a leading dot: an absolute name
             kind, text, offset = self.take()
         if kind == "id":
@@ -292,6 +292,8 @@ CONVERT_BYTES = 4  # converting the Python context into CEL values, once per eva
 COPY_BYTES = 32  # deep copies: `+` on strings and lists, comprehension accumulators
 SCAN_BYTES = 256  # comparisons, contains/startsWith/endsWith, `in`
 REGEX_BYTES, REGEX_CALL = 16, 200  # `matches` compiles its pattern on every call
+REGEX_STATE = 8  # per state of a literal pattern's automaton (see _regex_cost)
+REGEX_DYNAMIC = 4_000_000  # a pattern from the data: its compile time is unbounded, so over any budget
 SCAN_OPS = {"==", "!=", "<", "<=", ">", ">=", "in"}
 SCAN_CALLS = {"contains", "startsWith", "endsWith", "string", "bytes", "size", "int", "double", "uint"}
 
@@ -392,7 +394,8 @@ class _Coster:
         if name == "has":
             return _Value(cost)
         if name == "matches":
-            return _Value(cost + REGEX_CALL + size // REGEX_BYTES)
+            pattern = args[0] if target is not None else args[-1] if args else ("lit", 0, 0)
+            return _Value(cost + _regex_cost(pattern) + size // REGEX_BYTES)
         if name in SCAN_CALLS:
             return _Value(cost + size // SCAN_BYTES, 0, size if name in ("string", "bytes") else 8)
         # Anything else (timestamps, durations, has, type conversions...): a copy of its arguments.
@@ -415,6 +418,59 @@ class _Coster:
             cost += n * n // 2 * (1 + kept // COPY_BYTES)
             return _Value(cost, n, 8 + n * kept)
         return _Value(cost)
+
+
+def _regex_cost(pattern: Node) -> int:
+    """`matches` compiles its pattern on every call. A pattern from the data may be anything: 14 bytes
+    of `(\\w{100}){100}` take 190 ms to be refused. A literal is charged by the size of the automaton its
+    counted repetitions build (measured: `((a{50}){50}){50}`, 125,000 states, 63 ms)."""
+    if pattern[0] != "lit" or len(pattern) < 5:
+        return REGEX_DYNAMIC
+    text = str(pattern[4])
+    if not _RAW_STR.match(text):
+        text = text.replace("\\\\", "\\")  # "\\w" in a CEL string is the regex \w
+    return REGEX_CALL + REGEX_STATE * _automaton_size(text)
+
+
+def _automaton_size(text: str) -> int:
+    """A rough upper bound on the states of a regex: atoms are 1 (a Perl class or `.` is 64: Unicode
+    classes are large), `{n,m}` multiplies the atom or group before it by its bound."""
+    stack: list[int] = [0]
+    last = 0
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            last = 64 if text[i + 1] in "wWdDsSpP" else 1
+            stack[-1] += last
+            i += 2
+            continue
+        if ch == "(":
+            stack.append(0)
+        elif ch == ")" and len(stack) > 1:
+            last = max(stack.pop(), 1)
+            stack[-1] += last
+        elif ch == "{":
+            end = text.find("}", i)
+            bounds = re.findall(r"\d+", text[i:end]) if end > 0 else []
+            if bounds:
+                times = min(max(int(b) for b in bounds), 100_000)
+                stack[-1] += last * (times - 1)
+                last *= times
+                i = end + 1
+                continue
+            stack[-1] += 1
+        elif ch == "[":
+            end = text.find("]", i + 2)
+            last = 8
+            stack[-1] += last
+            i = end + 1 if end > 0 else len(text)
+            continue
+        else:
+            last = 64 if ch == "." else 1
+            stack[-1] += last
+        i += 1
+    return sum(stack)
 
 
 def _string_literal(node: Node) -> str | None:
