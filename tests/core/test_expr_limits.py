@@ -96,6 +96,8 @@ def test_deep_brackets_are_refused_with_the_nesting_limit() -> None:
         ("{1:" * 33 + "1" + "}" * 33, "nesting of brackets exceeds the limit of 32"),
         ("input" + ".a" * 250, "expression depth exceeds the limit of 200"),
         ("!" * 250 + "true", "expression depth exceeds the limit of 200"),
+        (" in ".join(["[1]"] * 250), "expression depth exceeds the limit of 200"),
+        ("input" + "[0]" * 250, "expression depth exceeds the limit of 200"),
         ("[1].exists(a, [1].exists(b, [1].exists(c, true)))", "nested 3 deep; the limit is 2"),
     ],
 )

@@ -139,7 +139,7 @@ def _scan(tokens: list[tuple[str, str, int]], limits: ExprLimits) -> None:
                 frames.pop()
         elif text == ",":
             frames[-1] = 0
-        elif text in BINARY or text in ("!", ".", ".?") or (text == "-"):
+        elif text in BINARY or text in ("!", ".", ".?", "in"):
             frames[-1] += 1
         depth = sum(frames) + len(frames) - 1
         if depth > limits.max_depth:
