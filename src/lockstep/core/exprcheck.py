@@ -8,8 +8,7 @@ overflow (a linear scan, then a parser whose recursion is bounded by the nesting
 and refused unless its size, nesting and worst-case cost are within `ExprLimits`.
 
 Measured on the reference machine (2 cores, Python 3.11, common-expression-language 0.10, 8 MiB thread
-stacks; see `python -m lockstep.core.exprcheck` is not provided: the numbers come from
-tests/core/test_expr_limits.py and docs/definitions.md):
+stacks; docs/definitions.md has the cost measurements):
 - `1 + 1 + ...` compiles up to ~20,000 terms and segfaults when EVALUATED from ~15,000 (from ~1,000 on a
   512 KiB thread stack); member chains `a.b.c...` segfault from ~30,000 (~1,000 on 512 KiB).
 - the parser refuses more than ~96 nested brackets itself, but on a 512 KiB stack it overflows from ~70.
@@ -21,8 +20,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
 
+from .exprparse import BINARY, MACROS, OPEN, RAW_STR, Node, Parser, tokens
 from .limits import SERVER_LIMITS, TENANT_LIMITS, tenant_limit
 
 __all__ = [
@@ -75,57 +74,13 @@ class LimitExceeded(ValueError):
     """An expression over one of the limits; the message names the limit, the value and the bound."""
 
 
-MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
-_TOKEN = re.compile(
-    r"""
-    (?P<ws>\s+|//[^\n]*)
-  | (?P<str>(?:[rR][bB]?|[bB][rR]?)?(?:\"\"\"(?:\\.|[^\\])*?\"\"\"|'''(?:\\.|[^\\])*?'''
-        |"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'))
-  | (?P<num>0[xX][0-9a-fA-F]+[uU]?|(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?[uU]?)
-  | (?P<id>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<op>\|\||&&|==|!=|<=|>=|\.\?|\[\?|[-+*/%!<>?:.,()\[\]{}])
-    """,
-    re.VERBOSE | re.DOTALL,
-)
-_RAW_STR = re.compile(r"^[rR]|^[bB][rR]")
-
-
-def _tokens(source: str) -> list[tuple[str, str, int]]:
-    """(kind, text, offset) for every token; raise ValueError at the first character that is none."""
-    out: list[tuple[str, str, int]] = []
-    pos = 0
-    while pos < len(source):
-        m = _TOKEN.match(source, pos)
-        if m is None:
-            raise ValueError(f"unexpected character {source[pos]!r} at offset {pos}")
-        kind = m.lastgroup or ""
-        if kind == "str" and _RAW_STR.match(m.group()):
-            # In a raw string a backslash escapes nothing: re-scan up to the first closing quote.
-            m = re.compile(r"(?:[rR][bB]?|[bB][rR])(\"\"\"|'''|\"|')").match(source, pos) or m
-            quote = m.group(1) if m.lastindex else ""
-            end = source.find(quote, m.end()) if quote else -1
-            if end < 0:
-                raise ValueError(f"unterminated string at offset {pos}")
-            out.append(("str", source[pos : end + len(quote)], pos))
-            pos = end + len(quote)
-            continue
-        if kind != "ws":
-            out.append((kind, m.group(), pos))
-        pos = m.end()
-    return out
-
-
-OPEN = {"(": ")", "[": "]", "{": "}", "[?": "]"}
-BINARY = {"||", "&&", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "?", ":"}
-
-
-def _scan(tokens: list[tuple[str, str, int]], limits: ExprLimits) -> None:
+def _scan(toks: list[tuple[str, str, int]], limits: ExprLimits) -> None:
     """Linear bounds on bracket nesting and tree depth, before anything recurses.
 
     Tree depth is over-estimated as: open brackets, plus every operator and member access since the
     start of each enclosing bracket's current element (a chain `a + b + c` is a left-deep tree)."""
     frames = [0]
-    for _kind, text, offset in tokens:
+    for _kind, text, offset in toks:
         if text in OPEN:
             frames[-1] += 1
             frames.append(0)
@@ -148,140 +103,6 @@ def _scan(tokens: list[tuple[str, str, int]], limits: ExprLimits) -> None:
                 f"each operator in a chain, member access and bracket adds one): use `in [...]`, "
                 f"or split it into several steps"
             )
-
-
-# --- a small parser: just enough structure for the cost bound ------------------------------------
-# A node is a tuple: ("lit", elements, bytes) | ("ident", name) | ("select", target, field)
-# | ("index", target, key) | ("call", name, target | None, args) | ("list", items) | ("map", pairs)
-# | ("op", op, operands) | ("cond", test, then, else)
-Node = tuple[Any, ...]
-_PRECEDENCE = [("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">=", "in"), ("+", "-"), ("*", "/", "%")]
-
-
-class _Parser:
-    def __init__(self, tokens: list[tuple[str, str, int]]) -> None:
-        self.tokens = tokens
-        self.i = 0
-
-    def peek(self) -> str:
-        return self.tokens[self.i][1] if self.i < len(self.tokens) else ""
-
-    def take(self, expected: str | None = None) -> tuple[str, str, int]:
-        if self.i >= len(self.tokens):
-            raise ValueError("unexpected end of expression")
-        tok = self.tokens[self.i]
-        if expected is not None and tok[1] != expected:
-            raise ValueError(f"expected {expected!r} at offset {tok[2]}, found {tok[1]!r}")
-        self.i += 1
-        return tok
-
-    def parse(self) -> Node:
-        node = self.expr()
-        if self.i != len(self.tokens):
-            raise ValueError(f"unexpected {self.peek()!r} at offset {self.tokens[self.i][2]}")
-        return node
-
-    def expr(self) -> Node:
-        test = self.binary(0)
-        if self.peek() == "?":
-            self.take()
-            then = self.binary(0)
-            self.take(":")
-            return ("cond", test, then, self.expr())
-        return test
-
-    def binary(self, level: int) -> Node:
-        if level == len(_PRECEDENCE):
-            return self.unary()
-        node = self.binary(level + 1)
-        while self.peek() in _PRECEDENCE[level]:
-            op = self.take()[1]
-            node = ("op", op, [node, self.binary(level + 1)])
-        return node
-
-    def unary(self) -> Node:
-        ops = []
-        while self.peek() in ("!", "-"):
-            ops.append(self.take()[1])
-        node = self.member()
-        for op in reversed(ops):
-            node = ("op", op, [node])
-        return node
-
-    def member(self) -> Node:
-        node = self.primary()
-        while self.peek() in (".", ".?", "[", "[?"):
-            tok = self.take()[1]
-            if tok in ("[", "[?"):
-                key = self.expr()
-                self.take("]")
-                node = ("index", node, key)
-                continue
-            kind, name, _ = self.take()
-            if kind != "id":
-                raise ValueError(f"expected a field name after '.', found {name!r}")
-            if self.peek() == "(" and tok == ".":
-                node = ("call", name, node, self.args(")"))
-            else:
-                node = ("select", node, name)
-        return node
-
-    def args(self, close: str) -> list[Node]:
-        self.take()
-        items: list[Node] = []
-        while self.peek() != close:
-            if self.peek() == "?" and close == "]":
-                self.take()
-            items.append(self.expr())
-            if self.peek() != ",":
-                break
-            self.take()
-        self.take(close)
-        return items
-
-    def primary(self) -> Node:
-        kind, text, offset = self.take()
-        if kind == "num":
-            return ("lit", 0, 8)
-        if kind == "str":
-            plain = re.fullmatch(r"""(['"])([A-Za-z0-9_-]*)\1""", text)
-            return ("lit", 0, len(text), plain.group(2) if plain else None, text)
-        if text == ".":  # a leading dot: an absolute name
-            kind, text, offset = self.take()
-        if kind == "id":
-            if text in ("true", "false", "null"):
-                return ("lit", 0, 8)
-            if self.peek() == "(":
-                return ("call", text, None, self.args(")"))
-            if self.peek() == "{":  # a message literal: Name{field: value}
-                return ("map", self.pairs())
-            return ("ident", text)
-        if text == "(":
-            node = self.expr()
-            self.take(")")
-            return node
-        if text == "[":
-            self.i -= 1
-            return ("list", self.args("]"))
-        if text == "{":
-            self.i -= 1
-            return ("map", self.pairs())
-        raise ValueError(f"unexpected {text!r} at offset {offset}")
-
-    def pairs(self) -> list[tuple[Node, Node]]:
-        self.take("{")
-        out: list[tuple[Node, Node]] = []
-        while self.peek() != "}":
-            if self.peek() == "?":
-                self.take()
-            key = self.expr()
-            self.take(":")
-            out.append((key, self.expr()))
-            if self.peek() != ",":
-                break
-            self.take()
-        self.take("}")
-        return out
 
 
 # --- the cost bound ---------------------------------------------------------------------------------
@@ -427,7 +248,7 @@ def _regex_cost(pattern: Node) -> int:
     if pattern[0] != "lit" or len(pattern) < 5:
         return REGEX_DYNAMIC
     text = str(pattern[4])
-    if not _RAW_STR.match(text):
+    if not RAW_STR.match(text):
         text = text.replace("\\\\", "\\")  # "\\w" in a CEL string is the regex \w
     return REGEX_CALL + REGEX_STATE * _automaton_size(text)
 
@@ -488,9 +309,9 @@ def check_shape(source: str, limits: ExprLimits) -> Shape:
             f"expression is {len(source)} characters; the limit is {limits.max_length}: "
             f"move the logic into an activity or split it into several steps"
         )
-    tokens = _tokens(source)
-    _scan(tokens, limits)
-    tree = _Parser(tokens).parse()
+    toks = tokens(source)
+    _scan(toks, limits)
+    tree = Parser(toks).parse()
     coster = _Coster(limits)
     total = coster.value(tree, {}, 0)
     roots = frozenset(coster.roots)
