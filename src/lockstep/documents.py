@@ -48,7 +48,8 @@ class BoundedLoader(yaml.SafeLoader):
             self.aliases += 1
             if self.aliases > self.max_aliases:
                 raise _Refused(
-                    problem=f"more than {self.max_aliases} aliases (*name): write the values out",
+                    problem=f"more than {self.max_aliases} aliases (*name; max_yaml_aliases): "
+                    "write the values out",
                     problem_mark=event.start_mark,
                 )
             target = self.anchors.get(event.anchor)
@@ -65,8 +66,8 @@ class BoundedLoader(yaml.SafeLoader):
         self.expanded += nodes
         if self.expanded > self.max_nodes:
             raise _Refused(
-                problem=f"the document expands to more than {self.max_nodes} values (aliases counted "
-                f"as what they repeat): make it smaller or write repeated parts once",
+                problem=f"the document expands to more than {self.max_nodes} values (max_yaml_nodes; aliases "
+                f"counted as what they repeat): make it smaller or write repeated parts once",
                 problem_mark=event.start_mark,
             )
 

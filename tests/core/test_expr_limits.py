@@ -77,7 +77,7 @@ def test_a_chain_that_compiles_but_overflows_when_evaluated_is_refused() -> None
         """
     )
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-500:])
-    assert "expression depth exceeds the limit of 200 levels" in proc.stdout
+    assert "the limit is 200 (max_expression_depth)" in proc.stdout
 
 
 def test_deep_brackets_are_refused_with_the_nesting_limit() -> None:
@@ -86,18 +86,18 @@ def test_deep_brackets_are_refused_with_the_nesting_limit() -> None:
     assert path == "steps[0](route).choice[0].if"
     assert "expression is 200005 characters; the limit is 4096" in reason
     path, reason = refusal(choice("(" * 40 + "1" + ")" * 40 + " > 0"))
-    assert "nesting of brackets exceeds the limit of 32" in reason
+    assert "the limit is 32 (max_expression_nesting)" in reason
 
 
 @pytest.mark.parametrize(
     ("source", "limit"),
     [
-        ("[" * 33 + "1" + "]" * 33, "nesting of brackets exceeds the limit of 32"),
-        ("{1:" * 33 + "1" + "}" * 33, "nesting of brackets exceeds the limit of 32"),
-        ("input" + ".a" * 250, "expression depth exceeds the limit of 200"),
-        ("!" * 250 + "true", "expression depth exceeds the limit of 200"),
-        (" in ".join(["[1]"] * 250), "expression depth exceeds the limit of 200"),
-        ("input" + "[0]" * 250, "expression depth exceeds the limit of 200"),
+        ("[" * 33 + "1" + "]" * 33, "the limit is 32 (max_expression_nesting)"),
+        ("{1:" * 33 + "1" + "}" * 33, "the limit is 32 (max_expression_nesting)"),
+        ("input" + ".a" * 250, "the limit is 200 (max_expression_depth)"),
+        ("!" * 250 + "true", "the limit is 200 (max_expression_depth)"),
+        (" in ".join(["[1]"] * 250), "the limit is 200 (max_expression_depth)"),
+        ("input" + "[0]" * 250, "the limit is 200 (max_expression_depth)"),
         ("[1].exists(a, [1].exists(b, [1].exists(c, true)))", "nested 3 deep; the limit is 2"),
     ],
 )

@@ -270,7 +270,8 @@ class _Checker:
         if limit is not None and cost > limit:
             self.add(
                 path,
-                f"{what} have a worst-case cost of {cost:,}, over the limit of {limit:,}: "
+                f"{what} have a worst-case cost of {cost:,}, over the limit of {limit:,} "
+                f"(max_expression_cost): "
                 f"use fewer expressions or simpler ones, or compute the values in an activity",
             )
 

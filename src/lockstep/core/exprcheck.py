@@ -78,17 +78,15 @@ def _scan(toks: list[tuple[str, str, int]], limits: ExprLimits) -> None:
     """Linear bounds on bracket nesting and tree depth, before anything recurses.
 
     Tree depth is over-estimated as: open brackets, plus every operator and member access since the
-    start of each enclosing bracket's current element (a chain `a + b + c` is a left-deep tree)."""
+    start of each enclosing bracket's current element (a chain `a + b + c` is a left-deep tree). The
+    whole text is scanned so that the error gives the real value, not just the first level over."""
     frames = [0]
+    nesting = depth = 0
+    nesting_at = depth_at = -1
     for _kind, text, offset in toks:
         if text in OPEN:
             frames[-1] += 1
             frames.append(0)
-            if len(frames) - 1 > limits.max_nesting:
-                raise LimitExceeded(
-                    f"nesting of brackets exceeds the limit of {limits.max_nesting} "
-                    f"(at offset {offset}): split the expression or simplify it"
-                )
         elif text in (")", "]", "}"):
             if len(frames) > 1:
                 frames.pop()
@@ -96,13 +94,23 @@ def _scan(toks: list[tuple[str, str, int]], limits: ExprLimits) -> None:
             frames[-1] = 0
         elif text in BINARY or text in ("!", ".", ".?", "in"):
             frames[-1] += 1
-        depth = sum(frames) + len(frames) - 1
-        if depth > limits.max_depth:
-            raise LimitExceeded(
-                f"expression depth exceeds the limit of {limits.max_depth} levels (at offset {offset}; "
-                f"each operator in a chain, member access and bracket adds one): use `in [...]`, "
-                f"or split it into several steps"
-            )
+        nesting = max(nesting, len(frames) - 1)
+        depth = max(depth, sum(frames) + len(frames) - 1)
+        if nesting > limits.max_nesting and nesting_at < 0:
+            nesting_at = offset
+        if depth > limits.max_depth and depth_at < 0:
+            depth_at = offset
+    if nesting_at >= 0:
+        raise LimitExceeded(
+            f"brackets nested {nesting} deep (over from offset {nesting_at}); the limit is "
+            f"{limits.max_nesting} (max_expression_nesting): split the expression or simplify it"
+        )
+    if depth_at >= 0:
+        raise LimitExceeded(
+            f"expression tree {depth} levels deep (over from offset {depth_at}; each operator of a "
+            f"chain, member access and bracket adds one); the limit is {limits.max_depth} "
+            f"(max_expression_depth): use `in [...]`, or split it into several steps"
+        )
 
 
 # --- the cost bound ---------------------------------------------------------------------------------
@@ -306,7 +314,8 @@ def check_shape(source: str, limits: ExprLimits) -> Shape:
     CEL library word the syntax error, which is safe once the size and nesting checks passed."""
     if len(source) > limits.max_length:
         raise LimitExceeded(
-            f"expression is {len(source)} characters; the limit is {limits.max_length}: "
+            f"expression is {len(source)} characters; the limit is {limits.max_length} "
+            f"(max_expression_length): "
             f"move the logic into an activity or split it into several steps"
         )
     toks = tokens(source)
@@ -318,7 +327,7 @@ def check_shape(source: str, limits: ExprLimits) -> Shape:
     if coster.max_nesting > limits.max_macro_nesting:
         raise LimitExceeded(
             f"comprehensions (all, exists, exists_one, map, filter) nested {coster.max_nesting} deep; "
-            f"the limit is {limits.max_macro_nesting}"
+            f"the limit is {limits.max_macro_nesting} (max_macro_nesting): do the inner one in an activity"
         )
     step_ids = frozenset(coster.step_ids) if coster.step_ids is not None else None
     if step_ids is not None and "steps" in roots:
@@ -329,7 +338,8 @@ def check_shape(source: str, limits: ExprLimits) -> Shape:
     cost = total.cost + conversion
     if limits.max_cost is not None and cost > limits.max_cost:
         raise LimitExceeded(
-            f"worst-case cost {cost:,} exceeds the limit of {limits.max_cost:,} (with lists of "
+            f"worst-case cost {cost:,} exceeds the limit of {limits.max_cost:,} (max_expression_cost; "
+            f"with lists of "
             f"{limits.list_items} items and inputs of {limits.input_bytes} bytes): "
             f"comprehensions over comprehensions, map/filter over long lists and string functions "
             f"inside comprehensions cost the most; do such work in an activity"
