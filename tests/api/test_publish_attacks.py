@@ -159,3 +159,13 @@ async def test_healthz_answers_while_a_publish_is_in_flight(api: Api, engine: En
     finally:
         release.set()
         engine.service.publish = real  # type: ignore[method-assign]
+
+
+async def test_the_cost_bound_uses_the_tenant_list_limit(api: Api, engine: Engine) -> None:
+    """A filter over lists of 1,000 items is refused; the tenant with max_list_items 100 may publish it."""
+    doc = choice_yaml("size(input.items.filter(i, i.qty > 2)) > 0")
+    assert "worst-case cost" in assert_problem(await api.publish(doc), 422)["detail"]
+    with engine.service.write() as tx:
+        tx.update_tenant_settings(api.t.name, {"max_list_items": 100})
+    r = await api.publish(doc)
+    assert r.status_code == 201, r.text

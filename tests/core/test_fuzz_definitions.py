@@ -7,10 +7,13 @@ fuzzers run in a child interpreter (this file run as a script); the test checks 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,10 +22,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lockstep.api.app import create_app
 from lockstep.core.definition import DefinitionError, parse_definition
 from lockstep.core.expr import ExprError, compile_expr, evaluate
-from lockstep.engine import load_document
+from lockstep.engine import Engine, load_document
 from lockstep.errors import InvalidInput
+from lockstep.principals import Principals
 
 FUZZ = settings(
     max_examples=600,
@@ -209,8 +214,46 @@ def fuzz_documents(document: Any, style: int, noise: str, cut: int) -> None:
             parse_definition(load_document(candidate if "\n" in candidate else candidate + "\n"))
 
 
+@given(document=DEFINITIONS, style=st.integers(0, 2), noise=YAML_NOISE, cut=st.integers(0, 400))
+@settings(FUZZ, max_examples=150)
+def fuzz_publish_over_http(document: Any, style: int, noise: str, cut: int) -> None:
+    """POST /v1/definitions with generated YAML/JSON: a 201/200 or a 4xx problem, never a 5xx."""
+    text = _yaml_text(document, style)
+    client, key = _http()
+    for body, content_type in (
+        (text, "application/yaml" if style else "application/json"),
+        (text[:cut] + noise + text[cut:], "application/yaml"),
+    ):
+        r = client.post(
+            "/v1/definitions",
+            content=body.encode("utf-8", "surrogatepass"),
+            headers={"Authorization": f"Bearer {key}", "content-type": content_type},
+        )
+        assert r.status_code < 500, (r.status_code, r.text[:300], body[:300])
+
+
+_HTTP: list[Any] = []
+
+
+def _http() -> tuple[Any, str]:
+    """One app over a throwaway database for the whole fuzz (the child process removes it on exit)."""
+    if not _HTTP:
+        # Imported here, in the child only: importing it warns (deprecation), which pytest makes an error.
+        from fastapi.testclient import TestClient
+
+        where = tempfile.mkdtemp()
+        atexit.register(shutil.rmtree, where, True)
+        engine = Engine.open(f"sqlite:///{where}/fuzz.sqlite")
+        atexit.register(engine.close)
+        principals = Principals(engine.service)
+        principals.create_tenant("acme")
+        key = principals.create_user("acme", "admin", ["admin"], [])["api_key"]
+        _HTTP.extend([TestClient(create_app(engine.service, ui=False)), key])
+    return _HTTP[0], _HTTP[1]
+
+
 def test_the_fuzzers_find_nothing_in_a_child_process() -> None:
-    """The three fuzzers pass in a child interpreter: no failing example, no crash, no hang."""
+    """The fuzzers pass in a child interpreter: no failing example, no crash, no hang."""
     proc = subprocess.run(
         [sys.executable, str(Path(__file__))],
         check=False,
@@ -219,10 +262,12 @@ def test_the_fuzzers_find_nothing_in_a_child_process() -> None:
         timeout=240,
     )
     assert proc.returncode == 0, (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
-    assert proc.stdout.split() == ["fuzz_expressions", "fuzz_definition_trees", "fuzz_documents"]
+    assert proc.stdout.split() == FUZZERS
 
+
+FUZZERS = ["fuzz_expressions", "fuzz_definition_trees", "fuzz_documents", "fuzz_publish_over_http"]
 
 if __name__ == "__main__":
-    for fuzzer in (fuzz_expressions, fuzz_definition_trees, fuzz_documents):
-        fuzzer()
-        print(fuzzer.__name__, flush=True)
+    for name in FUZZERS:
+        globals()[name]()
+        print(name, flush=True)
