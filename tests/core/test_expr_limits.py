@@ -214,3 +214,17 @@ def test_regexes_that_cannot_be_bounded_are_refused(condition: str) -> None:
 def test_an_ordinary_regex_publishes() -> None:
     """A literal pattern of a few counted repetitions is cheap and publishes."""
     parse_definition(choice("input.sku.matches('^[A-Z]{3}-[0-9]{4}$')"))
+
+
+def test_a_comprehension_over_an_object_larger_than_the_list_bound_fails_cleanly() -> None:
+    """Object keys are not bounded on entry: a comprehension over 20,000 keys is an ExprError, not a stall."""
+    e = compile_expr("input.tags.exists(k, k == 'x')", STORED_EXPR_LIMITS)
+    with pytest.raises(ExprError, match="an object with 20000 entries"):
+        evaluate(e, {"input": {"tags": {f"k{i}": i for i in range(20_000)}}})
+    assert evaluate(e, {"input": {"tags": {"x": 1}}}) is True
+
+
+def test_three_argument_map_is_costed_as_a_comprehension() -> None:
+    """`map(x, predicate, transform)` counts as a comprehension: three nested ones are refused."""
+    nested = "size([1].map(a, true, [1].map(b, true, [1].map(c, true, c)))) > 0"
+    assert "nested 3 deep; the limit is 2" in refusal(choice(nested))[1]

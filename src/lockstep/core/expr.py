@@ -186,12 +186,31 @@ def bind(context: Mapping[str, Any], exprs: list[Expr]) -> Any:
     steps = narrowed.get("steps")
     if step_ids is not None and isinstance(steps, Mapping):
         narrowed["steps"] = {k: steps[k] for k in step_ids if k in steps}
+    bounds = [e.shape.items_bound for e in exprs if e.shape is not None and e.shape.items_bound]
+    if bounds:
+        oversized = _largest_over(narrowed, min(bounds))
+        if oversized:
+            return _Unconvertible(oversized)
     try:
         return cel.Context(narrowed)
     except _PASS_THROUGH:
         raise
     except BaseException as exc:
         return _Unconvertible(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+def _largest_over(value: Any, bound: int) -> str:
+    """A comprehension's cost was bounded assuming no collection holds more than `bound` elements.
+    Arrays are bounded on entry (max_list_items); an object's keys are not, so check them here."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Mapping | list):
+            if len(v) > bound:
+                kind = "an object with" if isinstance(v, Mapping) else "a list of"
+                return f"{kind} {len(v)} entries; comprehensions here assume at most {bound} (max_list_items)"
+            stack.extend(v.values() if isinstance(v, Mapping) else v)
+    return ""
 
 
 @dataclass(frozen=True)

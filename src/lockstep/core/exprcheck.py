@@ -57,6 +57,9 @@ STORED_EXPR_LIMITS = ExprLimits(
     max_depth=SERVER_LIMITS["max_expression_depth"].ceiling,
     max_macro_nesting=SERVER_LIMITS["max_macro_nesting"].ceiling,
     max_cost=None,
+    # Runs evaluate the stored parse: objects iterated by a comprehension get the largest list bound
+    # any tenant may set (arrays are bounded on entry by the tenant's own).
+    list_items=TENANT_LIMITS["max_list_items"].ceiling,
 )
 
 
@@ -146,6 +149,9 @@ class Shape:
     roots: frozenset[str]
     # Step ids read as steps.<id> / steps['<id>']; None when `steps` is read in any other way.
     step_ids: frozenset[str] | None
+    # The collection size the cost assumed for comprehensions (None: no comprehension, or no bound).
+    # Lists are bounded on entry; objects are checked when the context is bound (see expr.bind).
+    items_bound: int | None = None
 
 
 class _Coster:
@@ -215,8 +221,8 @@ class _Coster:
 
     def call(self, node: Node, scope: dict[str, _Value], nesting: int) -> _Value:
         _, name, target, args = node
-        if target is not None and name in MACROS and len(args) == 2 and args[0][0] == "ident":
-            return self.macro(name, target, args[0][1], args[1], scope, nesting)
+        if target is not None and name in MACROS and len(args) in (2, 3) and args[0][0] == "ident":
+            return self.macro(name, target, args[0][1], args[1:], scope, nesting)
         values = [self.value(n, scope, nesting) for n in ([target] if target is not None else []) + args]
         cost = NODE + sum(v.cost for v in values)
         size = sum(v.nbytes for v in values)
@@ -231,16 +237,19 @@ class _Coster:
         return _Value(cost + size // COPY_BYTES, max((v.items for v in values), default=0), size)
 
     def macro(
-        self, name: str, target: Node, var: str, body: Node, scope: dict[str, _Value], nesting: int
+        self, name: str, target: Node, var: str, body: list[Node], scope: dict[str, _Value], nesting: int
     ) -> _Value:
+        """`list.exists(x, p)`, ..., and `list.map(x, p, t)` (filter then transform)."""
         nesting += 1
         self.max_nesting = max(self.max_nesting, nesting)
         over = self.value(target, scope, nesting - 1)
         n = max(over.items, 1)
         # Each element's share of the range's bytes: summed over the iterations it is the whole.
         element = _Value(NODE, self.lim.list_items, max(over.nbytes // n, 8))
-        each = self.value(body, {**scope, var: element}, nesting)
-        cost = over.cost + n * (each.cost + NODE)
+        inner = {**scope, var: element}
+        parts = [self.value(b, inner, nesting) for b in body]
+        each = parts[-1]
+        cost = over.cost + n * (sum(p.cost for p in parts) + NODE)
         if name in ("map", "filter"):
             kept = each.nbytes if name == "map" else element.nbytes
             # The accumulator is copied on every iteration: quadratic in the number of elements.
@@ -344,7 +353,8 @@ def check_shape(source: str, limits: ExprLimits) -> Shape:
             f"comprehensions over comprehensions, map/filter over long lists and string functions "
             f"inside comprehensions cost the most; do such work in an activity"
         )
-    return Shape(coster.max_nesting, cost, conversion, roots, step_ids)
+    bound = limits.list_items if coster.max_nesting else None
+    return Shape(coster.max_nesting, cost, conversion, roots, step_ids, bound)
 
 
 def _conversion(roots: frozenset[str], step_outputs: int, limits: ExprLimits) -> int:
