@@ -9,9 +9,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .core.definition import Limits
+from .documents import parse_yaml_document
 from .errors import InvalidInput, LockstepError
 from .runtime.activity import Registry
 from .runtime.scheduler import Scheduler
@@ -35,17 +34,7 @@ def load_document(source: str | Path | dict[str, Any]) -> dict[str, Any]:
         if not path.is_file():
             raise InvalidInput(f"definition file {path} does not exist")
         text, where = path.read_text(), str(path)
-    try:
-        doc = yaml.safe_load(text)
-    except RecursionError:
-        raise InvalidInput(f"{where}: nested too deeply to be a definition") from None
-    except ValueError as exc:  # e.g. an integer with thousands of digits
-        raise InvalidInput(f"{where}: {str(exc)[:200]}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        loc = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InvalidInput(f"{where}: not valid YAML/JSON{loc}: {problem}") from None
+    doc = parse_yaml_document(text, where)
     if not isinstance(doc, dict):
         raise InvalidInput(f"{where}: a definition must be a mapping with name and steps")
     return doc

@@ -32,6 +32,7 @@ from .core.definition import Definition, DefinitionError, Limits, parse_definiti
 from .core.effects import effects_of
 from .core.events import Event, chain_hash
 from .core.explain import explain
+from .core.exprcheck import STORED_EXPR_LIMITS, expression_limits
 from .core.limits import TENANT_LIMITS, tenant_limit
 from .core.shape import Shape, for_view, measure, over_limit
 from .core.state import RunState, evolve, fold
@@ -52,6 +53,7 @@ STORED = Limits(
     max_wait=timedelta(days=36_500),
     max_timeout=timedelta(days=36_500),
     max_attempts=1_000_000,
+    expressions=STORED_EXPR_LIMITS,
 )
 
 
@@ -314,6 +316,8 @@ class Service:
             row = tx.tenant(tenant)
         if row is not None and "max_steps" in row.settings:
             limits = replace(limits, max_steps=int(row.settings["max_steps"]))
+        if row is not None:  # expression costs are bounded on this tenant's data bounds
+            limits = replace(limits, expressions=expression_limits(limits.expressions, row.settings))
         try:
             d = parse_definition(document, limits)
         except DefinitionError as exc:

@@ -10,14 +10,14 @@ import difflib
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
 import jsonschema
 
 from .canonical import digest
-from .expr import Expr, ExprError, Template, compile_expr, compile_template
+from .expr import Expr, ExprError, ExprLimits, Template, compile_expr, compile_template
 from .timeutil import format_duration, parse_duration
 
 __all__ = [
@@ -51,6 +51,8 @@ class Limits:
     max_wait: timedelta = timedelta(days=365)
     max_timeout: timedelta = timedelta(days=7)
     max_attempts: int = 100
+    # Size, nesting and worst-case cost of every expression, against the tenant's data bounds.
+    expressions: ExprLimits = field(default_factory=ExprLimits)
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,8 @@ def _json_path(root: str, parts: list[Any]) -> str:
 
 
 class _Checker:
-    def __init__(self) -> None:
+    def __init__(self, expressions: ExprLimits | None = None) -> None:
+        self.exl = expressions or ExprLimits()
         self.problems: list[tuple[str, str]] = []
         self.skip_roles: dict[str, tuple[str, ...]] = {}
 
@@ -254,10 +257,23 @@ class _Checker:
 
     def template(self, path: str, value: Any) -> Template | None:
         try:
-            return compile_template(value)
+            t = compile_template(value, self.exl)
         except ExprError as exc:
-            self.add(path, str(exc))
+            self.add(path, f"at {exc.at.lstrip('.')}: {exc}" if exc.at else str(exc))
             return None
+        self.budget(path, t.cost(), "the expressions of this template together")
+        return t
+
+    def budget(self, path: str, cost: int, what: str) -> None:
+        """One template is rendered, one choice is decided, in one transaction: bound their sum too."""
+        limit = self.exl.max_cost
+        if limit is not None and cost > limit:
+            self.add(
+                path,
+                f"{what} have a worst-case cost of {cost:,}, over the limit of {limit:,} "
+                f"(max_expression_cost): "
+                f"use fewer expressions or simpler ones, or compute the values in an activity",
+            )
 
     def expr(self, path: str, value: Any) -> Expr | None:
         if not isinstance(value, str):
@@ -272,7 +288,7 @@ class _Checker:
                 return None
             src = inner
         try:
-            return compile_expr(src)
+            return compile_expr(src, self.exl)
         except ExprError as exc:
             self.add(path, str(exc))
             return None
@@ -437,6 +453,8 @@ def _parse_choice(c: _Checker, p: str, raw: Mapping[str, Any], sid: str) -> Step
             e = c.expr(f"{bp}.if", br["if"])
             if e is not None:
                 branches.append((e, str(br["next"])))
+    if len(branches) > 1:
+        c.budget(f"{p}.choice", sum(e.cost for e, _ in branches), "the conditions of this choice together")
     return ChoiceStep(id=sid, branches=tuple(branches), default=default)
 
 
@@ -696,12 +714,19 @@ def _non_json(
     return [(path, f"{type(value).__name__} is not JSON: quote the value (YAML read {value!r})")]
 
 
+def _step_outputs(raw_steps: Any) -> int:
+    """How many step outputs a run's context can hold: one per activity step."""
+    if not isinstance(raw_steps, list):
+        return 1
+    return max(1, sum(1 for s in raw_steps if isinstance(s, Mapping) and "activity" in s))
+
+
 def parse_definition(document: Any, limits: Limits | None = None) -> Definition:
     """Validate a parsed YAML/JSON document and compile it; raise DefinitionError listing every problem."""
     lim = limits or Limits()
-    c = _Checker()
     if not isinstance(document, Mapping):
         raise DefinitionError([("$", "a definition must be a mapping with name and steps")])
+    c = _Checker(replace(lim.expressions, step_outputs=_step_outputs(document.get("steps"))))
     not_json = _non_json(document, "$")
     if not_json:
         raise DefinitionError(not_json)

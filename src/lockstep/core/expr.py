@@ -18,9 +18,18 @@ from typing import Any
 
 import cel
 
+from .exprcheck import ExprLimits, LimitExceeded, Shape, check_shape
 from .timeutil import iso
 
-__all__ = ["ALLOWED_ROOTS", "ExprError", "Template", "compile_expr", "compile_template", "evaluate"]
+__all__ = [
+    "ALLOWED_ROOTS",
+    "ExprError",
+    "ExprLimits",
+    "Template",
+    "compile_expr",
+    "compile_template",
+    "evaluate",
+]
 
 ALLOWED_ROOTS = frozenset({"input", "steps", "run"})
 _PATH = re.compile(r"^(?:input|steps|run)(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -28,7 +37,20 @@ _MACRO_VAR = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-z_][
 
 
 class ExprError(ValueError):
-    """An expression that does not compile, or that fails when evaluated (message says which and why)."""
+    """An expression that does not compile, or that fails when evaluated (message says which and why).
+
+    `at` is where inside a template the expression is (e.g. `.items[2]`), for the definition's path."""
+
+    def __init__(self, message: str, at: str = "") -> None:
+        super().__init__(message)
+        self.at = at
+
+
+# The CEL library is Rust: a bug in it surfaces as pyo3's PanicException, a BaseException that no
+# `except Exception` catches. Whatever it raises becomes ExprError; only a user's interrupt goes through.
+_PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit)
+# Size and nesting always; the cost bound needs the tenant's data bounds, which a definition brings.
+DEFAULT_LIMITS = ExprLimits(max_cost=None)
 
 
 @dataclass(frozen=True)
@@ -39,18 +61,50 @@ class Expr:
     # A plain field path like `input.order.id` is resolved directly: exact (no int/double conversion
     # of big integers) and much cheaper than a CEL evaluation.
     path: tuple[str, ...] | None = None
+    shape: Shape | None = None
+
+    @property
+    def cost(self) -> int:
+        return self.shape.cost if self.shape is not None else 0
+
+
+def _short(source: str) -> str:
+    return source if len(source) <= 80 else source[:60] + f"... ({len(source)} characters)"
+
+
+def _cel_compile(source: str) -> Any:
+    try:
+        return cel.compile(source)
+    except _PASS_THROUGH:
+        raise
+    except BaseException as exc:  # the binding raises ValueError with a caret diagram; keep line one
+        first = (str(exc).split("\n")[0] or type(exc).__name__)[:300]
+        raise ExprError(f"invalid expression `{_short(source)}`: {first}") from None
 
 
 @lru_cache(maxsize=4096)
-def compile_expr(source: str) -> Expr:
-    """Compile a CEL expression; raise ExprError for syntax errors or unknown variables."""
+def compile_expr(source: str, limits: ExprLimits = DEFAULT_LIMITS) -> Expr:
+    """Check an expression's size, nesting and worst-case cost (exprcheck), then compile it with CEL;
+    raise ExprError for syntax errors, unknown variables and expressions over a limit."""
     if not source.strip():
         raise ExprError("empty expression")
     try:
-        program = cel.compile(source)
-    except Exception as exc:  # the CEL binding raises ValueError with a caret diagram; keep line one
-        first = str(exc).split("\n")[0]
-        raise ExprError(f"invalid expression `{source}`: {first}") from None
+        shape = check_shape(source, limits)
+    except LimitExceeded as exc:
+        raise ExprError(f"`{_short(source)}`: {exc}") from None
+    except RecursionError:  # the checks bound the parser's recursion; this is a last line of defence
+        raise ExprError(f"`{_short(source)}`: nested too deeply: simplify the expression") from None
+    except ValueError as exc:
+        # Not an expression lockstep can analyse. Its size and nesting were checked before parsing (or
+        # it could not even be split into tokens), so the CEL library may word the syntax error.
+        if "offset" in str(exc) and "unexpected character" in str(exc):
+            raise ExprError(f"invalid expression `{_short(source)}`: {exc}") from None
+        _cel_compile(source)
+        raise ExprError(
+            f"`{_short(source)}`: lockstep cannot bound the cost of this expression ({exc}); "
+            f"write it without that construct"
+        ) from None
+    program = _cel_compile(source)
     roots = frozenset(program.variables())
     # Macros (all, exists, exists_one, map, filter) bind a loop variable that variables() also lists.
     bound = {v for v in _MACRO_VAR.findall(source) if not _used_outside_macros(source, v)}
@@ -62,7 +116,7 @@ def compile_expr(source: str) -> Expr:
             f"expressions may use only input, steps.<id>.output and run"
         )
     path = tuple(source.strip().split(".")) if _PATH.match(source.strip()) else None
-    return Expr(source, program, roots, path)
+    return Expr(source, program, roots, path, shape)
 
 
 def _used_outside_macros(source: str, var: str) -> bool:
@@ -114,15 +168,73 @@ def evaluate(expr: Expr, context: Mapping[str, Any]) -> Any:
                 raise ExprError(f"`{expr.source}`: no such field '{part}' in {where}")
             value = value[part]
         return value
+    return _execute(expr, bind(context, [expr]))
+
+
+def bind(context: Mapping[str, Any], exprs: list[Expr]) -> Any:
+    """The CEL context for `exprs`, converted once: only the roots they read, and of `steps` only the
+    steps they name (converting the whole context on every evaluation is what costs the most)."""
+    roots: set[str] = set()
+    step_ids: set[str] | None = set()
+    for e in exprs:
+        roots |= e.roots
+        if e.shape is None or e.shape.step_ids is None:
+            step_ids = None
+        elif step_ids is not None:
+            step_ids |= e.shape.step_ids
+    narrowed = {k: context[k] for k in roots if k in context}
+    steps = narrowed.get("steps")
+    if step_ids is not None and isinstance(steps, Mapping):
+        narrowed["steps"] = {k: steps[k] for k in step_ids if k in steps}
+    bounds = [e.shape.items_bound for e in exprs if e.shape is not None and e.shape.items_bound]
+    if bounds:
+        oversized = _largest_over(narrowed, min(bounds))
+        if oversized:
+            return _Unconvertible(oversized)
     try:
-        return _to_json(expr.program.execute(dict(context)))
+        return cel.Context(narrowed)
+    except _PASS_THROUGH:
+        raise
+    except BaseException as exc:
+        return _Unconvertible(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+def _largest_over(value: Any, bound: int) -> str:
+    """A comprehension's cost was bounded assuming no collection holds more than `bound` elements.
+    Arrays are bounded on entry (max_list_items); an object's keys are not, so check them here."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Mapping | list):
+            if len(v) > bound:
+                kind = "an object with" if isinstance(v, Mapping) else "a list of"
+                return f"{kind} {len(v)} entries; comprehensions here assume at most {bound} (max_list_items)"
+            stack.extend(v.values() if isinstance(v, Mapping) else v)
+    return ""
+
+
+@dataclass(frozen=True)
+class _Unconvertible:
+    """A context the binding could not convert (e.g. nested too deep): every evaluation fails."""
+
+    reason: str
+
+
+def _execute(expr: Expr, bound: Any) -> Any:
+    if isinstance(bound, _Unconvertible):
+        raise ExprError(f"`{_short(expr.source)}`: the run's data cannot be evaluated ({bound.reason})")
+    try:
+        return _to_json(expr.program.execute(bound))
+    except _PASS_THROUGH:
+        raise
     except KeyError as exc:
-        raise ExprError(f"`{expr.source}`: no such field {exc}") from None
-    except Exception as exc:
-        raise ExprError(f"`{expr.source}`: {str(exc).splitlines()[0]}") from None
+        raise ExprError(f"`{_short(expr.source)}`: no such field {exc}") from None
+    except BaseException as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ExprError(f"`{_short(expr.source)}`: {first[:300]}") from None
 
 
-def _split(text: str) -> list[str | Expr]:
+def _split(text: str, limits: ExprLimits) -> list[str | Expr]:
     """Split a string into literal parts and `${...}` expressions, honouring braces and quotes inside."""
     parts: list[str | Expr] = []
     i = 0
@@ -151,7 +263,7 @@ def _split(text: str) -> list[str | Expr]:
             if lit:
                 parts.append("".join(lit))
                 lit = []
-            parts.append(compile_expr(text[i + 2 : j]))
+            parts.append(compile_expr(text[i + 2 : j], limits))
             i = j + 1
         else:
             lit.append(text[i])
@@ -178,7 +290,18 @@ class Template:
         return out
 
     def render(self, context: Mapping[str, Any]) -> Any:
-        return _render(self._compiled, context)
+        exprs = [e for e in self.expressions() if e.path is None]
+        return _render(self._compiled, context, bind(context, exprs) if exprs else None)
+
+    def cost(self) -> int:
+        """The worst case of one render: the context is converted once, for all its expressions."""
+        shapes = [e.shape for e in self.expressions() if e.shape is not None and e.path is None]
+        # Expressions reading the same roots (and steps) share one conversion: charge it once per group.
+        conversions: dict[tuple[frozenset[str], frozenset[str] | None], int] = {}
+        for s in shapes:
+            key = (s.roots, s.step_ids)
+            conversions[key] = max(conversions.get(key, 0), s.conversion)
+        return sum(s.cost - s.conversion for s in shapes) + sum(conversions.values())
 
 
 class _Str:
@@ -188,14 +311,17 @@ class _Str:
         self.parts = parts
 
 
-def _compile(value: Any) -> Any:
+def _compile(value: Any, limits: ExprLimits, at: str) -> Any:
     if isinstance(value, str):
-        parts = _split(value)
+        try:
+            parts = _split(value, limits)
+        except ExprError as exc:
+            raise ExprError(str(exc), at) from None
         return _Str(parts) if any(isinstance(p, Expr) for p in parts) else value
     if isinstance(value, Mapping):
-        return {k: _compile(v) for k, v in value.items()}
+        return {k: _compile(v, limits, f"{at}.{k}") for k, v in value.items()}
     if isinstance(value, list):
-        return [_compile(v) for v in value]
+        return [_compile(v, limits, f"{at}[{i}]") for i, v in enumerate(value)]
     return value
 
 
@@ -220,25 +346,30 @@ def _collect(c: Any, out: list[Expr]) -> None:
             _collect(v, out)
 
 
-def _render(c: Any, ctx: Mapping[str, Any]) -> Any:
+def _value(expr: Expr, ctx: Mapping[str, Any], bound: Any) -> Any:
+    return evaluate(expr, ctx) if expr.path is not None or bound is None else _execute(expr, bound)
+
+
+def _render(c: Any, ctx: Mapping[str, Any], bound: Any) -> Any:
     if isinstance(c, _Str):
         if len(c.parts) == 1 and isinstance(c.parts[0], Expr):
-            return evaluate(c.parts[0], ctx)
+            return _value(c.parts[0], ctx, bound)
         out = []
         for p in c.parts:
             if isinstance(p, Expr):
-                v = evaluate(p, ctx)
+                v = _value(p, ctx, bound)
                 out.append(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
             else:
                 out.append(p)
         return "".join(out)
     if isinstance(c, dict):
-        return {k: _render(v, ctx) for k, v in c.items()}
+        return {k: _render(v, ctx, bound) for k, v in c.items()}
     if isinstance(c, list):
-        return [_render(v, ctx) for v in c]
+        return [_render(v, ctx, bound) for v in c]
     return c
 
 
-def compile_template(value: Any) -> Template:
-    """Compile every `${expr}` in a JSON value; raise ExprError naming the bad expression."""
-    return Template(value, _compile(value))
+def compile_template(value: Any, limits: ExprLimits = DEFAULT_LIMITS) -> Template:
+    """Compile every `${expr}` in a JSON value; raise ExprError naming the bad expression (`at` says
+    where in the value it is)."""
+    return Template(value, _compile(value, limits, ""))

@@ -132,6 +132,33 @@ SERVER_LIMITS: dict[str, Limit] = {
             "(3: about 10^8 guesses or more)",
             4,
         ),
+        # Expressions (core/exprcheck.py): the CEL library recurses per tree level and segfaults past
+        # ~15,000 levels (~1,000 on a 512 KiB stack); the ceilings are what stored definitions get.
+        Limit("max_expression_length", 4096, "characters", "one CEL expression", 16_384),
+        Limit("max_expression_nesting", 32, "levels", "brackets ( [ { nested in one expression", 48),
+        Limit(
+            "max_expression_depth",
+            200,
+            "levels",
+            "the tree of one expression: each operator of a chain, member access and bracket",
+            2000,
+        ),
+        Limit("max_macro_nesting", 2, "levels", "comprehensions (exists, all, map...) inside others", 8),
+        Limit(
+            "max_expression_cost",
+            500_000,
+            "units of ~60 ns",
+            "the worst case of one expression, or of one template's expressions together, on inputs "
+            "at the tenant's max_list_items and max_input_bytes (500,000: 30 ms idle, 60 ms loaded)",
+            8_000_000,
+        ),
+        # YAML (documents.py): counted while composing, before any tree is built.
+        Limit(
+            "max_yaml_aliases", 100, "aliases", "alias references (*name) in one definition document", 10_000
+        ),
+        Limit(
+            "max_yaml_nodes", 50_000, "nodes", "scalars, sequences and mappings in one document", 1_000_000
+        ),
     )
 }
 
