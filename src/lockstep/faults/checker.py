@@ -21,7 +21,10 @@ Violations (each must be 0):
 - tokens_consumed_twice: an approval link used for two decisions, or an approver counted twice;
 - wrong_version: a task run by a worker that did not declare the run's definition version;
 - limit_exceeded: more active runs or concurrent attempts than the tenant's limits, in any sample;
-- starts_duplicated: one start key that created two runs.
+- starts_duplicated: one start key that created two runs;
+- process_died, server_errors, isolation_breached (flagged by the scenarios that attack the server, not
+  derived from the log): a lockstep process died; a request was answered 5xx or dropped; a tenant under
+  attack by another saw failed starts or its start latency p99 more than double.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ CHECKS = (
     "wrong_version",
     "limit_exceeded",
     "starts_duplicated",
+    "process_died",
+    "server_errors",
+    "isolation_breached",
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
 EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.refund": "refund"}

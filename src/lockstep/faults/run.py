@@ -32,6 +32,7 @@ from .scenarios_ops import (
     queue_backlog,
     quota_exhausted,
 )
+from .scenarios_tenants import hostile_tenant
 
 __all__ = ["SCENARIOS", "run_matrix", "write_reports"]
 
@@ -53,6 +54,12 @@ SCENARIOS = [
     Scenario("queue_backlog", "queue_backlog", queue_backlog),
     Scenario("interrupted_deployment", "interrupted_deployment", interrupted_deployment),
     Scenario("quota_exhausted", "quota_exhausted", quota_exhausted),
+    Scenario(
+        "hostile_tenant",
+        "hostile_tenant",
+        hostile_tenant,
+        about="a tenant admin sends bombs (documents, expressions, inputs) while another tenant's runs go on",
+    ),
     Scenario(
         "broken_no_fencing",
         "lease_expiry",
