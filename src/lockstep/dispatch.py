@@ -289,15 +289,21 @@ def _report_one(
         return "not_found"  # (an unknown task of a live run is recorded as ResultIgnored evidence)
     s = loaded.state
     d = svc.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
-    after, events = svc.apply(
-        tx,
-        loaded,
-        report,
-        now,
-        d,
-        then=lambda st, evs: eager.follow(svc, tx, now, st, evs),
-        lease_until=now + eager.lease_ttl,
-    )
+    try:
+        after, events = svc.apply(
+            tx,
+            loaded,
+            report,
+            now,
+            d,
+            then=lambda st, evs: eager.follow(svc, tx, now, st, evs),
+            lease_until=now + eager.lease_ttl,
+        )
+    except Rejected as r:
+        if r.code != "result_ignored":
+            raise
+        svc.count_unrecorded(s.tenant)  # a stale report past the bound: answered, not appended
+        return "ignored"
     if after is not None:
         eager.leased(tx, now, after, events)
     return "ignored" if events and events[0].type == "ResultIgnored" else "accepted"

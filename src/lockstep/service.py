@@ -97,6 +97,12 @@ class Service:
         # one of them in the same transaction (eager dispatch), handed over after the commit.
         self.local_workers: list[Any] = []
         self._local = threading.local()
+        # Stale reports answered as ignored without being appended (past HISTORY_LIMITS), per tenant.
+        self.unrecorded_results: dict[str, int] = {}
+
+    def count_unrecorded(self, tenant: str) -> None:
+        with self._turn_lock:
+            self.unrecorded_results[tenant] = self.unrecorded_results.get(tenant, 0) + 1
 
     # --- plumbing ------------------------------------------------------------------------------
     @contextmanager
@@ -585,7 +591,13 @@ class Service:
 
     def _report(self, task_id: str, command: ReportSuccess | ReportFailure, tenant: str | None = None) -> str:
         t = self.task(task_id, tenant)
-        _state, events = self.command(t.run_id, command)
+        try:
+            _state, events = self.command(t.run_id, command)
+        except Refused as exc:
+            if exc.code != "result_ignored":
+                raise
+            self.count_unrecorded(t.tenant)
+            return "ignored"
         return "ignored" if events and events[0].type == "ResultIgnored" else "accepted"
 
     @staticmethod
