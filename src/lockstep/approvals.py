@@ -14,6 +14,7 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
+from .core.approval import eligible
 from .core.commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
 from .core.timeutil import iso, parse_iso
 from .errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound, Refused
@@ -307,6 +308,13 @@ class Approvals:
         if a is None or a["step"] != step:
             raise Conflict(f"run {run_id} is not waiting for an approval at step {step}", code="not_waiting")
         self._check_seat(principal, a)
+        policy = a["policy"]
+        if not eligible(policy, principal.name, principal.groups) or (
+            not policy["allow_initiator"] and a.get("initiator") == principal.name
+        ):
+            # The same answer as for a request that is not there: no details for people outside the policy.
+            why = f"run {run_id} is not waiting for your approval at step {step}"
+            raise Conflict(why, code="not_waiting")
         link = {"request_id": a["request_id"], "step": step, "approver": principal.name, "run_id": run_id}
         return {"link": link, "run": self.service.describe(state), "approval": a}
 

@@ -204,3 +204,18 @@ def test_attack_worker_replays_a_stale_report_10000_times(world: World) -> None:
     assert world.show(run)["seq"] == seq + kept
     assert world.service.unrecorded_results[TENANT] == 10_000 - kept
     assert world.types(run)[-kept:] == ["ResultIgnored"] * kept
+
+
+def test_review_page_shows_nothing_to_approvers_outside_the_policy(world: World) -> None:
+    """erin (an approver nobody named) cannot read the request's details by guessing the review URL, nor
+    decide there; nothing is appended."""
+    run = world.start(po="PO-SECRET")
+    ui, csrf = world.ui("erin")
+    seq = world.show(run)["seq"]
+    page = ui.get(f"/ui/approvals/{run}/{STEP}")
+    assert page.status_code == 409
+    assert "PO-SECRET" not in page.text
+    r = ui.post(f"/ui/approvals/{run}/{STEP}", data={"csrf": csrf, "decision": "approve"})
+    assert r.status_code == 403
+    assert world.show(run)["seq"] == seq
+    assert world.audit()[-1]["outcome"] == "refused"

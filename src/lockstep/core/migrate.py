@@ -132,14 +132,9 @@ def migrate(tx: Tx, c: MigrateRun) -> None:
         a = s.active
         if a is not None:
             withdraw(tx, a, f"run migrated to version {c.target_version}; a late result is ignored")
+        if tx.s.approval is not None:  # pragma: no cover - plan_migration refuses it (_approval_problems)
+            raise Rejected("approval_pending", "a migration never ends a pending approval request")
         cancel_timers(tx, f"run migrated to version {c.target_version}", cur)
-        if tx.s.approval is not None:
-            tx.emit(
-                "ApprovalCancelled",
-                step=cur,
-                request_id=tx.s.approval["request_id"],
-                reason=f"run migrated to version {c.target_version}",
-            )
     held = list(s.paused["deferred"]) if s.paused is not None else []
     tx.emit(
         "WorkflowMigrated",
