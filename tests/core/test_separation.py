@@ -26,6 +26,7 @@ from lockstep.core.commands import (
     ReportSuccess,
     ResolveStep,
     ResumeRun,
+    RetryStep,
     RevokeApprovalLink,
     SkipStep,
 )
@@ -156,13 +157,17 @@ def test_attack_skip_of_a_pending_approval_is_refused_even_when_skippable() -> N
 
 
 def test_pause_resume_and_other_repairs_do_not_end_a_pending_approval() -> None:
-    """Pause/resume keep the request; resolve/retry have nothing to settle; only a cancel closes it."""
+    """Pause/resume keep the request (decisions still count); resolve/retry have nothing to settle; only
+    a cancel closes it."""
     r = waiting()
     r.send(PauseRun("look", "op"))
+    approve(r, "alice")
     r.send(ResumeRun("ok", "op"))
     assert r.s.approval is not None
     assert r.s.approval["request_id"] == RID
+    assert [d["approver"] for d in r.s.approval["decisions"]] == ["alice"]
     refused(r, ResolveStep("manager-approval", "succeeded", "done", None, "op"), "not_resolvable")
+    refused(r, RetryStep("manager-approval", "again", "op"), "not_retryable")
     r.send(CancelRun("withdrawn", "op"))
     assert "ApprovalCancelled" in types(r.events)
     assert r.s.status == "cancelled"
