@@ -183,8 +183,10 @@ def test_attack_operator_mints_links_without_bound(world: World) -> None:
 
 
 def test_attack_worker_replays_a_stale_report_10000_times(world: World) -> None:
-    """A worker replaying its already-accepted report 10,000 times gets 409 stale_result every time;
-    the run records the first few as evidence, the rest are counted (not appended), and it lives on."""
+    """With max_history_events 40, a worker replaying a report with a stale fencing token 10,000 times
+    gets 409 stale_result every time; the run records the first few as evidence, the rest are counted
+    (not appended), it stays alive and its real attempt's report still completes it."""
+    world.principals.set_tenant(TENANT, max_history_events=40)
     wkey = _user(world, "w", ["worker"], [])
     run = world.start()
     for who in ("alice", "bob"):
@@ -193,17 +195,19 @@ def test_attack_worker_replays_a_stale_report_10000_times(world: World) -> None:
         "/v1/tasks/poll", json={"activities": ["payments.charge"], "wait_seconds": 0}, key=wkey
     ).json()["tasks"]
     (task,) = polled
-    body = {"attempt": task["attempt"], "fencing_token": task["fencing_token"], "output": {"paid": True}}
     url = f"/v1/tasks/{task['task_id']}/complete"
-    assert world.http.post(url, json=body, key=wkey).status_code == 200
-    assert world.show(run)["status"] == "completed"
+    stale = {"attempt": task["attempt"], "fencing_token": task["fencing_token"] - 1, "output": {"x": 1}}
     seq = world.show(run)["seq"]
     for _ in range(10_000):
-        assert_problem(world.http.post(url, json=body, key=wkey), 409, "stale_result")
+        assert_problem(world.http.post(url, json=stale, key=wkey), 409, "stale_result")
     kept = history_limit("max_ignored_results_per_attempt")
-    assert world.show(run)["seq"] == seq + kept
+    shown = world.show(run)
+    assert (shown["seq"], shown["status"]) == (seq + kept, "running")
     assert world.service.unrecorded_results[TENANT] == 10_000 - kept
     assert world.types(run)[-kept:] == ["ResultIgnored"] * kept
+    real = {"attempt": task["attempt"], "fencing_token": task["fencing_token"], "output": {"paid": True}}
+    assert world.http.post(url, json=real, key=wkey).status_code == 200
+    assert world.show(run)["status"] == "completed"
 
 
 def test_review_page_shows_nothing_to_approvers_outside_the_policy(world: World) -> None:
