@@ -459,3 +459,30 @@ def test_attack_links_minted_per_approver_are_bounded() -> None:
     cmd = IssueApprovalLink(RID, "alice", "lx", "2099-01-01T00:00:00Z", APPROVER, ())
     refused(r, cmd, "too_many_links", "inbox")
     r.send(IssueApprovalLink(RID, "bob", "lb", "2099-01-01T00:00:00Z", APPROVER, ()))  # per approver
+
+
+def test_retry_after_a_migration_renamed_the_step_keeps_its_idempotency_key() -> None:
+    """A dead-lettered step renamed by a migration (ship -> dispatch) is retried with the key it was
+    attempted with, not one naming the new step id (the downstream would see a new request)."""
+    doc = {
+        "name": "ren",
+        "steps": [
+            {
+                "id": "ship",
+                "activity": "shipping.create",
+                "timeout": "10s",
+                "retry": {"max_attempts": 1, "on_exhausted": "dead_letter"},
+            }
+        ],
+    }
+    r = Run(parse_definition(doc))
+    key = r.s.steps["ship"].idempotency_key
+    r.claim()
+    r.fail("Busy", "try later")
+    assert r.s.attention is not None
+    renamed = parse_definition({**doc, "steps": [{**doc["steps"][0], "id": "dispatch"}]})
+    r.send(MigrateRun(renamed, 2, (("ship", "dispatch"),), "rename", "op"))
+    r.d = renamed
+    events = r.send(RetryStep("dispatch", "worker is back", "op"))
+    (scheduled,) = [e for e in events if e.type == "ActivityScheduled"]
+    assert scheduled.data["idempotency_key"] == key

@@ -89,8 +89,12 @@ def retry_step(tx: Tx, c: RetryStep) -> None:
     )
     if comp:
         next_compensation(tx, attempt=attempt)
+    elif c.new_key:
+        schedule_action(tx, step, attempt, key_suffix=f"~retry{tx.s.seq}")
     else:
-        schedule_action(tx, step, attempt, key_suffix=f"~retry{tx.s.seq}" if c.new_key else "")
+        # The same effect again: the key it was attempted with, even if a migration renamed the step
+        # (a default key names the step) since.
+        schedule_action(tx, step, attempt, key=prev.idempotency_key)
 
 
 # --- pause and resume --------------------------------------------------------------------------------
