@@ -14,6 +14,7 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
+from .core.approval import eligible
 from .core.commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
 from .core.shape import for_view
 from .core.timeutil import iso, parse_iso
@@ -276,6 +277,8 @@ class Approvals:
     def reassign(
         self, tenant: str, run_id: str, step: str, old: str, new: str, reason: str, actor: str | None = None
     ) -> dict[str, Any]:
+        """Replace a named approver. The core decides who may take the seat (see replace_approver); here
+        we read the new approver's account as it is now and hand the core their roles and groups."""
         if not reason.strip():
             raise InvalidInput("a reason is required (--reason TEXT)")
         state = self.service.state(tenant, run_id)
@@ -286,12 +289,123 @@ class Approvals:
             user = tx.user(tenant, new)
         if user is None or user.disabled:
             raise InvalidInput(f"{new} is not an enabled user of tenant {tenant}")
-        if "approver" not in user.roles:
-            raise InvalidInput(f"{new} does not have the approver role, so could never decide")
-        if not a["policy"]["allow_initiator"] and a.get("initiator") == new:
-            raise InvalidInput(f"{new} started this run and the policy does not let the initiator decide")
-        self.service.command(run_id, ReplaceApprover(a["request_id"], old, new, reason, actor), tenant)
+        cmd = ReplaceApprover(a["request_id"], old, new, reason, actor, user.roles, user.groups)
+        try:
+            self.service.command(run_id, cmd, tenant)
+        except Refused as exc:
+            if exc.code in ("not_an_approver", "initiator", "outside_policy") and old in a["policy"]["users"]:
+                raise InvalidInput(str(exc), code="invalid_input") from None
+            if exc.code == "self_assignment":
+                raise Forbidden(str(exc), code="self_assignment") from None
+            if exc.code in ("already_decided", "not_waiting"):
+                raise Conflict(str(exc), code=exc.code) from None
+            raise
         return {"run_id": run_id, "step": step, "request_id": a["request_id"], "old": old, "new": new}
+
+    def request_view(self, principal: Principal, run_id: str, step: str) -> dict[str, Any]:
+        """What the inbox's Review page shows: the pending request at `step`, for a logged-in approver.
+        No link is minted (the session is the identity; a link authorizes nothing), so opening it any
+        number of times appends nothing to the run's history."""
+        state = self.service.state(principal.tenant, run_id)
+        a = state.approval
+        if a is None or a["step"] != step:
+            raise Conflict(f"run {run_id} is not waiting for an approval at step {step}", code="not_waiting")
+        self._check_seat(principal, a)
+        policy = a["policy"]
+        if not eligible(policy, principal.name, principal.groups) or (
+            not policy["allow_initiator"] and a.get("initiator") == principal.name
+        ):
+            # The same answer as for a request that is not there: no details for people outside the policy.
+            why = f"run {run_id} is not waiting for your approval at step {step}"
+            raise Conflict(why, code="not_waiting")
+        link = {"request_id": a["request_id"], "step": step, "approver": principal.name, "run_id": run_id}
+        return {"link": link, "run": self.service.describe(state), "approval": a}
+
+    def _check_seat(self, principal: Principal, a: dict[str, Any]) -> None:
+        if not principal.can("approve"):
+            raise Forbidden(f"{principal.name} does not have the approver role", code="not_an_approver")
+        prior = next((d for d in a["decisions"] if d["approver"] == principal.name), None)
+        if prior is not None:
+            raise Conflict(
+                f"{principal.name} already decided {prior['decision']} at {prior['at']}",
+                code="already_decided",
+                extra={"decision": {"approver": principal.name, **prior}},
+            )
+
+    def decide_in_session(
+        self, principal: Principal, run_id: str, step: str, decision: str, comment: str | None = None
+    ) -> dict[str, Any]:
+        """Decide from the inbox, as the logged-in approver, without a link (audited like decide)."""
+        try:
+            if decision not in ("approve", "reject"):
+                raise InvalidInput(f"decision must be approve or reject, not {decision!r}")
+            result = self._decide_in_session(principal, run_id, step, decision, comment)
+        except LockstepError as exc:
+            self.principals.audit(
+                principal.tenant,
+                principal.name,
+                "approval.decide",
+                None,
+                "refused",
+                code=exc.code,
+                channel="inbox",
+                decision=decision,
+                run_id=run_id,
+                step=step,
+            )
+            raise
+        self.principals.audit(
+            principal.tenant,
+            principal.name,
+            "approval.decide",
+            None,
+            "ok",
+            channel="inbox",
+            decision=decision,
+            request_id=result["request_id"],
+        )
+        return result
+
+    def _decide_in_session(
+        self, principal: Principal, run_id: str, step: str, decision: str, comment: str | None
+    ) -> dict[str, Any]:
+        now = self.service.clock()
+        with self.service.write() as tx:
+            loaded = tx.load_run(run_id)
+            if loaded is None or loaded.state.tenant != principal.tenant:
+                raise NotFound(f"run {run_id} not found in tenant {principal.tenant}")
+            s = loaded.state
+            a = s.approval
+            if a is None or a["step"] != step:
+                raise Conflict(
+                    f"run {run_id} is not waiting for an approval at step {step}", code="not_waiting"
+                )
+            self._check_seat(principal, a)
+            user = tx.user(principal.tenant, principal.name)
+            if user is None or user.disabled:
+                raise Forbidden(f"{principal.name} is disabled", code="disabled")
+            d = self.service.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
+            cmd = DecideApproval(
+                a["request_id"], user.name, decision, (comment or "")[:2000] or None, user.roles, user.groups
+            )
+            try:
+                after, _events = self.service.apply(tx, loaded, cmd, now, d)
+            except Rejected as r:
+                raise _refusal(r) from None
+        if after is None:  # pragma: no cover - a recorded decision always leaves a state
+            raise Conflict("the decision was not recorded", code="not_waiting")
+        left = after.approval
+        done = after.steps[step].output or {}
+        return {
+            "request_id": a["request_id"],
+            "run_id": run_id,
+            "step": step,
+            "link_id": None,
+            "decision": decision,
+            "request_status": "pending" if left is not None else done.get("outcome"),
+            "decisions": (left or done).get("decisions", []),
+            "run_status": after.status,
+        }
 
     def inbox(self, principal: Principal) -> list[dict[str, Any]]:
         """Pending requests this person may decide and has not decided yet."""

@@ -1017,6 +1017,30 @@ def resolve(c: Ctx, run_id: str, step: str, outcome: str, output: str | None, re
     )
 
 
+@cli.command()
+@click.argument("run_id")
+@click.argument("proposal_id")
+@reason_opt
+@pass_ctx
+def confirm(c: Ctx, run_id: str, proposal_id: str, reason: str) -> None:
+    """Four-eyes: confirm another operator's proposed skip, migrate or resolve (it runs now)."""
+    _json(
+        _repairs(c).confirm(
+            c.tenant, run_id, proposal_id, reason, actor=os.environ.get("USER"), roles=("operator", "admin")
+        )
+    )
+
+
+@cli.command("reject-proposal")
+@click.argument("run_id")
+@click.argument("proposal_id")
+@reason_opt
+@pass_ctx
+def reject_proposal(c: Ctx, run_id: str, proposal_id: str, reason: str) -> None:
+    """Four-eyes: reject a proposal (your own proposal: withdraw it)."""
+    _json(_repairs(c).reject(c.tenant, run_id, proposal_id, reason, actor=os.environ.get("USER")))
+
+
 def _mapping(pairs: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for p in pairs:

@@ -299,15 +299,21 @@ def _report_one(
     s = loaded.state
     d = svc.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
     report = svc.bounded_report(tx, s.tenant, report, shape)
-    after, events = svc.apply(
-        tx,
-        loaded,
-        report,
-        now,
-        d,
-        then=lambda st, evs: eager.follow(svc, tx, now, st, evs),
-        lease_until=now + eager.lease_ttl,
-    )
+    try:
+        after, events = svc.apply(
+            tx,
+            loaded,
+            report,
+            now,
+            d,
+            then=lambda st, evs: eager.follow(svc, tx, now, st, evs),
+            lease_until=now + eager.lease_ttl,
+        )
+    except Rejected as r:
+        if r.code != "result_ignored":
+            raise
+        svc.count_unrecorded(s.tenant)  # a stale report past the bound: answered, not appended
+        return "ignored"
     if after is not None:
         eager.leased(tx, now, after, events)
     return "ignored" if events and events[0].type == "ResultIgnored" else "accepted"

@@ -6,7 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from .core.canonical import digest
-from .core.commands import EditInput, MigrateRun, PauseRun, ResolveStep, ResumeRun, SkipStep
+from .core.commands import (
+    ConfirmRepair,
+    EditInput,
+    MigrateRun,
+    PauseRun,
+    RejectRepair,
+    ResolveStep,
+    ResumeRun,
+    SkipStep,
+)
 from .core.migrate import plan_migration
 from .errors import InvalidInput, NotFound, Refused
 from .service import Service
@@ -25,7 +34,39 @@ class Repairs:
         self.service = service
 
     def _done(self, run_id: str, state: Any, events: list[Any]) -> dict[str, Any]:
-        return {"run_id": run_id, "status": state.status, "events": [e.type for e in events]}
+        out = {"run_id": run_id, "status": state.status, "events": [e.type for e in events]}
+        if any(e.type == "RepairProposed" for e in events):
+            # Four-eyes: nothing ran yet; a second operator confirms (or anyone rejects) the proposal.
+            out["proposal"] = state.proposal
+        return out
+
+    def confirm(
+        self,
+        tenant: str,
+        run_id: str,
+        proposal_id: str,
+        reason: str,
+        *,
+        actor: str | None = None,
+        roles: tuple[str, ...] = ("operator",),
+    ) -> dict[str, Any]:
+        """A second operator confirms a four-eyes proposal: its command runs now, checked again."""
+        state = self.service.state(tenant, run_id)
+        p = state.proposal
+        target = None
+        if p is not None and p["proposal_id"] == proposal_id and p["kind"] == "migrate":
+            version = int(p["command"]["to_version"])
+            with self.service.read() as tx:
+                target = self.service.definition_for(tx, tenant, state.definition["name"], version)
+        cmd = ConfirmRepair(proposal_id, _reason(reason), actor, roles, target)
+        return self._done(run_id, *self.service.command(run_id, cmd, tenant))
+
+    def reject(
+        self, tenant: str, run_id: str, proposal_id: str, reason: str, *, actor: str | None = None
+    ) -> dict[str, Any]:
+        """Reject a four-eyes proposal (the proposer's own rejection is recorded as a withdrawal)."""
+        cmd = RejectRepair(proposal_id, _reason(reason), actor)
+        return self._done(run_id, *self.service.command(run_id, cmd, tenant))
 
     def pause(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
         return self._done(run_id, *self.service.command(run_id, PauseRun(_reason(reason), actor), tenant))
@@ -114,13 +155,7 @@ class Repairs:
             raise Refused("migration refused: " + "; ".join(plan["problems"]), code="incompatible")
         cmd = MigrateRun(target, to_version, tuple(sorted((mapping or {}).items())), _reason(reason), actor)
         after, events = self.service.command(run_id, cmd, tenant)
-        return {
-            **plan,
-            "ok": True,
-            "dry_run": False,
-            "status": after.status,
-            "events": [e.type for e in events],
-        }
+        return {**plan, "ok": True, "dry_run": False, **self._done(run_id, after, events)}
 
     def migrate_many(
         self,

@@ -156,6 +156,12 @@ class Service:
         # one of them in the same transaction (eager dispatch), handed over after the commit.
         self.local_workers: list[Any] = []
         self._local = threading.local()
+        # Stale reports answered as ignored without being appended (past HISTORY_LIMITS), per tenant.
+        self.unrecorded_results: dict[str, int] = {}
+
+    def count_unrecorded(self, tenant: str) -> None:
+        with self._turn_lock:
+            self.unrecorded_results[tenant] = self.unrecorded_results.get(tenant, 0) + 1
 
     # --- plumbing ------------------------------------------------------------------------------
     @contextmanager
@@ -689,7 +695,13 @@ class Service:
                 bounded = self._output_refused(command, str(over))
         if isinstance(bounded, ReportFailure):
             bounded = self._fit_failure(self.settings_of(t.tenant), bounded)
-        _state, events = self.command(t.run_id, bounded)
+        try:
+            _state, events = self.command(t.run_id, bounded)
+        except Refused as exc:
+            if exc.code != "result_ignored":
+                raise
+            self.count_unrecorded(t.tenant)  # a stale report past the bound: answered, not appended
+            return "ignored"
         if events and events[0].type == "ResultIgnored":
             return "ignored"
         if isinstance(bounded, ReportFailure) and isinstance(command, ReportSuccess):

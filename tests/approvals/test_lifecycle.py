@@ -211,33 +211,33 @@ def test_restart_between_request_and_decision(tmp_path: Path, clock: FakeClock) 
 
 
 def test_reassign_revokes_old_links_and_lets_the_new_approver_decide(world: World) -> None:
-    """Replacing alice by erin: alice's links answer 410, erin decides; ApproverReplaced has reason, actor."""
+    """Replacing alice by dave (in finance): alice's links answer 410, dave decides; with reason, actor."""
     run = world.start()
     old = world.mint(run, "alice")
     r = world.http.post(
         f"/v1/runs/{run}/approvals/{STEP}/reassign",
-        json={"old": "alice", "new": "erin", "reason": "alice is on leave"},
+        json={"old": "alice", "new": "dave", "reason": "alice is on leave"},
         key=world.keys["op"],
     )
     assert r.status_code == 200, r.text
     replaced = next(e for e in world.events(run) if e["type"] == "ApproverReplaced")
-    want = {"old": "alice", "new": "erin", "reason": "alice is on leave", "actor": "op"}
+    want = {"old": "alice", "new": "dave", "reason": "alice is on leave", "actor": "op"}
     assert {k: replaced["data"][k] for k in want} == want
     assert world.link_status(old["link_id"]) == "revoked"
     before = world.totals()
     assert_problem(world.decide(old["token"], "alice"), 410, "revoked")
     assert_problem(world.mint_response(run, "alice"), 409, "not_an_approver")
     assert world.totals() == before
-    # The new approver is notified (an outbox row for erin) and can decide.
+    # The new approver is notified (an outbox row for dave) and can decide.
     assert world.sql("SELECT approver FROM notifications WHERE run_id = ? AND approver IS NOT NULL", run) == [
-        ("erin",)
+        ("dave",)
     ]
-    inbox = {u: world.http.get("/v1/approvals/inbox", key=world.keys[u]).json() for u in ("alice", "erin")}
-    assert (inbox["alice"], [i["run_id"] for i in inbox["erin"]]) == ([], [run])
-    assert "{erin, bob, finance}" in world.show(run)["wait_reason"]
-    ok = world.decide(world.mint(run, "erin")["token"], "erin")
+    inbox = {u: world.http.get("/v1/approvals/inbox", key=world.keys[u]).json() for u in ("alice", "dave")}
+    assert (inbox["alice"], [i["run_id"] for i in inbox["dave"]]) == ([], [run])
+    assert "{dave, bob, finance}" in world.show(run)["wait_reason"]
+    ok = world.decide(world.mint(run, "dave")["token"], "dave")
     assert ok.status_code == 200, ok.text
-    assert "erin approved" in world.show(run)["wait_reason"]
+    assert "dave approved" in world.show(run)["wait_reason"]
 
 
 def test_reassign_refuses_someone_who_already_decided(world: World) -> None:
@@ -303,12 +303,12 @@ def test_reassign_refuses_a_replacement_who_cannot_decide(
 def test_reassign_to_the_initiator_is_allowed_when_the_policy_allows_it(world: World) -> None:
     """With allow_initiator: true the run's initiator is a valid replacement and can then decide."""
     world.publish(po_definition("po-self", allow_initiator=True))
-    run = world.start("po-self", actor="erin")
+    run = world.start("po-self", actor="dave")
     r = world.http.post(
         f"/v1/runs/{run}/approvals/{STEP}/reassign",
-        json={"old": "alice", "new": "erin", "reason": "alice left"},
+        json={"old": "alice", "new": "dave", "reason": "alice left"},
         key=world.keys["op"],
     )
     assert r.status_code == 200, r.text
-    ok = world.decide(world.mint(run, "erin")["token"], "erin")
+    ok = world.decide(world.mint(run, "dave")["token"], "dave")
     assert ok.status_code == 200, ok.text

@@ -84,13 +84,14 @@ class Run:
         run_id: str = "r1",
         tenant: str = "t1",
         version: int = 1,
+        actor: str | None = None,
     ) -> None:
         self.d = definition
         self.now = now
         self.events: list[Event] = []
         self.state: RunState | None = None
         self.fencing: int | None = None
-        self.send(StartRun(run_id=run_id, tenant=tenant, version=version, input=input))
+        self.send(StartRun(run_id=run_id, tenant=tenant, version=version, input=input, actor=actor))
 
     @property
     def s(self) -> RunState:

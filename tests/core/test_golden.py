@@ -3,8 +3,9 @@
 The files in golden/ stand for runs already stored by an older build (see golden/make_golden.py). A
 change to evolve(), the event format or canonical JSON that breaks them breaks old runs in production.
 
-golden/v1/ and golden/v2/ keep the same scenarios as recorded by older builds (v1: unversioned
-snapshots and task ids without the scheduling seq; v2: snapshots before the `paused` field):
+golden/v1/, golden/v2/ and golden/v3/ keep the first four scenarios as recorded by older builds (v1:
+unversioned snapshots and task ids without the scheduling seq; v2: snapshots before the `paused` field;
+v3: snapshots before four-eyes proposals and the per-task count of ignored results):
 make_golden.py never rewrites them. Their events must still replay, and their snapshots are outdated:
 loading one raises OutdatedSnapshot and the store rebuilds the state with fold(events).
 """
@@ -25,13 +26,21 @@ from lockstep.core.timeutil import parse_iso
 
 GOLDEN = Path(__file__).parent / "golden"
 FILES = sorted(GOLDEN.glob("*.json"))
-# Runs stored by older builds: v1 (unversioned snapshots, old task ids), v2 (before `paused`).
+# Runs stored by older builds: v1 (unversioned snapshots, old task ids), v2 (before `paused`), v3 (before
+# four-eyes proposals).
 OLD_FILES = sorted(GOLDEN.glob("v*/*.json"))
+OLD_SCENARIOS = {
+    "happy_path_with_retry",
+    "failure_with_compensation",
+    "cancellation_with_compensation",
+    "at_most_once_needs_attention",
+}
 EXPECTED_STATUS = {
     "happy_path_with_retry": "completed",
     "failure_with_compensation": "failed",
     "cancellation_with_compensation": "cancelled",
     "at_most_once_needs_attention": "needs_attention",
+    "four_eyes_skip": "completed",
 }
 
 
@@ -54,10 +63,10 @@ def _load_like_the_store(snapshot: dict[str, Any], events: list[Event]) -> RunSt
 
 
 def test_golden_files_are_present() -> None:
-    """Every golden scenario has its recorded file, in the current and in the v1 format."""
+    """Every golden scenario has its recorded file; the first four also in each older format."""
     assert {p.stem for p in FILES} == set(EXPECTED_STATUS)
-    for folder in ("v1", "v2"):
-        assert {p.stem for p in OLD_FILES if p.parent.name == folder} == set(EXPECTED_STATUS)
+    for folder in ("v1", "v2", "v3"):
+        assert {p.stem for p in OLD_FILES if p.parent.name == folder} == OLD_SCENARIOS
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])

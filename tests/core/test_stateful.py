@@ -34,6 +34,7 @@ from lockstep.core.definition import Definition, parse_definition
 from lockstep.core.effects import CloseTask, CloseTimer, CreateTask, CreateTimer, effects_of
 from lockstep.core.events import Event, chain_hash
 from lockstep.core.explain import explain
+from lockstep.core.limits import history_limit
 from lockstep.core.state import RunState, evolve, fold
 from lockstep.core.timeutil import iso, parse_iso
 
@@ -120,6 +121,13 @@ CODES = st.sampled_from(["Boom", "Fatal", "Timeout"])
 def _jsonish(s: RunState) -> dict[str, Any]:
     """to_json through real JSON text, so tuples, lists and non-JSON values would show."""
     return json.loads(json.dumps(s.to_json()))
+
+
+def _evidence_full(s: RunState, task: str) -> bool:
+    """The run already records as many stale reports as HISTORY_LIMITS allow (for this task or in all)."""
+    return s.ignored_by_task.get(task, 0) >= history_limit(
+        "max_ignored_results_per_attempt"
+    ) or s.ignored_results >= history_limit("max_ignored_results_per_run")
 
 
 class CoreMachine(RuleBasedStateMachine):
@@ -272,7 +280,11 @@ class CoreMachine(RuleBasedStateMachine):
                 unexpected=data.draw(st.booleans()),
             )
         current = self._is_current(task, attempt, fencing)
+        bounded = _evidence_full(self.s, task)
         events = self.send(cmd)
+        if bounded and not current:
+            assert events is None, "past the bound a stale report is answered as ignored, not appended"
+            return
         assert events is not None, "results are never refused: they are applied or recorded as ignored"
         if current:
             first = "ActivitySucceeded" if success else "ActivityFailed"
@@ -335,7 +347,11 @@ class CoreMachine(RuleBasedStateMachine):
     def duplicate_report(self) -> None:
         assert self.last_report is not None
         before = self.s
+        bounded = _evidence_full(before, self.last_report.task_id)
         events = self.send(self.last_report)
+        if bounded:
+            assert events is None, "past the bound a stale report is answered as ignored, not appended"
+            return
         assert events is not None
         assert [e.type for e in events] == ["ResultIgnored"]
         assert self.s.status == before.status

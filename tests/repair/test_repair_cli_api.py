@@ -563,3 +563,77 @@ async def test_ui_migrate_without_a_reason_is_refused(api: tuple[Api, httpx.Asyn
     r = await c.post(f"/ui/runs/{run}/action", data=data)
     assert r.status_code == 303
     assert "WorkflowMigrated" not in a.types(run), a.engine.events(run, tenant="acme")[-1]
+
+
+GUARDED = SHIP_V1.replace("name: ship\n", "name: ship\nfour_eyes: [skip, resolve, migrate]\n")
+APPROVED = """\
+name: po
+input_schema: {type: object, required: [amount]}
+steps:
+  - id: approve
+    approval:
+      approvers: {users: [alice, bob]}
+      quorum: 2
+      timeout: 1d
+      details: "Pay ${input.amount} EUR"
+  - id: pay
+    activity: payments.charge
+    input: {amount: "${input.amount}"}
+    timeout: 10s
+"""
+
+
+def test_cli_four_eyes_skip_needs_a_second_operator(cli: Cli) -> None:
+    """`lockstep skip` on a four_eyes definition proposes; `lockstep show` says a proposal awaits a
+    second operator; anna's own `lockstep confirm` is refused (exit 5); bert's runs the skip."""
+    cli.publish(GUARDED)
+    run = cli.start()
+    proposed = cli.json("skip", run, "hold", "--reason", "customer called")
+    assert proposed["events"] == ["RepairProposed"]
+    pid = proposed["proposal"]["proposal_id"]
+    shown = cli.run("show", run).stdout
+    assert (
+        f"proposal {pid} (skip of step hold by anna: customer called) awaits a second operator"
+        in " ".join(shown.split())
+    )
+    cli.error("confirm", run, pid, "--reason", "me again", code=5, needle="second, different operator")
+    cli.env["USER"] = "bert"
+    done = cli.json("confirm", run, pid, "--reason", "checked the call log")
+    assert done["events"][:3] == ["RepairConfirmed", "TimerCancelled", "StepSkipped"]
+    cli.error("reject-proposal", run, pid, "--reason", "late", code=5, needle="is not open")
+    cli.verify()
+
+
+def test_cli_operator_cannot_get_around_a_pending_approval(cli: Cli) -> None:
+    """On a run waiting for approval: migrate mapping the approval onto pay, skip, and edit-input are
+    each one error line (exit 5) that writes nothing."""
+    path = cli.tmp / "po.yaml"
+    path.write_text(APPROVED)
+    cli.json("publish", str(path))
+    run = str(cli.json("start", "po", "--input", '{"amount": 10}')["run_id"])
+    path.write_text(APPROVED.replace("timeout: 10s", "timeout: 20s"))
+    cli.json("publish", str(path))
+    cli.error(
+        "migrate",
+        run,
+        "--to-version",
+        "2",
+        "--map",
+        "approve=pay",
+        "--reason",
+        "hurry",
+        code=5,
+        needle="would move it onto another step",
+    )
+    cli.error("skip", run, "approve", "--reason", "hurry", code=5, needle="never by a skip")
+    cli.error(
+        "edit-input",
+        run,
+        "--input",
+        '{"amount": 999999}',
+        "--reason",
+        "typo",
+        code=5,
+        needle="cannot change under them",
+    )
+    assert cli.show(run)["wait_kind"] == "approval"

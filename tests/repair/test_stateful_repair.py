@@ -42,8 +42,9 @@ from lockstep.core.definition import Definition, DefinitionError
 from lockstep.core.effects import CloseTask, CloseTimer, CreateTask, CreateTimer, effects_of
 from lockstep.core.events import Event
 from lockstep.core.explain import explain
+from lockstep.core.limits import history_limit
 from lockstep.core.migrate import plan_migration
-from lockstep.core.repair import RETRYABLE_ATTENTION
+from lockstep.core.repair import RETRYABLE_ATTENTION, granted_approvals
 from lockstep.core.state import RunState, evolve, fold
 from lockstep.core.timeutil import iso, parse_iso
 
@@ -90,6 +91,13 @@ def _input_ok(d: Definition, value: Any) -> bool:
     except DefinitionError:
         return False
     return True
+
+
+def _evidence_full(s: RunState, task: str) -> bool:
+    """The run already records as many stale reports as HISTORY_LIMITS allow (for this task or in all)."""
+    return s.ignored_by_task.get(task, 0) >= history_limit(
+        "max_ignored_results_per_attempt"
+    ) or s.ignored_results >= history_limit("max_ignored_results_per_run")
 
 
 class RepairMachine(RuleBasedStateMachine):
@@ -289,7 +297,11 @@ class RepairMachine(RuleBasedStateMachine):
                 task, attempt, fencing, code, "m", data.draw(st.booleans()), data.draw(st.booleans())
             )
         current = self._is_current(task, attempt, fencing)
+        bounded = _evidence_full(self.s, task)
         events = self.send(cmd)
+        if bounded and not current:
+            assert events is None, "past the bound a stale report is answered as ignored, not appended"
+            return
         assert events is not None, "results are never refused: applied, or recorded as ignored"
         if current:
             assert events[0].type == ("ActivitySucceeded" if success else "ActivityFailed")
@@ -359,7 +371,11 @@ class RepairMachine(RuleBasedStateMachine):
     def duplicate_report(self) -> None:
         assert self.last_report is not None
         before = self.s
+        bounded = _evidence_full(before, self.last_report.task_id)
         events = self.send(self.last_report)
+        if bounded:
+            assert events is None, "past the bound a stale report is answered as ignored, not appended"
+            return
         assert events is not None
         assert [e.type for e in events] == ["ResultIgnored"]
         assert self.s.steps == before.steps
@@ -502,6 +518,8 @@ class RepairMachine(RuleBasedStateMachine):
             and before.compensating is None
             and before.cancel is None
             and not (a is not None and a.step == step and a.fencing is not None)
+            # a pending approval ends only by its policy or a cancel, even where the step is skippable
+            and not (before.approval is not None and before.approval["step"] == step)
         )
         assert (events is not None) == wanted, (step, here, roles, before.status)
         if events is None:
@@ -518,7 +536,9 @@ class RepairMachine(RuleBasedStateMachine):
         events = self.send(EditInput(value, reason, "op"))
         if self._refused_when_terminal(events, before):
             return
-        assert (events is not None) == (bool(reason.strip()) and _input_ok(self.d, value))
+        # Refused while an approval is pending or after one was granted (approvers saw the old input).
+        unapproved = before.approval is None and not granted_approvals(before)
+        assert (events is not None) == (bool(reason.strip()) and _input_ok(self.d, value) and unapproved)
         if events is not None:
             assert [e.type for e in events] == ["InputEdited"]
             assert events[0].data["old"] == before.input

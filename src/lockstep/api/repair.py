@@ -1,4 +1,5 @@
-"""/v1/runs/{id}/... operator repair: pause, resume, skip, edit-input, resolve, migrate (role operator)."""
+"""/v1/runs/{id}/... operator repair: pause, resume, skip, edit-input, resolve, migrate (role operator), and
+the second operator's confirmation (or anyone's rejection) of a four-eyes proposal."""
 
 from __future__ import annotations
 
@@ -93,3 +94,21 @@ def migrate(run_id: str, body: MigrateRequest, svc: Svc, p: Operator) -> dict[st
     return Repairs(svc).migrate(
         p.tenant, run_id, body.to_version, body.reason, mapping=body.map, dry_run=body.dry_run, actor=p.name
     )
+
+
+@router.post(
+    "/{run_id}/proposals/{proposal_id}/confirm",
+    responses=ERRORS,
+    summary="Four-eyes: a second operator confirms a proposed skip, migrate or resolve (it runs now)",
+)
+def confirm(run_id: str, proposal_id: str, body: Reason, svc: Svc, p: Operator) -> dict[str, Any]:
+    return Repairs(svc).confirm(p.tenant, run_id, proposal_id, body.reason, actor=p.name, roles=p.roles)
+
+
+@router.post(
+    "/{run_id}/proposals/{proposal_id}/reject",
+    responses=ERRORS,
+    summary="Four-eyes: reject a proposal (the proposer's own rejection withdraws it)",
+)
+def reject(run_id: str, proposal_id: str, body: Reason, svc: Svc, p: Operator) -> dict[str, Any]:
+    return Repairs(svc).reject(p.tenant, run_id, proposal_id, body.reason, actor=p.name)

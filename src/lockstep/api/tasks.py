@@ -132,7 +132,7 @@ def _verdict(task_id: str, verdict: str) -> dict[str, Any]:
     if verdict == "ignored":
         raise Conflict(
             f"the result for task {task_id} is stale (superseded attempt, stale fencing token or finished "
-            f"run); it was recorded as ResultIgnored and changed nothing",
+            f"run); it changed nothing (the first few such reports are recorded as ResultIgnored)",
             code="stale_result",
         )
     return {"outcome": "accepted"}

@@ -12,6 +12,7 @@ from typing import Any
 from .commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
 from .definition import ApprovalStep
 from .flow import Tx, advance_after, cancel_timers, enter, fail
+from .limits import history_limit
 
 __all__ = [
     "decide_approval",
@@ -141,6 +142,13 @@ def issue_link(tx: Tx, c: IssueApprovalLink) -> None:
             "already_decided", f"{c.approver} already decided on this request; no new link is needed"
         )
     _check_identity(a, c.approver, c.groups)
+    most = history_limit("max_links_per_approver")
+    if a.get("issued", {}).get(c.approver, 0) >= most:
+        raise Rejected(
+            "too_many_links",
+            f"{most} links were already minted for {c.approver} on this request (the limit): revoke "
+            f"one and use an open one, or let {c.approver} decide from the Approvals inbox (no link needed)",
+        )
     tx.emit(
         "ApprovalLinkIssued",
         step=a["step"],
@@ -153,25 +161,54 @@ def issue_link(tx: Tx, c: IssueApprovalLink) -> None:
 
 
 def replace_approver(tx: Tx, c: ReplaceApprover) -> None:
+    """Separation of duties: the new approver must satisfy the request's policy on their own (approver
+    role, in one of its groups), and may not be the acting operator, someone who already decided, or the
+    initiator unless the policy allows it; otherwise an operator could hand a seat to themself."""
     a = _pending(tx, c.request_id)
+    policy = a["policy"]
     if not c.reason.strip():
         raise Rejected("reason_required", "replacing an approver needs a reason")
-    if c.old not in a["policy"]["users"]:
+    if c.old not in policy["users"]:
         raise Rejected(
             "not_an_approver",
             f"{c.old} is not a named approver of this request "
-            f"(named: {', '.join(a['policy']['users']) or 'none'})",
+            f"(named: {', '.join(policy['users']) or 'none'})",
         )
-    if any(d["approver"] == c.old for d in a["decisions"]):
+    decided = {d["approver"]: d["decision"] for d in a["decisions"]}
+    if c.old in decided:
         raise Rejected(
             "already_decided", f"{c.old} already decided; a recorded decision cannot be reassigned"
         )
-    if c.new in a["policy"]["users"]:
+    if c.actor is not None and c.new == c.actor:
+        raise Rejected(
+            "self_assignment", f"{c.actor} may not make themself an approver of a run they operate on"
+        )
+    if c.new in decided:
+        raise Rejected(
+            "already_decided",
+            f"{c.new} already decided {decided[c.new]} on this request; one seat each",
+        )
+    if c.new in policy["users"]:
         raise Rejected("duplicate", f"{c.new} is already an approver of this request")
-    if not a["policy"]["allow_initiator"] and a.get("initiator") == c.new:
+    if not policy["allow_initiator"] and a.get("initiator") == c.new:
         raise Rejected(
             "initiator", f"{c.new} started this run and the policy does not let the initiator decide"
         )
+    if "approver" not in c.new_roles:
+        raise Rejected("not_an_approver", f"{c.new} does not have the approver role, so could never decide")
+    if not any(g in policy["groups"] for g in c.new_groups):
+        groups = ", ".join(policy["groups"])
+        raise Rejected(
+            "outside_policy",
+            f"{c.new} does not satisfy the policy of this request: a replacement must be in one of its "
+            f"groups ({groups})"
+            if groups
+            else f"{c.new} does not satisfy the policy of this request: it names users only, so nobody "
+            f"outside it can take a seat (cancel the run, or publish a version with a group)",
+        )
+    most = history_limit("max_approver_replacements")
+    if a.get("replacements", 0) >= most:
+        raise Rejected("too_many_replacements", f"this request already had {most} approver replacements")
     tx.emit(
         "ApproverReplaced",
         step=a["step"],

@@ -9,6 +9,7 @@ __all__ = [
     "CancelRun",
     "ClaimTask",
     "Command",
+    "ConfirmRepair",
     "DeadLetter",
     "DecideApproval",
     "EditInput",
@@ -17,6 +18,7 @@ __all__ = [
     "IssueApprovalLink",
     "MigrateRun",
     "PauseRun",
+    "RejectRepair",
     "Rejected",
     "ReplaceApprover",
     "ReportFailure",
@@ -206,9 +208,35 @@ class RevokeApprovalLink:
 
 @dataclass(frozen=True)
 class ReplaceApprover:
+    """Operator: replace a named approver. `new_roles`/`new_groups` are the new approver's authorization
+    read now: the core checks that they satisfy the request's policy."""
+
     request_id: str
     old: str
     new: str
+    reason: str
+    actor: str | None = None
+    new_roles: tuple[str, ...] = ()
+    new_groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConfirmRepair:
+    """A second operator confirms a four-eyes proposal: its command runs now, on the state as it is.
+    `roles` are the confirmer's roles; `target` is the parsed target version of a migrate proposal."""
+
+    proposal_id: str
+    reason: str
+    actor: str | None = None
+    roles: tuple[str, ...] = ()
+    target: Any = None
+
+
+@dataclass(frozen=True)
+class RejectRepair:
+    """Any operator rejects a four-eyes proposal (a withdrawal when the proposer does it)."""
+
+    proposal_id: str
     reason: str
     actor: str | None = None
 
@@ -233,4 +261,6 @@ Command = (
     | EditInput
     | ResolveStep
     | MigrateRun
+    | ConfirmRepair
+    | RejectRepair
 )

@@ -21,6 +21,7 @@ from .commands import (
     CancelRun,
     ClaimTask,
     Command,
+    ConfirmRepair,
     DeadLetter,
     DecideApproval,
     EditInput,
@@ -30,6 +31,7 @@ from .commands import (
     MigrateRun,
     PauseRun,
     Rejected,
+    RejectRepair,
     ReplaceApprover,
     ReportFailure,
     ReportSuccess,
@@ -62,6 +64,8 @@ from .flow import (
     timer,
     withdraw,
 )
+from .foureyes import confirm_repair, needs_second_operator, propose_repair, reject_repair
+from .limits import history_limit
 from .migrate import migrate
 from .repair import dead_letter, edit_input, pause, resolve, resume, retry_step, skip
 from .state import Attempt, RunState
@@ -112,6 +116,8 @@ def decide(
         pause(tx, command)
     elif isinstance(command, ResumeRun):
         resume(tx, command)
+    elif isinstance(command, SkipStep | ResolveStep | MigrateRun) and needs_second_operator(tx, command):
+        propose_repair(tx, command)
     elif isinstance(command, SkipStep):
         skip(tx, command)
     elif isinstance(command, EditInput):
@@ -120,6 +126,10 @@ def decide(
         resolve(tx, command)
     elif isinstance(command, MigrateRun):
         migrate(tx, command)
+    elif isinstance(command, ConfirmRepair):
+        confirm_repair(tx, command)
+    elif isinstance(command, RejectRepair):
+        reject_repair(tx, command)
     else:  # pragma: no cover - the Command union is closed
         raise Rejected("unknown_command", f"unknown command {type(command).__name__}")
     s = tx.state
@@ -202,6 +212,21 @@ def _stale_reason(s: RunState, task: str, attempt: int, fencing: int) -> str | N
     return None
 
 
+def _bound_ignored(s: RunState, task: str, stale: str) -> None:
+    """Stale reports are evidence, but a worker may replay one forever: past the first few per task (and
+    per run) they are answered as ignored (Rejected `result_ignored`) without being appended."""
+    per_task, per_run = (
+        history_limit("max_ignored_results_per_attempt"),
+        history_limit("max_ignored_results_per_run"),
+    )
+    if s.ignored_by_task.get(task, 0) >= per_task or s.ignored_results >= per_run:
+        raise Rejected(
+            "result_ignored",
+            f"{stale}; the result changes nothing and is not recorded again (the run already records "
+            f"{s.ignored_by_task.get(task, 0)} stale report(s) of task {task}, {s.ignored_results} in all)",
+        )
+
+
 def _report(tx: Tx, c: ReportSuccess | ReportFailure) -> None:
     stale = _stale_reason(tx.s, c.task_id, c.attempt, c.fencing)
     if stale is not None:
@@ -210,6 +235,7 @@ def _report(tx: Tx, c: ReportSuccess | ReportFailure) -> None:
             if isinstance(c, ReportSuccess)
             else {"outcome": "failed", "code": c.code, "message": c.message}
         )
+        _bound_ignored(tx.s, c.task_id, stale)
         parts = c.task_id.split("/")
         step = (
             tx.s.active.step

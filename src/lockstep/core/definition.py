@@ -182,6 +182,8 @@ class Definition:
     index: dict[str, int] = field(default_factory=dict)
     # Steps an operator may skip, and which roles may do it (`skippable: true` means operator and admin).
     skip_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Repairs that need a second operator's confirmation on runs of this definition (`four_eyes:`).
+    four_eyes: frozenset[str] = frozenset()
 
     def step(self, step_id: str) -> Step:
         return self.steps[self.index[step_id]]
@@ -730,7 +732,7 @@ def parse_definition(document: Any, limits: Limits | None = None) -> Definition:
     not_json = _non_json(document, "$")
     if not_json:
         raise DefinitionError(not_json)
-    c.keys("$", document, ("name", "description", "input_schema", "steps", "output"))
+    c.keys("$", document, ("name", "description", "input_schema", "steps", "output", "four_eyes"))
     name = document.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         c.add("name", "required; lowercase letters, digits and -, e.g. order-fulfilment")
@@ -766,6 +768,7 @@ def parse_definition(document: Any, limits: Limits | None = None) -> Definition:
             c.add(f"steps({s_ids[0].id}).id", "`end` is reserved (next: end finishes the run)")
         _check_graph(c, steps)
     output = c.template("output", document["output"]) if "output" in document else None
+    four_eyes = _four_eyes(c, document.get("four_eyes", []))
     desc = document.get("description", "")
     if not isinstance(desc, str):
         c.add("description", "must be a string")
@@ -783,4 +786,27 @@ def parse_definition(document: Any, limits: Limits | None = None) -> Definition:
         description=desc,
         index={s.id: i for i, s in enumerate(steps)},
         skip_roles=dict(c.skip_roles),
+        four_eyes=four_eyes,
     )
+
+
+FOUR_EYES_REPAIRS = ("skip", "migrate", "resolve")
+
+
+def _four_eyes(c: _Checker, raw: Any) -> frozenset[str]:
+    """`four_eyes: [skip, migrate, resolve]`: these repairs are proposals until a second operator confirms."""
+    if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+        c.add("four_eyes", f"must be a list of repairs, some of: {', '.join(FOUR_EYES_REPAIRS)}")
+        return frozenset()
+    for x in raw:
+        if x not in FOUR_EYES_REPAIRS:
+            hint = difflib.get_close_matches(x, FOUR_EYES_REPAIRS, n=1)
+            c.add(
+                "four_eyes",
+                f"unknown repair {x!r}"
+                + (f" (did you mean `{hint[0]}`?)" if hint else "")
+                + f"; allowed: {', '.join(FOUR_EYES_REPAIRS)}",
+            )
+    if len(set(raw)) != len(raw):
+        c.add("four_eyes", "lists a repair twice")
+    return frozenset(x for x in raw if x in FOUR_EYES_REPAIRS)

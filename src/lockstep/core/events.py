@@ -8,7 +8,7 @@ from typing import Any
 
 from .canonical import canonical_json
 
-__all__ = ["EVENT_TYPES", "SCHEMA_VERSION", "Event", "chain_hash"]
+__all__ = ["AUDIT_ONLY", "EVENT_TYPES", "KEEPS_PROPOSAL", "SCHEMA_VERSION", "Event", "chain_hash"]
 
 SCHEMA_VERSION = 1
 
@@ -52,11 +52,16 @@ EVENT_TYPES = frozenset(
         "InputEdited",
         "StepResolved",
         "WorkflowMigrated",
+        "RepairProposed",
+        "RepairConfirmed",
+        "RepairRejected",
     }
 )
 
 # Events that record evidence without changing what the run does next.
 AUDIT_ONLY = frozenset({"ResultIgnored", "ApprovalLinkIssued", "ApprovalLinkRevoked"})
+# Events after which an open four-eyes proposal still describes the run (anything else makes it stale).
+KEEPS_PROPOSAL = AUDIT_ONLY | {"RepairProposed", "RepairRejected"}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 from .state import RunState
 from .timeutil import format_duration, parse_iso
 
-__all__ = ["WAIT_KINDS", "explain", "wait_kind"]
+__all__ = ["WAIT_KINDS", "describe_proposal", "explain", "wait_kind"]
 
 
 def _ago(at: str, now: datetime) -> str:
@@ -62,7 +62,28 @@ def wait_kind(s: RunState) -> str | None:
 
 def explain(s: RunState, now: datetime) -> dict[str, Any]:
     """wait_kind, wait_reason, waiting_since, waiting_until and next_action; all None when finished."""
-    return {"wait_kind": wait_kind(s), **_explain(s, now)}
+    out = {"wait_kind": wait_kind(s), **_explain(s, now)}
+    if s.proposal is not None and out["wait_reason"] is not None:
+        p, pid = s.proposal, s.proposal["proposal_id"]
+        since = _ago(p["at"], now)
+        out["wait_reason"] += f"; {describe_proposal(p)} awaits a second operator since {since} ago"
+        out["next_action"] = (
+            f"another operator confirms it (`lockstep confirm RUN {pid} --reason ...`) or anyone rejects "
+            f"it (`lockstep reject-proposal RUN {pid} --reason ...`); if the run moves on first, it "
+            f"lapses. Otherwise: {out['next_action']}"
+        )
+    return out
+
+
+def describe_proposal(p: dict[str, Any]) -> str:
+    """E.g. "proposal p7 (skip of step ship by alice: carrier is down)"."""
+    c = p["command"]
+    what = {
+        "skip": f"skip of step {c.get('step')}",
+        "resolve": f"resolve of step {c.get('step')} as {c.get('outcome')}",
+        "migrate": f"migration to version {c.get('to_version')}",
+    }.get(p["kind"], p["kind"])
+    return f"proposal {p['proposal_id']} ({what} by {p['actor']}: {p['reason']})"
 
 
 def _explain(s: RunState, now: datetime) -> dict[str, Any]:

@@ -139,7 +139,7 @@ def resume_deferred(tx: Tx, action: str, args: dict[str, Any]) -> None:
     elif action == "schedule_action":
         step = tx.d.step(args["step"])
         if isinstance(step, ActivityStep):
-            schedule_action(tx, step, args["attempt"], args.get("key_suffix", ""))
+            schedule_action(tx, step, args["attempt"], args.get("key_suffix", ""), args.get("key"))
     elif action == "next_compensation":
         next_compensation(tx, args["attempt"])
     elif action == "fail":
@@ -256,17 +256,22 @@ def complete(tx: Tx, succeed: SucceedStep | None) -> None:
     tx.emit("RunCompleted", output=output)
 
 
-def schedule_action(tx: Tx, step: ActivityStep, attempt: int, key_suffix: str = "") -> None:
-    if defer(tx, "schedule_action", step=step.id, attempt=attempt, key_suffix=key_suffix):
+def schedule_action(
+    tx: Tx, step: ActivityStep, attempt: int, key_suffix: str = "", key: str | None = None
+) -> None:
+    """`key`: the idempotency key to reuse (an operator's retry of the same effect), else computed."""
+    extra = {"key": key} if key is not None else {}
+    if defer(tx, "schedule_action", step=step.id, attempt=attempt, key_suffix=key_suffix, **extra):
         return
     ctx = expression_context(tx.s)
     try:
         payload = step.input.render(ctx)
-        key = (
-            str(step.idempotency_key.render(ctx))
-            if step.idempotency_key is not None
-            else f"{tx.s.tenant}:{tx.s.run_id}:{step.id}"
-        ) + key_suffix
+        if key is None:
+            key = (
+                str(step.idempotency_key.render(ctx))
+                if step.idempotency_key is not None
+                else f"{tx.s.tenant}:{tx.s.run_id}:{step.id}"
+            ) + key_suffix
     except ExprError as exc:
         step_failed(tx, step.id, {"code": "ExpressionError", "message": str(exc), "step": step.id})
         return

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SERVER_LIMITS", "TENANT_LIMITS", "Limit", "tenant_limit"]
+__all__ = ["HISTORY_LIMITS", "SERVER_LIMITS", "TENANT_LIMITS", "Limit", "history_limit", "tenant_limit"]
 
 
 @dataclass(frozen=True)
@@ -170,3 +170,36 @@ def tenant_limit(settings: dict[str, object], name: str) -> int:
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return min(int(value), limit.ceiling)
     return limit.default
+
+
+# Bounds on events that people and workers can make a run record again and again. Without them an
+# approver clicking "Review", an operator re-sending links or a worker replaying a stale report could grow
+# a run's history until the tenant's max_history_events cancels it. Fixed (not tenant settings): they
+# bound evidence, not work, and every count above them is refused (or, for stale reports, answered as
+# ignored without being appended), never silently dropped.
+HISTORY_LIMITS: dict[str, Limit] = {
+    limit.name: limit
+    for limit in (
+        Limit(
+            "max_ignored_results_per_attempt",
+            3,
+            "events",
+            "ResultIgnored events per task id; later stale reports are answered as ignored, not appended",
+            3,
+        ),
+        Limit(
+            "max_ignored_results_per_run",
+            50,
+            "events",
+            "ResultIgnored events per run, over all task ids (made-up task ids included)",
+            50,
+        ),
+        Limit("max_links_per_approver", 5, "links", "approval links minted per approver per request", 5),
+        Limit("max_approver_replacements", 10, "events", "ApproverReplaced events per approval request", 10),
+        Limit("max_repair_proposals", 20, "proposals", "four-eyes repair proposals per run", 20),
+    )
+}
+
+
+def history_limit(name: str) -> int:
+    return HISTORY_LIMITS[name].default

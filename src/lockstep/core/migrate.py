@@ -46,6 +46,8 @@ def plan_migration(
     if s.compensating is not None or s.cancel is not None:
         problems.append("the run is being cancelled or compensated")
     cur = s.approval["step"] if s.approval else s.current_step
+    if s.approval is not None and not s.terminal:
+        problems += _approval_problems(s.approval, mapping, target)
     carried: list[str] = []
     restart = None
     if cur is not None and not s.terminal:
@@ -83,6 +85,29 @@ def plan_migration(
     }
 
 
+def _approval_problems(a: dict[str, Any], mapping: dict[str, str], target: Definition) -> list[str]:
+    """A pending approval ends only by its policy or by cancelling the run: a migration may carry it
+    (same step id, still an approval step; its recorded policy keeps governing it, decisions included)
+    but never map it onto another step or drop it."""
+    step, rid = a["step"], a["request_id"]
+    why = f"the run waits for approval request {rid} at {step}, which only its policy or a cancel can end"
+    out = []
+    if mapping.get(step, step) != step:
+        out.append(f"{why}: --map {step}={mapping[step]} would move it onto another step")
+    onto = [old for old, new in mapping.items() if new == step and old != step]
+    if onto:
+        out.append(f"{why}: --map {onto[0]}={step} would replace it")
+    kind = target.step(step) if step in target.index else None
+    if not isinstance(kind, ApprovalStep):
+        out.append(f"{why}: the target has no approval step {step} to carry it")
+    policy = a["policy"]
+    for field in ("on_reject", "on_timeout"):
+        nxt = policy[field]
+        if nxt not in ("fail", "reject", "end") and nxt not in target.index:
+            out.append(f"{why}: its recorded {field} goes to step {nxt}, which the target does not have")
+    return out
+
+
 def migrate(tx: Tx, c: MigrateRun) -> None:
     s = tx.s
     target: Definition = c.target
@@ -107,14 +132,9 @@ def migrate(tx: Tx, c: MigrateRun) -> None:
         a = s.active
         if a is not None:
             withdraw(tx, a, f"run migrated to version {c.target_version}; a late result is ignored")
+        if tx.s.approval is not None:  # pragma: no cover - plan_migration refuses it (_approval_problems)
+            raise Rejected("approval_pending", "a migration never ends a pending approval request")
         cancel_timers(tx, f"run migrated to version {c.target_version}", cur)
-        if tx.s.approval is not None:
-            tx.emit(
-                "ApprovalCancelled",
-                step=cur,
-                request_id=tx.s.approval["request_id"],
-                reason=f"run migrated to version {c.target_version}",
-            )
     held = list(s.paused["deferred"]) if s.paused is not None else []
     tx.emit(
         "WorkflowMigrated",

@@ -138,6 +138,17 @@ def narrate(type_: str, data: dict[str, Any], at: str | None = None) -> str:
             f"migrated from v{p['version']} to v{n['version']} by {d.get('actor') or 'an operator'}: "
             f"{d['reason']}{added}"
         )
+    if type_ == "RepairProposed":
+        c = d.get("command", {})
+        target = f"version {c.get('to_version')}" if d["kind"] == "migrate" else f"step {c.get('step')}"
+        return f"{d['actor']} proposed to {d['kind']} {target} (awaits a second operator): {d['reason']}"
+    if type_ == "RepairConfirmed":
+        return (
+            f"{d['by']} confirmed {d['proposed_by']}'s {d['kind']} proposal {d['proposal_id']}: {d['reason']}"
+        )
+    if type_ == "RepairRejected":
+        verb = "withdrew" if d.get("withdrawn") else "rejected"
+        return f"{d['by']} {verb} {d['proposed_by']}'s {d['kind']} proposal {d['proposal_id']}: {d['reason']}"
     if type_ == "RunCompleted":
         return "run completed"
     if type_ == "RunFailed":

@@ -22,7 +22,16 @@ from .flow import (
 )
 from .state import RunState
 
-__all__ = ["dead_letter", "edit_input", "pause", "resolve", "resume", "retry_step", "skip"]
+__all__ = [
+    "dead_letter",
+    "edit_input",
+    "granted_approvals",
+    "pause",
+    "resolve",
+    "resume",
+    "retry_step",
+    "skip",
+]
 
 RETRYABLE_ATTENTION = ("dead_letter", "outcome_unknown", "compensation_failed")
 
@@ -80,8 +89,12 @@ def retry_step(tx: Tx, c: RetryStep) -> None:
     )
     if comp:
         next_compensation(tx, attempt=attempt)
+    elif c.new_key:
+        schedule_action(tx, step, attempt, key_suffix=f"~retry{tx.s.seq}")
     else:
-        schedule_action(tx, step, attempt, key_suffix=f"~retry{tx.s.seq}" if c.new_key else "")
+        # The same effect again: the key it was attempted with, even if a migration renamed the step
+        # (a default key names the step) since.
+        schedule_action(tx, step, attempt, key=prev.idempotency_key)
 
 
 # --- pause and resume --------------------------------------------------------------------------------
@@ -146,6 +159,12 @@ def skip(tx: Tx, c: SkipStep) -> None:
             "not_current",
             f"step {c.step} is not the current step ({here or 'none'}); only the current step can be skipped",
         )
+    if s.approval is not None and s.approval["step"] == c.step:
+        raise Rejected(
+            "approval_pending",
+            f"step {c.step} waits for approval request {s.approval['request_id']}; a pending approval ends "
+            f"only by its policy (quorum, rejection, timeout) or by cancelling the run, never by a skip",
+        )
     roles = tx.d.skip_roles.get(c.step)
     if roles is None:
         raise Rejected(
@@ -167,10 +186,6 @@ def skip(tx: Tx, c: SkipStep) -> None:
             )
         withdraw(tx, a, "step skipped")
     cancel_timers(tx, "step skipped", c.step)
-    if tx.s.approval is not None and tx.s.approval["step"] == c.step:
-        tx.emit(
-            "ApprovalCancelled", step=c.step, request_id=tx.s.approval["request_id"], reason="step skipped"
-        )
     before = s.steps[c.step]
     tx.emit(
         "StepSkipped",
@@ -185,13 +200,41 @@ def skip(tx: Tx, c: SkipStep) -> None:
 
 
 def edit_input(tx: Tx, c: EditInput) -> None:
+    """Refused while an approval is pending and once one was granted: approvers decided on details
+    rendered from the input as it was, so a new input would run later steps on what nobody approved.
+    (Cancel the run and start a new one: it asks for approval again, with the new details.)"""
     s = tx.s
     _check_open(s, c.reason, "edit the input of")
+    if s.approval is not None:
+        raise Rejected(
+            "approval_pending",
+            f"the run waits for approval request {s.approval['request_id']}, whose approvers see details "
+            f"rendered from the current input; the input cannot change under them (cancel the run and "
+            f"start a new one with the new input)",
+        )
+    granted = granted_approvals(s)
+    if granted:
+        raise Rejected(
+            "approved_input",
+            f"approval {', '.join(granted)} was granted on details rendered from the current input; "
+            f"changing it now would run the remaining steps on an input nobody approved (cancel the run "
+            f"and start a new one with the new input)",
+        )
     try:
         tx.d.check_input(c.input)
     except DefinitionError as exc:
         raise Rejected("invalid_input", str(exc)) from None
     tx.emit("InputEdited", old=s.input, new=c.input, reason=c.reason, actor=c.actor)
+
+
+def granted_approvals(s: RunState) -> list[str]:
+    """Request ids of this run's granted approvals (the outputs of its approval steps say so)."""
+    out = []
+    for st in s.steps.values():
+        o = st.output
+        if isinstance(o, dict) and o.get("outcome") == "approved" and "request_id" in o:
+            out.append(str(o["request_id"]))
+    return sorted(out)
 
 
 def resolve(tx: Tx, c: ResolveStep) -> None:

@@ -10,7 +10,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .events import Event
+from .events import KEEPS_PROPOSAL, Event
 
 __all__ = [
     "SNAPSHOT_VERSION",
@@ -42,7 +42,7 @@ STATUSES = (
 )
 # Bump when RunState gains or changes a field: stored snapshots of an older version are rebuilt from
 # their events when loaded (snapshots are derived data; the events are the facts).
-SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSION = 4
 
 
 class OutdatedSnapshot(ValueError):
@@ -121,6 +121,11 @@ class RunState:
     approval: dict[str, Any] | None = None
     # Set while an operator has paused the run: {reason, actor, at, deferred: [transitions for resume]}.
     paused: dict[str, Any] | None = None
+    # ResultIgnored events recorded per task id (bounded: see HISTORY_LIMITS).
+    ignored_by_task: dict[str, int] = field(default_factory=dict)
+    # The open four-eyes proposal (RepairProposed), if any; any event that moves the run makes it stale.
+    proposal: dict[str, Any] | None = None
+    proposals_made: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -158,6 +163,9 @@ class RunState:
             "last_output_step": self.last_output_step,
             "approval": copy.deepcopy(self.approval) if deep else self.approval,
             "paused": copy.deepcopy(self.paused) if deep else self.paused,
+            "ignored_by_task": dict(self.ignored_by_task),
+            "proposal": copy.deepcopy(self.proposal) if deep else self.proposal,
+            "proposals_made": self.proposals_made,
         }
 
     @staticmethod
@@ -191,6 +199,9 @@ class RunState:
             last_output_step=o.get("last_output_step"),
             approval=o.get("approval"),
             paused=o.get("paused"),
+            ignored_by_task=dict(o.get("ignored_by_task") or {}),
+            proposal=o.get("proposal"),
+            proposals_made=int(o.get("proposals_made") or 0),
         )
 
 
@@ -361,7 +372,23 @@ def _apply(s: RunState, e: Event) -> RunState:
             ),
         )
     if t == "ResultIgnored":
-        return replace(s, ignored_results=s.ignored_results + 1)
+        per_task = {**s.ignored_by_task, d["task_id"]: s.ignored_by_task.get(d["task_id"], 0) + 1}
+        return replace(s, ignored_results=s.ignored_results + 1, ignored_by_task=per_task)
+    if t == "RepairProposed":
+        proposal = {
+            "proposal_id": d["proposal_id"],
+            "kind": d["kind"],
+            "command": d["command"],
+            "reason": d["reason"],
+            "actor": d["actor"],
+            "at": e.at,
+            "seq": e.seq,
+        }
+        return replace(s, proposal=proposal, proposals_made=s.proposals_made + 1)
+    if t == "RepairRejected":
+        return replace(s, proposal=None)
+    if t == "RepairConfirmed":
+        return replace(s, proposal=None)
     if t == "ChoiceEvaluated":
         return replace(
             s,
@@ -534,6 +561,8 @@ def _apply_approval(s: RunState, e: Event) -> RunState:
         a["links"].append(
             {"approver": d["approver"], "link_id": d["link_id"], "expires_at": d["expires_at"], "at": e.at}
         )
+        issued = a.get("issued", {})
+        a["issued"] = {**issued, d["approver"]: issued.get(d["approver"], 0) + 1}
         return replace(s, approval=a)
     if t == "ApprovalLinkRevoked":
         a["links"] = [x for x in a["links"] if x["link_id"] != d["link_id"]]
@@ -557,6 +586,7 @@ def _apply_approval(s: RunState, e: Event) -> RunState:
             users.append(d["new"])
         a["policy"] = {**a["policy"], "users": list(dict.fromkeys(users))}
         a["links"] = [x for x in a["links"] if x["approver"] != d["old"]]
+        a["replacements"] = a.get("replacements", 0) + 1
         return replace(s, approval=a)
     status = {
         "ApprovalGranted": "succeeded",
@@ -598,6 +628,8 @@ def evolve(state: RunState | None, event: Event) -> RunState:
     if event.seq != state.seq + 1:
         raise ValueError(f"event seq {event.seq} does not follow {state.seq}")
     s = _apply(state, event)
+    if s.proposal is not None and event.type not in KEEPS_PROPOSAL:
+        s = replace(s, proposal=None)  # the run moved on: the proposal was made for a state that is gone
     s = replace(s, seq=event.seq, updated_at=event.at)
     return replace(s, status=_derive_status(s))
 

@@ -9,6 +9,7 @@ caches.
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
@@ -16,7 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from ..api import html
 from ..approvals import Approvals
 from ..errors import Conflict, Forbidden, Gone, LockstepError, NotFound
-from .routes import CsrfRejected, Session, _check_csrf, _page, flash_redirect
+from .routes import CsrfRejected, Session, _check_csrf, _page
 
 __all__ = ["router"]
 
@@ -110,13 +111,45 @@ def open_request(
     run_id: Annotated[str, Form()] = "",
     step: Annotated[str, Form()] = "",
 ) -> Response:
-    """From the inbox: mint a fresh link for the logged-in approver (audited) and go to it."""
-    me, expected = session
+    """From the inbox: go to the request's review page. No link is minted: the approver is logged in,
+    and a link authorizes nothing, so reviewing never grows the run's history."""
+    _me, expected = session
     _check_csrf(expected, csrf)
+    return html.redirect(f"/ui/approvals/{quote(run_id, safe='')}/{quote(step, safe='')}")
+
+
+@router.get("/ui/approvals/{run_id}/{step}", response_class=HTMLResponse)
+def review_page(request: Request, run_id: str, step: str, session: Session) -> Response:
+    me, csrf = session
     try:
-        if not me.can("approve"):
-            raise Forbidden(f"{me.name} does not have the approver role", code="not_an_approver")
-        link = _approvals(request).mint(me.tenant, run_id, step, me.name, by=f"{me.name} (inbox)")
+        view = _approvals(request).request_view(me, run_id, step)
     except LockstepError as exc:
-        return flash_redirect(request, "/ui/approvals", str(exc))
-    return html.redirect(f"/approve/{link['token']}")
+        return _refused(request, session, exc)
+    action = f"/ui/approvals/{quote(run_id, safe='')}/{quote(step, safe='')}"
+    context = {"me": me, "csrf": csrf, "token": None, "action": action, **view}
+    return _page(request, "approve.html", context)
+
+
+@router.post("/ui/approvals/{run_id}/{step}")
+def review_submit(
+    request: Request,
+    run_id: str,
+    step: str,
+    session: Session,
+    csrf: Annotated[str, Form()] = "",
+    decision: Annotated[str, Form()] = "",
+    comment: Annotated[str, Form()] = "",
+) -> Response:
+    me, expected = session
+    try:
+        _check_csrf(expected, csrf)
+    except CsrfRejected:
+        _approvals(request).principals.audit(
+            me.tenant, me.name, "approval.decide", None, "refused", code="csrf", channel="inbox"
+        )
+        raise
+    try:
+        result = _approvals(request).decide_in_session(me, run_id, step, decision, comment or None)
+    except LockstepError as exc:
+        return _refused(request, session, exc)
+    return _page(request, "decided.html", {"me": me, "csrf": expected, "result": result})

@@ -11,8 +11,9 @@ reviewed change of the event format or of evolve(); if test_golden fails after a
 the change breaks the replay of old runs: fix the change (or add an upcaster), not the files.
 The script is deterministic (fixed clock, fixed ids), so regenerating without such a change is a no-op.
 
-golden/v1/ and golden/v2/ hold the same scenarios as recorded by older builds (v1: unversioned
-snapshots, old task ids; v2: snapshot_version 2, before `paused`). This script never writes there:
+golden/v1/, golden/v2/ and golden/v3/ hold the first four scenarios as recorded by older builds (v1:
+unversioned snapshots, old task ids; v2: snapshot_version 2, before `paused`; v3: snapshot_version 3,
+before four-eyes proposals and the per-task count of ignored results). This script never writes there:
 those files stand for runs stored by those builds.
 """
 
@@ -30,10 +31,13 @@ from lockstep.core.commands import (
     CancelRun,
     ClaimTask,
     Command,
+    ConfirmRepair,
     ExpireLease,
     FireTimer,
+    RejectRepair,
     ReportFailure,
     ReportSuccess,
+    SkipStep,
     StartRun,
 )
 from lockstep.core.decide import decide
@@ -111,6 +115,22 @@ steps:
     delivery: at_most_once
     timeout: 30s
     retry: {max_attempts: 3}
+"""
+
+
+GUARDED = """
+name: guarded
+four_eyes: [skip]
+steps:
+  - id: reserve
+    activity: inventory.reserve
+    timeout: 30s
+  - id: hold
+    wait: 1d
+    skippable: true
+  - id: ship
+    activity: shipping.create
+    timeout: 10s
 """
 
 
@@ -215,6 +235,23 @@ def at_most_once_needs_attention() -> Recorder:
     return r
 
 
+def four_eyes_skip() -> Recorder:
+    r = Recorder(GUARDED, {"order_id": 79})
+    r.ok({"reservation": "RES-5"})
+    r.send(SkipStep("hold", "customer asked to ship now", None, "ops:ana", ("operator",)))
+    first = r.s.proposal
+    assert first is not None
+    r.wait(60)
+    r.send(RejectRepair(first["proposal_id"], "ask the customer again", "ops:ana"))  # a withdrawal
+    r.send(SkipStep("hold", "customer confirmed by phone", None, "ops:ana", ("operator",)))
+    second = r.s.proposal
+    assert second is not None
+    r.wait(120)
+    r.send(ConfirmRepair(second["proposal_id"], "checked the call log", "ops:ben", ("operator",)))
+    r.ok({"tracking": "TRK-5"})
+    return r
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
     "happy_path_with_retry": (
         "one failed attempt retried on a durable timer, a late duplicate result ignored, a wait, completed",
@@ -231,6 +268,10 @@ SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
     "at_most_once_needs_attention": (
         "the lease of an at_most_once payment expires: outcome unknown, the run needs a human",
         at_most_once_needs_attention,
+    ),
+    "four_eyes_skip": (
+        "four_eyes: [skip]: a proposed skip withdrawn, proposed again and confirmed by a second operator",
+        four_eyes_skip,
     ),
 }
 
