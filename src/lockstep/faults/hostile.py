@@ -77,6 +77,23 @@ def build_attacks() -> dict[str, tuple[str, str, dict[str, str], bytes]]:
         ),
     }
 
+    # The worst a tenant may do within the limits: five conditions at the cost bound, each over an
+    # input at max_input_bytes and max_list_items (about 4 ms each on the reference machine).
+    allowed = 'input.items.all(i, i.sku != "x" && i.sku.size() > 0 && i.sku.startsWith("s"))'
+    worst = {
+        "name": "allowed-worst",
+        "input_schema": ITEMS_SCHEMA,
+        "steps": [
+            *(
+                {"id": f"c{k}", "choice": [{"if": allowed, "next": f"c{k + 1}"}, {"else": "done"}]}
+                for k in range(5)
+            ),
+            {"id": "c5", "succeed": True},
+            {"id": "done", "succeed": True},
+        ],
+    }
+    items_max = [{"sku": f"sku-{i:05d}-" + "y" * 200} for i in range(1000)]
+
     def post(path: str, body: Any, headers: dict[str, str] = JSON) -> tuple[str, str, dict[str, str], bytes]:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         return ("POST", path, headers, data)
@@ -99,6 +116,8 @@ def build_attacks() -> dict[str, tuple[str, str, dict[str, str], bytes]]:
         "huge_document": post("/v1/definitions", b"name: huge\ndescription: " + b"x" * (3 << 20), YAML),
         "publish_dup_check": post("/v1/definitions", defs["dup-check"]),
         "publish_nested_map": post("/v1/definitions", defs["nested-map"]),
+        "publish_allowed_worst": post("/v1/definitions", worst),
+        "allowed_worst_start": start("allowed-worst", {"items": items_max}),
         "quadratic_exists_3000": start("dup-check", {"items": items_3000}),
         "quadratic_exists_1000": start("dup-check", {"items": items_1000}),
         "nested_map_1000": start("nested-map", {"items": items_1000}),
