@@ -17,6 +17,7 @@ from typing import Any
 from .core.approval import eligible
 from .core.commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
 from .core.shape import for_view
+from .core.state import RunState
 from .core.timeutil import iso, parse_iso
 from .errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound, Refused
 from .principals import Principal, Principals
@@ -260,18 +261,7 @@ class Approvals:
                 raise _refusal(r) from None
         if after is None:  # pragma: no cover - a recorded decision always leaves a state
             raise Conflict("the decision was not recorded", code="not_waiting")
-        a = after.approval
-        done = after.steps[link["step"]].output or {}
-        return {
-            "request_id": link["request_id"],
-            "run_id": link["run_id"],
-            "step": link["step"],
-            "link_id": link["link_id"],
-            "decision": decision,
-            "request_status": "pending" if a is not None else done.get("outcome"),
-            "decisions": (a or done).get("decisions", []),
-            "run_status": after.status,
-        }
+        return _decided(after, link["request_id"], link["step"], link["link_id"], decision)
 
     # --- operators and inboxes -----------------------------------------------------------------
     def reassign(
@@ -394,18 +384,7 @@ class Approvals:
                 raise _refusal(r) from None
         if after is None:  # pragma: no cover - a recorded decision always leaves a state
             raise Conflict("the decision was not recorded", code="not_waiting")
-        left = after.approval
-        done = after.steps[step].output or {}
-        return {
-            "request_id": a["request_id"],
-            "run_id": run_id,
-            "step": step,
-            "link_id": None,
-            "decision": decision,
-            "request_status": "pending" if left is not None else done.get("outcome"),
-            "decisions": (left or done).get("decisions", []),
-            "run_status": after.status,
-        }
+        return _decided(after, a["request_id"], step, None, decision)
 
     def inbox(self, principal: Principal) -> list[dict[str, Any]]:
         """Pending requests this person may decide and has not decided yet."""
@@ -450,6 +429,24 @@ class Approvals:
             return []
         with self.service.read() as tx:
             return tx.links_of_request(request)
+
+
+def _decided(
+    after: RunState, request_id: str, step: str, link_id: str | None, decision: str
+) -> dict[str, Any]:
+    """What a recorded decision answers: the request's state after it and the run's status."""
+    pending = after.approval
+    done = after.steps[step].output or {}
+    return {
+        "request_id": request_id,
+        "run_id": after.run_id,
+        "step": step,
+        "link_id": link_id,
+        "decision": decision,
+        "request_status": "pending" if pending is not None else done.get("outcome"),
+        "decisions": (pending or done).get("decisions", []),
+        "run_status": after.status,
+    }
 
 
 def _refusal(r: Rejected) -> LockstepError:

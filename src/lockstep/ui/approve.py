@@ -68,6 +68,23 @@ def approve_page(request: Request, token: str, session: Session) -> Response:
     return _page(request, "approve.html", {"me": me, "csrf": csrf, "token": token, **view})
 
 
+def _decision_csrf(request: Request, session: tuple[Any, str], csrf: str, channel: str) -> tuple[Any, str]:
+    """The session of a decision whose CSRF token matches; a mismatch is audited, then refused."""
+    me, expected = session
+    try:
+        _check_csrf(expected, csrf)
+    except CsrfRejected:
+        _approvals(request).principals.audit(
+            me.tenant, me.name, "approval.decide", None, "refused", code="csrf", channel=channel
+        )
+        raise
+    return me, expected
+
+
+def _review_path(run_id: str, step: str) -> str:
+    return f"/ui/approvals/{quote(run_id, safe='')}/{quote(step, safe='')}"
+
+
 @router.post("/approve/{token}")
 def approve_submit(
     request: Request,
@@ -77,14 +94,7 @@ def approve_submit(
     decision: Annotated[str, Form()] = "",
     comment: Annotated[str, Form()] = "",
 ) -> Response:
-    me, expected = session
-    try:
-        _check_csrf(expected, csrf)
-    except CsrfRejected:
-        _approvals(request).principals.audit(
-            me.tenant, me.name, "approval.decide", None, "refused", code="csrf", channel="ui"
-        )
-        raise
+    me, expected = _decision_csrf(request, session, csrf, "ui")
     try:
         result = _approvals(request).decide(me, token, decision, comment or None, channel="ui")
     except LockstepError as exc:
@@ -115,7 +125,7 @@ def open_request(
     and a link authorizes nothing, so reviewing never grows the run's history."""
     _me, expected = session
     _check_csrf(expected, csrf)
-    return html.redirect(f"/ui/approvals/{quote(run_id, safe='')}/{quote(step, safe='')}")
+    return html.redirect(_review_path(run_id, step))
 
 
 @router.get("/ui/approvals/{run_id}/{step}", response_class=HTMLResponse)
@@ -125,8 +135,7 @@ def review_page(request: Request, run_id: str, step: str, session: Session) -> R
         view = _approvals(request).request_view(me, run_id, step)
     except LockstepError as exc:
         return _refused(request, session, exc)
-    action = f"/ui/approvals/{quote(run_id, safe='')}/{quote(step, safe='')}"
-    context = {"me": me, "csrf": csrf, "token": None, "action": action, **view}
+    context = {"me": me, "csrf": csrf, "token": None, "action": _review_path(run_id, step), **view}
     return _page(request, "approve.html", context)
 
 
@@ -140,14 +149,7 @@ def review_submit(
     decision: Annotated[str, Form()] = "",
     comment: Annotated[str, Form()] = "",
 ) -> Response:
-    me, expected = session
-    try:
-        _check_csrf(expected, csrf)
-    except CsrfRejected:
-        _approvals(request).principals.audit(
-            me.tenant, me.name, "approval.decide", None, "refused", code="csrf", channel="inbox"
-        )
-        raise
+    me, expected = _decision_csrf(request, session, csrf, "inbox")
     try:
         result = _approvals(request).decide_in_session(me, run_id, step, decision, comment or None)
     except LockstepError as exc:
