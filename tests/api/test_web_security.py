@@ -25,7 +25,20 @@ from lockstep.api.app import create_app
 from lockstep.engine import Engine
 from lockstep.principals import Principals
 
-from .conftest import Tenant, assert_problem
+from .conftest import FakeClock, Tenant, assert_problem
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request: pytest.FixtureRequest, tmp_path: Any, clock: FakeClock) -> Any:
+    """This module's walks and pages run on both backends (the shared fixture is SQLite only)."""
+    sqlite = request.param == "sqlite"
+    url = f"sqlite:///{tmp_path}/db.sqlite" if sqlite else str(request.getfixturevalue("pg_url"))
+    e = Engine.open(url, clock=clock)
+    try:
+        yield e
+    finally:
+        e.close()
+
 
 pytestmark = pytest.mark.anyio
 
