@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from lockstep.core.limits import history_limit
+from lockstep.core.limits import DEFAULT_SERVER_LIMITS
 
 from .conftest import STEP, TENANT, World, assert_problem, csrf_of, po_definition
 
@@ -173,7 +173,7 @@ def test_attack_inbox_review_clicked_10000_times_appends_nothing(world: World) -
 def test_attack_operator_mints_links_without_bound(world: World) -> None:
     """Minting (and revoking) links for alice stops at the per-approver bound with a 409."""
     run = world.start()
-    for _ in range(history_limit("max_links_per_approver")):
+    for _ in range(DEFAULT_SERVER_LIMITS["max_links_per_approver"]):
         link = world.mint(run, "alice")
         world.http.post(
             f"/v1/approvals/links/{link['link_id']}/revoke", json={"reason": "resend"}, key=world.keys["op"]
@@ -200,7 +200,7 @@ def test_attack_worker_replays_a_stale_report_10000_times(world: World) -> None:
     seq = world.show(run)["seq"]
     for _ in range(10_000):
         assert_problem(world.http.post(url, json=stale, key=wkey), 409, "stale_result")
-    kept = history_limit("max_ignored_results_per_attempt")
+    kept = DEFAULT_SERVER_LIMITS["max_ignored_results_per_attempt"]
     shown = world.show(run)
     assert (shown["seq"], shown["status"]) == (seq + kept, "running")
     assert world.service.unrecorded_results[TENANT] == 10_000 - kept
