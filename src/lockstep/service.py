@@ -32,7 +32,7 @@ from .core.definition import Definition, DefinitionError, Limits, parse_definiti
 from .core.effects import effects_of
 from .core.events import Event, chain_hash
 from .core.explain import explain
-from .core.exprcheck import STORED_EXPR_LIMITS, expression_limits, publish_limits
+from .core.exprcheck import STORED_EXPR_LIMITS, ExprLimits, expression_limits, publish_limits
 from .core.limits import DEFAULT_SERVER_LIMITS, TENANT_LIMITS, ServerLimits, tenant_limit
 from .core.shape import Shape, for_view, measure, over_limit
 from .core.state import RunState, evolve, fold
@@ -149,8 +149,11 @@ class Service:
         # The server-wide limits (core/limits.py), set once when the process starts: every layer that
         # enforces one (HTTP, YAML, login, metrics, publish, the core's history bounds) reads it here.
         self.server_limits = server_limits
-        # Publish-time limits; their expression bounds are the server's unless `limits` says otherwise.
-        self.limits = limits or Limits(expressions=publish_limits(server_limits))
+        # Publish-time limits; their expression bounds are the server's unless `limits` sets its own.
+        limits = limits or Limits()
+        if limits.expressions == ExprLimits():
+            limits = replace(limits, expressions=publish_limits(server_limits))
+        self.limits = limits
         self._defs: dict[tuple[str, str, int], Definition] = {}
         self._settings_cache: dict[str, tuple[float, dict[str, Any]]] = {}
         self._claim_turn = 0

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from clikit import Cli
 
+from lockstep.core.definition import Limits
 from lockstep.engine import Engine
 from lockstep.errors import InvalidInput
 from lockstep.principals import Principals
@@ -208,14 +209,17 @@ def test_a_bad_setting_is_one_line_exit_2_and_nothing_starts(
 
 
 def test_engine_open_refuses_a_bad_setting_before_opening_the_database(tmp_path: Path) -> None:
-    """Engine.open(server_limits=...) checks names and ranges like the CLI, before the file is made."""
+    """Engine.open(server_limits=...) checks names and ranges like the CLI, before the file is made, and
+    its values reach the YAML loader (next to publish-time `limits` of the caller's own)."""
     url = f"sqlite:///{tmp_path / 'never.db'}"
     with pytest.raises(InvalidInput, match="did you mean max_yaml_nodes"):
         Engine.open(url, server_limits={"max_yaml_node": 10})
     with pytest.raises(InvalidInput, match="from 1 to 8"):
         Engine.open(url, server_limits={"max_macro_nesting": 9})
     assert not (tmp_path / "never.db").exists()
-    with Engine.open(url, server_limits={"max_yaml_nodes": 10}) as engine:
+    overrides = {"max_yaml_nodes": 10, "max_expression_length": 30}
+    with Engine.open(url, limits=Limits(max_steps=3), server_limits=overrides) as engine:
         assert engine.service.server_limits["max_yaml_nodes"] == 10
+        assert (engine.service.limits.max_steps, engine.service.limits.expressions.max_length) == (3, 30)
         with pytest.raises(InvalidInput, match="max_yaml_nodes"):
             engine.publish("name: x\nsteps:\n  - {id: a, wait: 1h}\n  - {id: b, wait: 1h}\n")
