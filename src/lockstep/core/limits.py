@@ -3,7 +3,8 @@
 A tenant admin is untrusted by every other tenant. What they publish and what their callers send is
 bounded in size, depth and cost so that no document, input or expression can crash the server or hold
 it for long. Each limit here is named by the tenant setting that changes it (`lockstep tenants set`),
-except the server-wide ones, which no tenant may raise. docs/security.md lists them all.
+except the server-wide ones, which no tenant may raise: whoever runs the server sets those at start
+(`ServerLimits`, below). docs/security.md lists them all.
 """
 
 from __future__ import annotations
@@ -187,9 +188,10 @@ def tenant_limit(settings: dict[str, object], name: str) -> int:
 
 # Bounds on events that people and workers can make a run record again and again. Without them an
 # approver clicking "Review", an operator re-sending links or a worker replaying a stale report could grow
-# a run's history until the tenant's max_history_events cancels it. Fixed (not tenant settings): they
-# bound evidence, not work, and every count above them is refused (or, for stale reports, answered as
-# ignored without being appended), never silently dropped.
+# a run's history until the tenant's max_history_events cancels it. Not tenant settings, and their
+# ceiling is their default (the server may only lower them): they bound evidence, not work, and every
+# count above them is refused (or, for stale reports, answered as ignored without being appended),
+# never silently dropped.
 HISTORY_LIMITS: dict[str, Limit] = {
     limit.name: limit
     for limit in (
