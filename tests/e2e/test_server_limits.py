@@ -102,11 +102,11 @@ def _login(c: httpx.Client, password: str) -> int:
     return c.post("/ui/login", data=data).status_code
 
 
-def test_lowered_limits_take_effect_in_a_real_server(serve: Any, acme: str) -> None:
+def test_lowered_limits_take_effect_in_a_real_server(serve: Any, acme: str, tmp_path: Path) -> None:
     """With --limit max_request_bytes=2000 and LOCKSTEP_LIMITS lowering max_expression_length to 40 and
     login_attempts_per_user to 2: a 3,000-byte request is 413 (1,500 bytes pass), a 43-character
     condition is refused at publish (18 pass), and the third login attempt to alice is 429 (the default
-    allows five)."""
+    allows five); the server says which limits it was given."""
     base = serve(
         "--limit",
         "max_request_bytes=2000",
@@ -130,6 +130,8 @@ def test_lowered_limits_take_effect_in_a_real_server(serve: Any, acme: str) -> N
     with httpx.Client(base_url=base, timeout=30) as browser:
         assert [_login(browser, "not-the-password") for _ in range(2)] == [303, 303]
         assert _login(browser, PASSWORD) == 429
+    said = "limits set: login_attempts_per_user=2, max_expression_length=40, max_request_bytes=2000"
+    assert said in (tmp_path / "serve.log").read_text()
 
 
 def test_cli_publish_uses_the_configured_expression_length(tmp_path: Path, url: str) -> None:
