@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import failpoints
+from .core.limits import DEFAULT_SERVER_LIMITS, LimitSettingError, ServerLimits, parse_limit_settings
 from .core.narrate import narrate
 from .core.state import STATUSES
 from .core.timeutil import parse_duration
@@ -49,16 +50,34 @@ STATUS_STYLE = {
 
 
 class Ctx:
-    def __init__(self, db: str, tenant: str) -> None:
+    def __init__(self, db: str, tenant: str, limits: ServerLimits = DEFAULT_SERVER_LIMITS) -> None:
         self.db = db
         self.tenant = tenant
+        self.limits = limits
         self._engine: Engine | None = None
 
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            self._engine = Engine.open(self.db)
+            self._engine = Engine.open(self.db, server_limits=self.limits)
         return self._engine
+
+
+LIMITS_ENV = "LOCKSTEP_LIMITS"
+
+
+def _server_limits(options: tuple[str, ...]) -> ServerLimits:
+    """LOCKSTEP_LIMITS, then each --limit (a later setting of a name wins), checked before anything
+    starts: one line naming the setting, the limit and its range, exit 2."""
+    where = LIMITS_ENV
+    try:
+        settings = parse_limit_settings([os.environ.get(LIMITS_ENV, "")])
+        where = "--limit"
+        settings |= parse_limit_settings(options)
+        where = "limits"
+        return ServerLimits(settings)
+    except LimitSettingError as exc:
+        raise InvalidInput(f"{where}: {exc}", code="bad_limit") from None
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -113,9 +132,17 @@ def _duration(text: str, what: str) -> timedelta:
     show_default=True,
     help="Tenant whose definitions and runs to use (env LOCKSTEP_TENANT).",
 )
+@click.option(
+    "--limit",
+    "limit_settings",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help=f"Set a server-wide limit, e.g. max_request_bytes=33554432 (repeatable; env {LIMITS_ENV}="
+    "NAME=VALUE,...; docs/security.md lists the names and ranges).",
+)
 @click.version_option(package_name="lockstep")
 @click.pass_context
-def cli(ctx: click.Context, db: str, tenant: str) -> None:
+def cli(ctx: click.Context, db: str, tenant: str, limit_settings: tuple[str, ...]) -> None:
     """lockstep: durable workflows for tenant-defined processes.
 
     Publish a definition, start runs, run workers; every run survives crashes and explains its waits.
@@ -124,7 +151,7 @@ def cli(ctx: click.Context, db: str, tenant: str) -> None:
         raise InvalidInput(f"{failpoints.SPEC_ERROR} (unset {failpoints.ENV} to run normally)")
     if failpoints.active_spec():
         err.print(f"warning: fail points are active ({failpoints.ENV}={failpoints.active_spec()})")
-    ctx.obj = Ctx(db, tenant)
+    ctx.obj = Ctx(db, tenant, _server_limits(limit_settings))
 
     def _close() -> None:
         if ctx.obj._engine is not None:

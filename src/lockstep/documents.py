@@ -16,13 +16,11 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
-from .core.limits import SERVER_LIMITS
+from .core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from .errors import InvalidInput
 
 __all__ = ["parse_json_document", "parse_yaml_document"]
 
-MAX_ALIASES = SERVER_LIMITS["max_yaml_aliases"].default
-MAX_NODES = SERVER_LIMITS["max_yaml_nodes"].default
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -33,11 +31,10 @@ class _Refused(yaml.MarkedYAMLError):
 class BoundedLoader(yaml.SafeLoader):
     """SafeLoader that counts expanded nodes and aliases while composing, and refuses duplicate keys."""
 
-    max_aliases = MAX_ALIASES
-    max_nodes = MAX_NODES
-
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, limits: ServerLimits) -> None:
         super().__init__(stream)
+        self.max_aliases = limits["max_yaml_aliases"]
+        self.max_nodes = limits["max_yaml_nodes"]
         self.aliases = 0
         self.expanded = 0
         self.sizes: dict[int, int] = {}
@@ -92,11 +89,11 @@ class BoundedLoader(yaml.SafeLoader):
         return mapping
 
 
-def parse_yaml_document(text: str, where: str) -> Any:
+def parse_yaml_document(text: str, where: str, limits: ServerLimits = DEFAULT_SERVER_LIMITS) -> Any:
     """The value of a YAML (or JSON) text; InvalidInput naming line and column for any problem."""
     loader = None
     try:
-        loader = BoundedLoader(text)  # the reader refuses control characters already here
+        loader = BoundedLoader(text, limits)  # the reader refuses control characters already here
         return loader.get_single_data()
     except RecursionError:
         raise InvalidInput(f"{where}: nested too deeply to be a definition") from None

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from .core.definition import Limits
+from .core.limits import DEFAULT_SERVER_LIMITS, LimitSettingError, ServerLimits
 from .documents import parse_yaml_document
 from .errors import InvalidInput, LockstepError
 from .runtime.activity import Registry
@@ -18,13 +19,16 @@ from .runtime.worker import Worker
 from .service import Service, utcnow
 from .store import SchemaError, StoreUnavailable, open_store
 
-__all__ = ["DEFAULT_DB", "Engine", "load_document"]
+__all__ = ["DEFAULT_DB", "Engine", "check_definition_size", "load_document"]
 
 DEFAULT_DB = "sqlite:///lockstep.db"
 
 
-def load_document(source: str | Path | dict[str, Any]) -> dict[str, Any]:
-    """A definition from a dict, a file path, or YAML/JSON text; errors name the line and column."""
+def load_document(
+    source: str | Path | dict[str, Any], limits: ServerLimits = DEFAULT_SERVER_LIMITS
+) -> dict[str, Any]:
+    """A definition from a dict, a file path, or YAML/JSON text (at most `limits`'s
+    max_definition_bytes, max_yaml_aliases and max_yaml_nodes); errors name the line and column."""
     if isinstance(source, dict):
         return source
     text = str(source)
@@ -34,10 +38,20 @@ def load_document(source: str | Path | dict[str, Any]) -> dict[str, Any]:
         if not path.is_file():
             raise InvalidInput(f"definition file {path} does not exist")
         text, where = path.read_text(), str(path)
-    doc = parse_yaml_document(text, where)
+    check_definition_size(len(text.encode("utf-8", "surrogatepass")), where, limits)
+    doc = parse_yaml_document(text, where, limits)
     if not isinstance(doc, dict):
         raise InvalidInput(f"{where}: a definition must be a mapping with name and steps")
     return doc
+
+
+def check_definition_size(size: int, where: str, limits: ServerLimits) -> None:
+    most = limits["max_definition_bytes"]
+    if size > most:
+        raise InvalidInput(
+            f"{where} is {size} bytes, over this server's limit max_definition_bytes={most}: split the "
+            "process into several definitions, or write repeated parts once"
+        )
 
 
 class Engine:
@@ -53,14 +67,24 @@ class Engine:
         *,
         clock: Callable[[], datetime] = utcnow,
         limits: Limits | None = None,
+        server_limits: Mapping[str, int] | None = None,
         synchronous: str = "FULL",
         busy_timeout: timedelta = timedelta(seconds=30),
     ) -> Engine:
+        """`server_limits` overrides server-wide limits of core/limits.py by name (SERVER_LIMITS and
+        HISTORY_LIMITS, e.g. {"max_request_bytes": 33554432}); a bad name or value raises InvalidInput
+        before the database is opened."""
+        try:
+            configured = (
+                server_limits if isinstance(server_limits, ServerLimits) else ServerLimits(server_limits)
+            )
+        except LimitSettingError as exc:
+            raise InvalidInput(str(exc), code="bad_limit") from None
         try:
             store = open_store(url, synchronous=synchronous, busy_timeout_s=busy_timeout.total_seconds())
         except (SchemaError, StoreUnavailable) as exc:
             raise LockstepError(str(exc), code="database") from None
-        return cls(Service(store, clock=clock, limits=limits))
+        return cls(Service(store, clock=clock, limits=limits, server_limits=configured))
 
     def close(self) -> None:
         self.service.store.close()
@@ -74,7 +98,7 @@ class Engine:
     # --- definitions and runs ------------------------------------------------------------------
     def publish(self, source: str | Path | dict[str, Any], *, tenant: str = "default") -> dict[str, Any]:
         """Publish a definition; identical content returns the existing version."""
-        out = self.service.publish(tenant, load_document(source))
+        out = self.service.publish(tenant, load_document(source, self.service.server_limits))
         return {"name": out["name"], "version": out["version"], "digest": out["digest"]}
 
     def start(

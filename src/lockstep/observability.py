@@ -28,7 +28,6 @@ from prometheus_client.registry import Collector
 
 from .core.definition import ActivityStep
 from .core.events import Event
-from .core.limits import SERVER_LIMITS
 from .core.state import RunState
 from .core.timeutil import parse_iso
 from .service import Service
@@ -146,8 +145,8 @@ class Metrics:
     def __init__(self, service: Service) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # `_created` series only add noise
         self.registry = CollectorRegistry()
-        self.activity_label = _FirstSeen(SERVER_LIMITS["max_metric_activities"].default)
-        self.code_label = _FirstSeen(SERVER_LIMITS["max_metric_error_codes"].default)
+        self.activity_label = _FirstSeen(service.server_limits["max_metric_activities"])
+        self.code_label = _FirstSeen(service.server_limits["max_metric_error_codes"])
         self.declared_codes = _DeclaredCodes(service)
         self.registry.register(_DatabaseCollector(service, self.activity_label))
         labels = ["tenant", "activity"]

@@ -15,14 +15,13 @@ import ipaddress
 import math
 import re
 import secrets
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
 from zxcvbn import zxcvbn
 
-from .core.limits import SERVER_LIMITS, TENANT_LIMITS
+from .core.limits import DEFAULT_SERVER_LIMITS, TENANT_LIMITS, ServerLimits
 from .core.throttle import ThrottlePolicy, admit, expires_at, refund
 from .core.timeutil import iso
 from .errors import Conflict, Forbidden, InvalidInput, NotFound, RateLimited
@@ -108,10 +107,12 @@ def _principal(u: UserRow) -> Principal:
 _ZXCVBN_MAX = 72
 
 
-def check_password_policy(password: str, *, tenant: str, user: str) -> None:
+def check_password_policy(
+    password: str, *, tenant: str, user: str, limits: ServerLimits = DEFAULT_SERVER_LIMITS
+) -> None:
     """Refuse a short password or one that lists of common passwords, words, names and keyboard patterns
     make easy to guess (zxcvbn, offline), saying why and how to pick a better one."""
-    shortest = SERVER_LIMITS["min_password_chars"].default
+    shortest = limits["min_password_chars"]
     how = (
         "pick a passphrase of four or more unrelated words, or let a password manager generate one "
         f"(at least {shortest} characters)"
@@ -121,7 +122,7 @@ def check_password_policy(password: str, *, tenant: str, user: str) -> None:
             f"the password is too short ({len(password)} characters, at least {shortest} needed): {how}"
         )
     verdict = zxcvbn(password[:_ZXCVBN_MAX], user_inputs=[tenant, user])
-    if verdict["score"] < SERVER_LIMITS["min_password_score"].default:
+    if verdict["score"] < limits["min_password_score"]:
         warning = str(verdict["feedback"].get("warning") or "It is easy to guess.").rstrip(".")
         raise InvalidInput(
             f"the password is too easy to guess ({warning.lower()}; common passwords, words, names, "
@@ -150,10 +151,9 @@ def _check_name(kind: str, name: str) -> None:
 
 
 class Principals:
-    def __init__(self, service: Service, *, limits: Mapping[str, int] | None = None) -> None:
+    def __init__(self, service: Service) -> None:
         self.service = service
-        # The server-wide login limits (core/limits.py defaults; `limits` overrides them by name).
-        values = {name: SERVER_LIMITS[name].default for name in SERVER_LIMITS} | dict(limits or {})
+        values = service.server_limits  # the login throttle's limits, as the server is configured
 
         def policy(attempts: str) -> ThrottlePolicy:
             return ThrottlePolicy(
@@ -262,7 +262,7 @@ class Principals:
         return {"tenant": tenant, "user": name, "disabled": False}
 
     def set_password(self, tenant: str, name: str, password: str) -> dict[str, Any]:
-        check_password_policy(password, tenant=tenant, user=name)
+        check_password_policy(password, tenant=tenant, user=name, limits=self.service.server_limits)
         self._update(tenant, name, end_sessions=True, password_hash=_hash_password(password))
         return {"tenant": tenant, "user": name, "password": "set", "sessions": "ended"}
 

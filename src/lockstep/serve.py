@@ -102,6 +102,9 @@ def run_server(
     if mods:
         worker = Worker(service, REGISTRY, concurrency=concurrency, scheduler=False).start()
     console.print(f"lockstep serving on http://{host}:{port}  (UI: /ui/, API: /v1, OpenAPI: /openapi.json)")
+    changed = service.server_limits.overrides()
+    if changed:
+        console.print("server-wide limits set: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
     # The client address (login throttling, audit) is the peer's, unless the peer is a proxy we were told
     # to trust: only then does X-Forwarded-For count, else any client could rotate it at will (uvicorn
     # alone would trust it from 127.0.0.1).

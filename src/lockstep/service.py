@@ -32,8 +32,8 @@ from .core.definition import Definition, DefinitionError, Limits, parse_definiti
 from .core.effects import effects_of
 from .core.events import Event, chain_hash
 from .core.explain import explain
-from .core.exprcheck import STORED_EXPR_LIMITS, expression_limits
-from .core.limits import TENANT_LIMITS, tenant_limit
+from .core.exprcheck import STORED_EXPR_LIMITS, ExprLimits, expression_limits, publish_limits
+from .core.limits import DEFAULT_SERVER_LIMITS, TENANT_LIMITS, ServerLimits, tenant_limit
 from .core.shape import Shape, for_view, measure, over_limit
 from .core.state import RunState, evolve, fold
 from .core.timeutil import iso
@@ -140,12 +140,20 @@ class Service:
         *,
         clock: Callable[[], datetime] = utcnow,
         limits: Limits | None = None,
+        server_limits: ServerLimits = DEFAULT_SERVER_LIMITS,
         unserved_after: timedelta = timedelta(hours=1),
     ) -> None:
         self.unserved_after = unserved_after
         self.store = store
         self.clock = clock
-        self.limits = limits or Limits()
+        # The server-wide limits (core/limits.py), set once when the process starts: every layer that
+        # enforces one (HTTP, YAML, login, metrics, publish, the core's history bounds) reads it here.
+        self.server_limits = server_limits
+        # Publish-time limits; their expression bounds are the server's unless `limits` sets its own.
+        limits = limits or Limits()
+        if limits.expressions == ExprLimits():
+            limits = replace(limits, expressions=publish_limits(server_limits))
+        self.limits = limits
         self._defs: dict[tuple[str, str, int], Definition] = {}
         self._settings_cache: dict[str, tuple[float, dict[str, Any]]] = {}
         self._claim_turn = 0
@@ -228,7 +236,7 @@ class Service:
         tenant = before.tenant if before else getattr(command, "tenant", "")
         max_events = self._tenant_setting(tx, tenant, "max_history_events")
         limit = int(max_events) if max_events else None
-        events = decide(before, command, now, definition, limit)
+        events = decide(before, command, now, definition, limit, self.server_limits)
         if not events:
             return before, []
         after = before
@@ -239,7 +247,7 @@ class Service:
         follow = then(after, events) if then is not None else None
         if follow is not None:
             try:
-                more = decide(after, follow, now, definition, limit)
+                more = decide(after, follow, now, definition, limit, self.server_limits)
             except Rejected:
                 more = []
             for e in more:

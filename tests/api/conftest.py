@@ -89,8 +89,9 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def engine(db_path: Path, clock: FakeClock) -> Iterator[Engine]:
-    e = Engine.open(f"sqlite:///{db_path}", clock=clock)
+def engine(db_path: Path, clock: FakeClock, request: pytest.FixtureRequest) -> Iterator[Engine]:
+    """The engine; parametrize it indirectly with a dict to override server-wide limits."""
+    e = Engine.open(f"sqlite:///{db_path}", clock=clock, server_limits=getattr(request, "param", None))
     try:
         yield e
     finally:

@@ -137,12 +137,11 @@ async def test_streamed_body_is_not_read_past_the_limit(client: httpx.AsyncClien
     assert pulled <= 18 * MB
 
 
+@pytest.mark.parametrize("engine", [{"max_request_bytes": 2000, "max_request_depth": 4}], indirect=True)
 async def test_the_server_limits_can_be_lowered_by_whoever_runs_the_app(
-    app: FastAPI, client: httpx.AsyncClient, api: Api, published: None
+    client: httpx.AsyncClient, api: Api, published: None
 ) -> None:
-    """app.state.max_request_bytes / max_request_depth override the defaults of core/limits.py."""
-    app.state.max_request_bytes = 2000
-    app.state.max_request_depth = 4
+    """Engine.open(server_limits=...) lowers max_request_bytes and max_request_depth for every route."""
     assert_problem(await api.start("nap", {"blob": "x" * 3000}), 413, "too_large")
     assert_problem(await api.start("nap", {"x": nested(4)}), 422, "too_deep")
     assert (await api.start("nap", {"x": nested(2)})).status_code == 201

@@ -318,10 +318,15 @@ def assert_problem(r: httpx.Response, status: int, code: str | None = None) -> d
 
 
 def open_world(
-    db_path: Path, clock: FakeClock, stack: ExitStack, keys: dict[str, str] | None = None
+    db_path: Path,
+    clock: FakeClock,
+    stack: ExitStack,
+    keys: dict[str, str] | None = None,
+    server_limits: dict[str, int] | None = None,
 ) -> World:
-    """Open an engine and the app on `db_path`; without `keys`, create tenant acme and USERS first."""
-    engine = Engine.open(f"sqlite:///{db_path}", clock=clock)
+    """Open an engine (with `server_limits` overridden) and the app on `db_path`; without `keys`,
+    create tenant acme and USERS first."""
+    engine = Engine.open(f"sqlite:///{db_path}", clock=clock, server_limits=server_limits)
     stack.callback(engine.close)
     principals = Principals(engine.service)
     if keys is None:

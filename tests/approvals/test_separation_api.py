@@ -5,11 +5,22 @@ problem document and changes nothing, or (history limits) leaves the run's histo
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
-from lockstep.core.limits import history_limit
+from lockstep.core.limits import DEFAULT_SERVER_LIMITS
 
-from .conftest import STEP, TENANT, World, assert_problem, csrf_of, po_definition
+from .conftest import (
+    STEP,
+    TENANT,
+    FakeClock,
+    World,
+    assert_problem,
+    csrf_of,
+    open_world,
+    po_definition,
+)
 
 MIGRATE = "/v1/runs/{run}/migrate"
 
@@ -173,7 +184,7 @@ def test_attack_inbox_review_clicked_10000_times_appends_nothing(world: World) -
 def test_attack_operator_mints_links_without_bound(world: World) -> None:
     """Minting (and revoking) links for alice stops at the per-approver bound with a 409."""
     run = world.start()
-    for _ in range(history_limit("max_links_per_approver")):
+    for _ in range(DEFAULT_SERVER_LIMITS["max_links_per_approver"]):
         link = world.mint(run, "alice")
         world.http.post(
             f"/v1/approvals/links/{link['link_id']}/revoke", json={"reason": "resend"}, key=world.keys["op"]
@@ -200,7 +211,7 @@ def test_attack_worker_replays_a_stale_report_10000_times(world: World) -> None:
     seq = world.show(run)["seq"]
     for _ in range(10_000):
         assert_problem(world.http.post(url, json=stale, key=wkey), 409, "stale_result")
-    kept = history_limit("max_ignored_results_per_attempt")
+    kept = DEFAULT_SERVER_LIMITS["max_ignored_results_per_attempt"]
     shown = world.show(run)
     assert (shown["seq"], shown["status"]) == (seq + kept, "running")
     assert world.service.unrecorded_results[TENANT] == 10_000 - kept
@@ -208,6 +219,36 @@ def test_attack_worker_replays_a_stale_report_10000_times(world: World) -> None:
     real = {"attempt": task["attempt"], "fencing_token": task["fencing_token"], "output": {"paid": True}}
     assert world.http.post(url, json=real, key=wkey).status_code == 200
     assert world.show(run)["status"] == "completed"
+
+
+def test_lowered_history_limits_bind_links_and_stale_reports(tmp_path: Path) -> None:
+    """With max_links_per_approver=2 and max_ignored_results_per_attempt=1 set for the server, the
+    third link for alice is 409 too_many_links (the default allows five) and of three stale reports
+    only the first is recorded (the default records three)."""
+    limits = {"max_links_per_approver": 2, "max_ignored_results_per_attempt": 1}
+    with ExitStack() as stack:
+        world = open_world(tmp_path / "db.sqlite", FakeClock(), stack, server_limits=limits)
+        world.publish(po_definition())
+        run = world.start()
+        for _ in range(2):
+            link = world.mint(run, "alice")
+            revoke = f"/v1/approvals/links/{link['link_id']}/revoke"
+            world.http.post(revoke, json={"reason": "resend"}, key=world.keys["op"])
+        body = assert_problem(world.mint_response(run, "alice"), 409, "too_many_links")
+        assert "2 links were already minted" in body["detail"]
+        run = world.start(po="PO-2")
+        for who in ("alice", "bob"):
+            assert world.decide(world.mint(run, who)["token"], who).status_code == 200
+        wkey = _user(world, "w", ["worker"], [])
+        poll = {"activities": ["payments.charge"], "wait_seconds": 0}
+        (task,) = world.http.post("/v1/tasks/poll", json=poll, key=wkey).json()["tasks"]
+        url = f"/v1/tasks/{task['task_id']}/complete"
+        stale = {"attempt": task["attempt"], "fencing_token": task["fencing_token"] - 1, "output": {}}
+        seq = world.show(run)["seq"]
+        for _ in range(3):
+            assert_problem(world.http.post(url, json=stale, key=wkey), 409, "stale_result")
+        assert world.show(run)["seq"] == seq + 1
+        assert world.service.unrecorded_results[TENANT] == 2
 
 
 def test_review_page_shows_nothing_to_approvers_outside_the_policy(world: World) -> None:

@@ -32,7 +32,7 @@ from lockstep.core.commands import (
 )
 from lockstep.core.definition import Definition, DefinitionError, parse_definition
 from lockstep.core.explain import explain
-from lockstep.core.limits import history_limit
+from lockstep.core.limits import DEFAULT_SERVER_LIMITS
 
 PO = """
 name: po
@@ -229,7 +229,7 @@ def test_replacements_per_request_are_bounded() -> None:
     """Swapping approvers back and forth stops at max_approver_replacements."""
     r = waiting()
     pair = ("alice", "gina")
-    for _ in range(history_limit("max_approver_replacements")):
+    for _ in range(DEFAULT_SERVER_LIMITS["max_approver_replacements"]):
         r.send(ReplaceApprover(RID, pair[0], pair[1], "swap", "op", APPROVER, ("finance",)))
         pair = (pair[1], pair[0])
     refused(
@@ -365,7 +365,7 @@ def test_a_proposal_is_rejected_by_anyone_or_withdrawn_by_its_proposer() -> None
     pid = r.send(skip)[0].data["proposal_id"]
     assert r.send(RejectRepair(pid, "changed my mind", "ana"))[0].data["withdrawn"] is True
     refused(r, ConfirmRepair(pid, "ok", "ben", ("operator",)), "no_proposal")
-    while r.s.proposals_made < history_limit("max_repair_proposals"):
+    while r.s.proposals_made < DEFAULT_SERVER_LIMITS["max_repair_proposals"]:
         r.send(RejectRepair(r.send(skip)[0].data["proposal_id"], "no", "ben"))
     refused(r, skip, "too_many_proposals")
 
@@ -439,12 +439,12 @@ def test_attack_a_worker_replaying_a_stale_report_10000_times_leaves_the_history
     seq = r.s.seq
     codes = {_code(r, stale) for _ in range(10_000)}
     assert codes == {None, "result_ignored"}
-    assert r.s.seq == seq + history_limit("max_ignored_results_per_attempt")
+    assert r.s.seq == seq + DEFAULT_SERVER_LIMITS["max_ignored_results_per_attempt"]
     assert r.s.status == "waiting"
     # Made-up task ids of the same run: bounded per run too.
     codes = {_code(r, ReportSuccess(f"r1/pay/a1-{i}", 1, 1, None)) for i in range(10_000)}
     assert codes == {None, "result_ignored"}
-    assert r.s.ignored_results == history_limit("max_ignored_results_per_run")
+    assert r.s.ignored_results == DEFAULT_SERVER_LIMITS["max_ignored_results_per_run"]
     assert r.s.status == "waiting"
 
 
@@ -452,7 +452,7 @@ def test_attack_links_minted_per_approver_are_bounded() -> None:
     """Minting links for one approver over and over stops at max_links_per_approver (revoking does not
     reset it): the inbox needs no link, and a resend is needed only a few times."""
     r = waiting()
-    most = history_limit("max_links_per_approver")
+    most = DEFAULT_SERVER_LIMITS["max_links_per_approver"]
     for i in range(most):
         r.send(IssueApprovalLink(RID, "alice", f"l{i}", "2099-01-01T00:00:00Z", APPROVER, ()))
         r.send(RevokeApprovalLink(RID, "alice", f"l{i}", "resend", "op"))

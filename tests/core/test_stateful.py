@@ -34,7 +34,7 @@ from lockstep.core.definition import Definition, parse_definition
 from lockstep.core.effects import CloseTask, CloseTimer, CreateTask, CreateTimer, effects_of
 from lockstep.core.events import Event, chain_hash
 from lockstep.core.explain import explain
-from lockstep.core.limits import history_limit
+from lockstep.core.limits import DEFAULT_SERVER_LIMITS
 from lockstep.core.state import RunState, evolve, fold
 from lockstep.core.timeutil import iso, parse_iso
 
@@ -125,9 +125,11 @@ def _jsonish(s: RunState) -> dict[str, Any]:
 
 def _evidence_full(s: RunState, task: str) -> bool:
     """The run already records as many stale reports as HISTORY_LIMITS allow (for this task or in all)."""
-    return s.ignored_by_task.get(task, 0) >= history_limit(
-        "max_ignored_results_per_attempt"
-    ) or s.ignored_results >= history_limit("max_ignored_results_per_run")
+    limits = DEFAULT_SERVER_LIMITS
+    return (
+        s.ignored_by_task.get(task, 0) >= limits["max_ignored_results_per_attempt"]
+        or s.ignored_results >= limits["max_ignored_results_per_run"]
+    )
 
 
 class CoreMachine(RuleBasedStateMachine):

@@ -40,7 +40,8 @@ def create_app(
     app.state.metrics = Metrics(service)
     app.state.secure_cookies = secure_cookies
     problems.install(app)
-    limits.install(app)  # body size (413) and JSON depth (422) before any route reads the body
+    # Body size (413) and JSON depth (422), as the server is configured, before any route reads the body.
+    limits.install(app, service.server_limits)
     problems.with_problem_schema(app)
     app.include_router(routes.router)
     app.include_router(tasks.router)

@@ -16,7 +16,7 @@ import anyio.to_thread
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..core.limits import SERVER_LIMITS
+from ..core.limits import ServerLimits
 from ..core.shape import text_depth_over
 from .problems import problem
 
@@ -26,10 +26,10 @@ __all__ = ["RequestLimits", "install"]
 SCAN_INLINE_BYTES = 256 * 1024
 
 
-def install(app: Any) -> None:
-    """Put the limits in front of `app`. `app.state.max_request_bytes` / `max_request_depth`, when set
-    (e.g. by whoever starts the server), override the defaults of core/limits.py."""
-    app.add_middleware(RequestLimits, state=app.state)
+def install(app: Any, limits: ServerLimits) -> None:
+    """Put the limits in front of `app`: max_request_bytes and max_request_depth as the server is
+    configured (`Service.server_limits`)."""
+    app.add_middleware(RequestLimits, limits=limits)
 
 
 def _is_json(headers: Headers) -> bool:
@@ -41,20 +41,16 @@ def _is_json(headers: Headers) -> bool:
 
 
 class RequestLimits:
-    def __init__(self, app: ASGIApp, state: Any = None) -> None:
+    def __init__(self, app: ASGIApp, limits: ServerLimits) -> None:
         self.app = app
-        self.state = state
-
-    def _limit(self, name: str) -> int:
-        value, limit = getattr(self.state, name, None), SERVER_LIMITS[name]
-        return min(value, limit.ceiling) if isinstance(value, int) and value > 0 else limit.default
+        self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        max_bytes = self._limit("max_request_bytes")
+        max_bytes = self.limits["max_request_bytes"]
         length = headers.get("content-length")
         if length is not None and length.strip().isdigit() and int(length) > max_bytes:
             await self._too_large(scope, receive, send, f"{int(length)} bytes", max_bytes)
@@ -87,7 +83,7 @@ class RequestLimits:
             refusal = problem(422, "invalid_request", "a JSON body must be UTF-8 text", path)
             await refusal(scope, receive, send)
             return False
-        depth = self._limit("max_request_depth")
+        depth = self.limits["max_request_depth"]
         if len(body) <= SCAN_INLINE_BYTES:
             over = text_depth_over(body, depth)
         else:

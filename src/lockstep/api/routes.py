@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..core.explain import WAIT_KINDS
 from ..core.state import STATUSES
 from ..documents import parse_json_document
-from ..engine import load_document
+from ..engine import check_definition_size, load_document
 from ..errors import InvalidInput
 from ..principals import Principal
 from ..service import Service
@@ -33,7 +33,6 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", responses=PROBLEM_RESPONSES)
 Svc = Annotated[Service, Depends(get_service)]
-MAX_DEFINITION_BYTES = 1 << 20
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: _r(404, "No such run in the caller's tenant")}
 
 
@@ -67,8 +66,7 @@ async def publish(
 
 
 def _publish(svc: Service, tenant: str, body: bytes, content_type: str) -> dict[str, Any]:
-    if len(body) > MAX_DEFINITION_BYTES:
-        raise InvalidInput(f"definition is {len(body)} bytes; the limit is {MAX_DEFINITION_BYTES}")
+    check_definition_size(len(body), "the definition", svc.server_limits)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -80,7 +78,7 @@ def _publish(svc: Service, tenant: str, body: bytes, content_type: str) -> dict[
         if not isinstance(doc, dict):
             raise InvalidInput("a definition must be a JSON object with name and steps")
     else:
-        doc = load_document(text if "\n" in text else text + "\n")
+        doc = load_document(text if "\n" in text else text + "\n", svc.server_limits)
     return svc.publish(tenant, doc)
 
 

@@ -12,7 +12,6 @@ from typing import Any
 from .commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
 from .definition import ApprovalStep
 from .flow import Tx, advance_after, cancel_timers, enter, fail
-from .limits import history_limit
 
 __all__ = [
     "decide_approval",
@@ -142,7 +141,7 @@ def issue_link(tx: Tx, c: IssueApprovalLink) -> None:
             "already_decided", f"{c.approver} already decided on this request; no new link is needed"
         )
     _check_identity(a, c.approver, c.groups)
-    most = history_limit("max_links_per_approver")
+    most = tx.limits["max_links_per_approver"]
     if a.get("issued", {}).get(c.approver, 0) >= most:
         raise Rejected(
             "too_many_links",
@@ -206,7 +205,7 @@ def replace_approver(tx: Tx, c: ReplaceApprover) -> None:
             else f"{c.new} does not satisfy the policy of this request: it names users only, so nobody "
             f"outside it can take a seat (cancel the run, or publish a version with a group)",
         )
-    most = history_limit("max_approver_replacements")
+    most = tx.limits["max_approver_replacements"]
     if a.get("replacements", 0) >= most:
         raise Rejected("too_many_replacements", f"this request already had {most} approver replacements")
     tx.emit(

@@ -65,7 +65,7 @@ from .flow import (
     withdraw,
 )
 from .foureyes import confirm_repair, needs_second_operator, propose_repair, reject_repair
-from .limits import history_limit
+from .limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from .migrate import migrate
 from .repair import dead_letter, edit_input, pause, resolve, resume, retry_step, skip
 from .state import Attempt, RunState
@@ -80,12 +80,14 @@ def decide(
     now: datetime,
     definition: Definition,
     max_events: int | None = None,
+    limits: ServerLimits = DEFAULT_SERVER_LIMITS,
 ) -> list[Event]:
     """Events for command, or raise Rejected. Never reads anything but its arguments.
 
     `max_events` is the tenant's history limit: a run that reaches it is cancelled (with compensation)
-    so a runaway loop cannot grow without bound."""
-    tx = Tx(state, now, definition)
+    so a runaway loop cannot grow without bound. `limits` are the server's (HISTORY_LIMITS bound the
+    events people and workers can make a run repeat)."""
+    tx = Tx(state, now, definition, limits)
     if isinstance(command, StartRun):
         _start(tx, command)
     elif state is None:
@@ -212,13 +214,11 @@ def _stale_reason(s: RunState, task: str, attempt: int, fencing: int) -> str | N
     return None
 
 
-def _bound_ignored(s: RunState, task: str, stale: str) -> None:
+def _bound_ignored(tx: Tx, task: str, stale: str) -> None:
     """Stale reports are evidence, but a worker may replay one forever: past the first few per task (and
     per run) they are answered as ignored (Rejected `result_ignored`) without being appended."""
-    per_task, per_run = (
-        history_limit("max_ignored_results_per_attempt"),
-        history_limit("max_ignored_results_per_run"),
-    )
+    s = tx.s
+    per_task, per_run = tx.limits["max_ignored_results_per_attempt"], tx.limits["max_ignored_results_per_run"]
     if s.ignored_by_task.get(task, 0) >= per_task or s.ignored_results >= per_run:
         raise Rejected(
             "result_ignored",
@@ -235,7 +235,7 @@ def _report(tx: Tx, c: ReportSuccess | ReportFailure) -> None:
             if isinstance(c, ReportSuccess)
             else {"outcome": "failed", "code": c.code, "message": c.message}
         )
-        _bound_ignored(tx.s, c.task_id, stale)
+        _bound_ignored(tx, c.task_id, stale)
         parts = c.task_id.split("/")
         step = (
             tx.s.active.step

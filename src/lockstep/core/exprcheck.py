@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, replace
 
 from .exprparse import BINARY, MACROS, OPEN, RAW_STR, Node, Parser, tokens
-from .limits import SERVER_LIMITS, TENANT_LIMITS, tenant_limit
+from .limits import SERVER_LIMITS, TENANT_LIMITS, ServerLimits, tenant_limit
 
 __all__ = [
     "STORED_EXPR_LIMITS",
@@ -31,6 +31,7 @@ __all__ = [
     "Shape",
     "check_shape",
     "expression_limits",
+    "publish_limits",
 ]
 
 
@@ -61,6 +62,17 @@ STORED_EXPR_LIMITS = ExprLimits(
     # any tenant may set (arrays are bounded on entry by the tenant's own).
     list_items=TENANT_LIMITS["max_list_items"].ceiling,
 )
+
+
+def publish_limits(server: ServerLimits) -> ExprLimits:
+    """The bounds a published expression is checked against, as this server is configured."""
+    return ExprLimits(
+        max_length=server["max_expression_length"],
+        max_nesting=server["max_expression_nesting"],
+        max_depth=server["max_expression_depth"],
+        max_macro_nesting=server["max_macro_nesting"],
+        max_cost=server["max_expression_cost"],
+    )
 
 
 def expression_limits(base: ExprLimits, settings: dict[str, object]) -> ExprLimits:

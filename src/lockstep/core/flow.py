@@ -19,6 +19,7 @@ from .definition import (
 )
 from .events import Event
 from .expr import ExprError, evaluate
+from .limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from .state import Attempt, RunState, evolve
 from .timeutil import iso, parse_iso
 
@@ -77,11 +78,18 @@ def expression_context(state: RunState) -> dict[str, Any]:
 class Tx:
     """Accumulates events, folding each one so the next decision sees the updated state."""
 
-    def __init__(self, state: RunState | None, now: datetime, definition: Definition) -> None:
+    def __init__(
+        self,
+        state: RunState | None,
+        now: datetime,
+        definition: Definition,
+        limits: ServerLimits = DEFAULT_SERVER_LIMITS,
+    ) -> None:
         self.state = state
         self.now = now
         self.at = iso(now)
         self.d = definition
+        self.limits = limits  # the server's history limits (bounds on events people can repeat)
         self.events: list[Event] = []
 
     @property

@@ -15,7 +15,6 @@ from typing import Any
 
 from .commands import ConfirmRepair, MigrateRun, Rejected, RejectRepair, ResolveStep, SkipStep
 from .flow import Tx
-from .limits import history_limit
 from .migrate import migrate
 from .repair import resolve, skip
 
@@ -85,10 +84,10 @@ def propose_repair(tx: Tx, c: Repair) -> None:
             f"proposal {p['proposal_id']} ({p['kind']} by {p['actor']}) already awaits a second operator: "
             f"confirm or reject it first",
         )
-    most = history_limit("max_repair_proposals")
+    most = tx.limits["max_repair_proposals"]
     if s.proposals_made >= most:
         raise Rejected("too_many_proposals", f"this run already had {most} repair proposals (the limit)")
-    probe = Tx(s, tx.now, tx.d)
+    probe = Tx(s, tx.now, tx.d, tx.limits)
     HANDLERS[kind](probe, c)  # refused now: refused as a proposal too, with the same reason
     tx.emit(
         "RepairProposed",

@@ -3,14 +3,28 @@
 A tenant admin is untrusted by every other tenant. What they publish and what their callers send is
 bounded in size, depth and cost so that no document, input or expression can crash the server or hold
 it for long. Each limit here is named by the tenant setting that changes it (`lockstep tenants set`),
-except the server-wide ones, which no tenant may raise. docs/security.md lists them all.
+except the server-wide ones, which no tenant may raise: whoever runs the server sets those at start
+(`ServerLimits`, below). docs/security.md lists them all.
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
-__all__ = ["HISTORY_LIMITS", "SERVER_LIMITS", "TENANT_LIMITS", "Limit", "history_limit", "tenant_limit"]
+__all__ = [
+    "DEFAULT_SERVER_LIMITS",
+    "HISTORY_LIMITS",
+    "SERVER_LIMITS",
+    "TENANT_LIMITS",
+    "Limit",
+    "LimitSettingError",
+    "ServerLimits",
+    "parse_limit_settings",
+    "tenant_limit",
+]
 
 
 @dataclass(frozen=True)
@@ -174,9 +188,10 @@ def tenant_limit(settings: dict[str, object], name: str) -> int:
 
 # Bounds on events that people and workers can make a run record again and again. Without them an
 # approver clicking "Review", an operator re-sending links or a worker replaying a stale report could grow
-# a run's history until the tenant's max_history_events cancels it. Fixed (not tenant settings): they
-# bound evidence, not work, and every count above them is refused (or, for stale reports, answered as
-# ignored without being appended), never silently dropped.
+# a run's history until the tenant's max_history_events cancels it. Not tenant settings, and their
+# ceiling is their default (the server may only lower them): they bound evidence, not work, and every
+# count above them is refused (or, for stale reports, answered as ignored without being appended),
+# never silently dropped.
 HISTORY_LIMITS: dict[str, Limit] = {
     limit.name: limit
     for limit in (
@@ -201,5 +216,99 @@ HISTORY_LIMITS: dict[str, Limit] = {
 }
 
 
-def history_limit(name: str) -> int:
-    return HISTORY_LIMITS[name].default
+# --- the server-wide setting: `--limit NAME=VALUE` / LOCKSTEP_LIMITS / Engine.open(server_limits=...) ---
+
+
+class LimitSettingError(ValueError):
+    """A server-wide limit setting that names no limit or is out of its range; one line, says which."""
+
+
+class ServerLimits(Mapping[str, int]):
+    """The values of every SERVER_LIMITS and HISTORY_LIMITS limit for one server process: the defaults,
+    with the operator's overrides. Built once at startup and passed down (never a module global), so the
+    core decides with the values it is given."""
+
+    def __init__(self, overrides: Mapping[str, int] | None = None) -> None:
+        values = {name: limit.default for name, limit in _SETTABLE.items()}
+        for name, value in (overrides or {}).items():
+            values[name] = _checked(name, value)
+        if values["login_lockout_seconds"] < values["login_window_seconds"]:
+            raise LimitSettingError(
+                f"login_lockout_seconds={values['login_lockout_seconds']} is shorter than "
+                f"login_window_seconds={values['login_window_seconds']}: a lockout must last at least "
+                "the window (else attempts per window are no longer bounded); raise it or lower the window"
+            )
+        self._values = MappingProxyType(values)
+
+    def __getitem__(self, name: str) -> int:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        changed = {k: v for k, v in self._values.items() if v != _SETTABLE[k].default}
+        return f"ServerLimits({changed})"
+
+    def overrides(self) -> dict[str, int]:
+        """The values that differ from their defaults."""
+        return {k: v for k, v in self._values.items() if v != _SETTABLE[k].default}
+
+
+_SETTABLE: dict[str, Limit] = {**SERVER_LIMITS, **HISTORY_LIMITS}
+
+
+def _range(limit: Limit) -> str:
+    return f"a whole number from 1 to {limit.ceiling:_} (default {limit.default:_}, in {limit.unit})"
+
+
+def _named(name: str) -> Limit:
+    limit = _SETTABLE.get(name)
+    if limit is not None:
+        return limit
+    if name in TENANT_LIMITS:
+        raise LimitSettingError(
+            f"{name} is a tenant limit, not a server-wide one: set it with "
+            f"`lockstep tenants set TENANT --{name.replace('_', '-')} N`"
+        )
+    close = difflib.get_close_matches(name, _SETTABLE, n=1)
+    hint = f"did you mean {close[0]}?" if close else "docs/security.md lists them (## Limits)"
+    raise LimitSettingError(f"unknown server-wide limit {name!r}: {hint}")
+
+
+def _checked(name: str, value: object) -> int:
+    limit = _named(name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit.ceiling:
+        raise LimitSettingError(f"{name}={value!r} is out of range: {name} is {_range(limit)}")
+    return value
+
+
+def parse_limit_settings(items: Iterable[str]) -> dict[str, int]:
+    """`NAME=VALUE` settings (each item may hold several, separated by commas) as a mapping, each
+    checked; a later setting of a name wins. Values may use `_` between digits (33_554_432)."""
+    out: dict[str, int] = {}
+    for item in items:
+        for part in item.split(","):
+            text = part.strip()
+            if not text:
+                continue
+            name, sep, raw = (x.strip() for x in text.partition("="))
+            if not sep or not name:
+                raise LimitSettingError(
+                    f"limit setting {text!r} is not NAME=VALUE (e.g. max_request_bytes=33554432)"
+                )
+            limit = _named(name)
+            try:
+                value = int(raw)
+            except ValueError:
+                raise LimitSettingError(
+                    f"{name}={raw!r} is not a whole number: {name} is {_range(limit)}"
+                ) from None
+            out[name] = _checked(name, value)
+    return out
+
+
+DEFAULT_SERVER_LIMITS = ServerLimits()
