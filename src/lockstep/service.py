@@ -33,8 +33,9 @@ from .core.effects import effects_of
 from .core.events import Event, chain_hash
 from .core.explain import explain
 from .core.exprcheck import STORED_EXPR_LIMITS, ExprLimits, expression_limits, publish_limits
+from .core.flow import run_of_task
 from .core.limits import DEFAULT_SERVER_LIMITS, TENANT_LIMITS, ServerLimits, tenant_limit
-from .core.shape import Shape, for_view, measure, over_limit
+from .core.shape import Shape, for_view, measure, over_limit, shape_of
 from .core.state import RunState, evolve, fold
 from .core.timeutil import iso
 from .dispatch import TaskLease
@@ -296,9 +297,15 @@ class Service:
             return check_value(self.settings_of(tenant), tenant, value, size_limit, what, root)
 
     def command(
-        self, run_id: str, command: Command, tenant: str | None = None
+        self,
+        run_id: str,
+        command: Command,
+        tenant: str | None = None,
+        prepare: Callable[[Tx, LoadedRun], Command] | None = None,
     ) -> tuple[RunState, list[Event]]:
-        """Run one command on one run, retrying a lost optimistic race a few times."""
+        """Run one command on one run, retrying a lost optimistic race a few times. `prepare` turns the
+        command into the one to decide, inside the transaction, from the loaded run (e.g. a result
+        bounded by its tenant's limits)."""
         reason = getattr(command, "reason", None)
         if tenant is not None and isinstance(reason, str):
             self.check_value(tenant, reason, "max_payload_bytes", "the reason")
@@ -315,7 +322,8 @@ class Service:
                         loaded.state.definition["name"],
                         loaded.state.definition["version"],
                     )
-                    after, events = self.apply(tx, loaded, command, now, d)
+                    decided = prepare(tx, loaded) if prepare is not None else command
+                    after, events = self.apply(tx, loaded, decided, now, d)
                     return after or loaded.state, events
             except ConcurrencyError:
                 continue
@@ -693,28 +701,35 @@ class Service:
         return t
 
     def _report(self, task_id: str, command: ReportSuccess | ReportFailure, tenant: str | None = None) -> str:
-        t = self.task(task_id, tenant)
-        bounded = command
-        if isinstance(command, ReportSuccess):
-            try:  # measured with the tenant's bounds, before the transaction
-                what = "the activity output"
-                self.check_value(t.tenant, command.output, "max_output_bytes", what, "output")
-            except InvalidInput as over:
-                bounded = self._output_refused(command, str(over))
-        if isinstance(bounded, ReportFailure):
-            bounded = self._fit_failure(self.settings_of(t.tenant), bounded)
+        """Record one worker's result in ONE transaction: the run is the task id's prefix, its tenant
+        (and so the limits the result is bounded by) is read with the run it locks."""
+        shape = (
+            shape_of(command.output, "output", "max_output_bytes")
+            if isinstance(command, ReportSuccess)
+            else None
+        )
+        recorded: list[tuple[str, ReportSuccess | ReportFailure]] = []
+
+        def bounded(tx: Tx, loaded: LoadedRun) -> Command:
+            report = self.bounded_report(tx, loaded.state.tenant, command, shape)
+            recorded.append((loaded.state.tenant, report))
+            return report
+
         try:
-            _state, events = self.command(t.run_id, bounded)
+            _state, events = self.command(run_of_task(task_id), command, tenant, prepare=bounded)
+        except NotFound:
+            raise NotFound(f"task {task_id} not found") from None
         except Refused as exc:
             if exc.code != "result_ignored":
                 raise
-            self.count_unrecorded(t.tenant)  # a stale report past the bound: answered, not appended
+            self.count_unrecorded(recorded[-1][0])  # a stale report past the bound: answered, not appended
             return "ignored"
         if events and events[0].type == "ResultIgnored":
             return "ignored"
-        if isinstance(bounded, ReportFailure) and isinstance(command, ReportSuccess):
+        report = recorded[-1][1]
+        if isinstance(report, ReportFailure) and isinstance(command, ReportSuccess):
             # Recorded as a failure: the worker must hear why its result was not taken.
-            raise InvalidInput(bounded.message, code=OUTPUT_TOO_LARGE)
+            raise InvalidInput(report.message, code=OUTPUT_TOO_LARGE)
         return "accepted"
 
     def bounded_report(

@@ -719,3 +719,27 @@ def test_start_many_starts_every_run_or_none(svc: Service, published: dict[str, 
     assert len(svc.runs("acme", limit=100)) == 3
     with pytest.raises(InvalidInput):
         svc.start_many("acme", "order", [{"order": "not a number"}])
+
+
+def test_a_report_is_one_write_transaction_and_no_read(svc: Service, published, monkeypatch):
+    """A worker's result (success, failure, stale) costs one write transaction: the run is derived from
+    the task id, its tenant and limits are read with the locked run (issue 15: no read to find the task)."""
+    start_order(svc)
+    (lease,) = svc.claim("w1", ["inventory.reserve"], limit=10, lease_ttl=TTL)
+    opened: list[str] = []
+    for kind in ("read", "write"):
+        original = getattr(svc.store, kind)
+
+        def counted(*args: Any, _kind: str = kind, _original: Any = original, **kwargs: Any) -> Any:
+            opened.append(_kind)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(svc.store, kind, counted)
+    assert svc.complete(lease.task_id, lease.attempt, lease.fencing, {"reserved": True}) == "accepted"
+    assert opened == ["write"]
+    assert svc.complete(lease.task_id, lease.attempt, lease.fencing, {"reserved": True}) == "ignored"
+    assert opened == ["write", "write"]
+    with pytest.raises(NotFound, match="task nope/reserve/a1 not found"):
+        svc.complete("nope/reserve/a1", 1, 1, {})
+    with pytest.raises(NotFound, match=f"task {lease.task_id} not found"):
+        svc.complete(lease.task_id, lease.attempt, lease.fencing, {}, tenant="globex")
