@@ -13,20 +13,20 @@ from ..core.timeutil import parse_duration
 from ..errors import InvalidInput
 from ..principals import Principal
 from .deps import audited, need
-from .problems import PROBLEM_RESPONSES, _r
+from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", responses=PROBLEM_RESPONSES, tags=["approvals"])
 DECIDE_ERRORS: dict[int | str, dict[str, Any]] = {
-    403: _r(403, "The link is bound to another approver, or the caller is no longer authorized"),
-    404: _r(404, "Unknown (or malformed) link"),
-    409: _r(409, "Already decided (the original decision is in `decision`), or the run moved on"),
-    410: _r(410, "The link expired or was revoked"),
+    403: error_response("The link is bound to another approver, or the caller is no longer authorized"),
+    404: error_response("Unknown (or malformed) link"),
+    409: error_response("Already decided (the original decision is in `decision`), or the run moved on"),
+    410: error_response("The link expired or was revoked"),
 }
 OPERATE_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: _r(404, "No such run, step or link in the caller's tenant"),
-    409: _r(409, "The run is not waiting for this approval"),
+    404: error_response("No such run, step or link in the caller's tenant"),
+    409: error_response("The run is not waiting for this approval"),
 }
 
 

@@ -24,7 +24,7 @@ from ..errors import (
     Unavailable,
 )
 
-__all__ = ["PROBLEM_RESPONSES", "Problem", "install", "problem", "with_problem_schema"]
+__all__ = ["PROBLEM_RESPONSES", "Problem", "error_response", "install", "problem", "with_problem_schema"]
 
 log = logging.getLogger("lockstep.api")
 MEDIA = "application/problem+json"
@@ -56,7 +56,7 @@ class Problem(BaseModel):
     code: str
 
 
-def _r(status: int, description: str) -> dict[str, Any]:
+def error_response(description: str) -> dict[str, Any]:
     """An error response in the OpenAPI document: a Problem, served as application/problem+json."""
     return {
         "description": description,
@@ -65,10 +65,10 @@ def _r(status: int, description: str) -> dict[str, Any]:
 
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: _r(401, "Missing, invalid or disabled API key"),
-    403: _r(403, "The caller's role does not allow this"),
-    422: _r(422, "The request is malformed or fails validation"),
-    503: _r(503, "The database is unavailable; retry after Retry-After seconds"),
+    401: error_response("Missing, invalid or disabled API key"),
+    403: error_response("The caller's role does not allow this"),
+    422: error_response("The request is malformed or fails validation"),
+    503: error_response("The database is unavailable; retry after Retry-After seconds"),
 }
 
 

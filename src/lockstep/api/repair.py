@@ -12,7 +12,7 @@ from ..principals import Principal
 from ..repair import Repairs
 from ..service import Service
 from .deps import get_service, need
-from .problems import PROBLEM_RESPONSES, _r
+from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
 
@@ -20,8 +20,8 @@ router = APIRouter(prefix="/v1/runs", responses=PROBLEM_RESPONSES, tags=["repair
 Svc = Annotated[Service, Depends(get_service)]
 Operator = Annotated[Principal, Depends(need("operate"))]
 ERRORS: dict[int | str, dict[str, Any]] = {
-    404: _r(404, "No such run in the caller's tenant"),
-    409: _r(409, "The state machine refused the command (the detail says why); nothing was recorded"),
+    404: error_response("No such run in the caller's tenant"),
+    409: error_response("The state machine refused the command (the detail says why); nothing was recorded"),
 }
 
 

@@ -27,13 +27,13 @@ from .models import (
     StartRequest,
     StartResult,
 )
-from .problems import PROBLEM_RESPONSES, _r
+from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", responses=PROBLEM_RESPONSES)
 Svc = Annotated[Service, Depends(get_service)]
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: _r(404, "No such run in the caller's tenant")}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: error_response("No such run in the caller's tenant")}
 
 
 @router.post(
@@ -90,7 +90,7 @@ def list_definitions(svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -
 @router.get(
     "/definitions/{name}/versions/{version}",
     summary="One definition version's document",
-    responses={404: _r(404, "No such definition version")},
+    responses={404: error_response("No such definition version")},
 )
 def get_definition(
     name: str,
@@ -107,8 +107,8 @@ def get_definition(
     status_code=201,
     responses={
         200: {"model": StartResult, "description": "Same Idempotency-Key: the existing run"},
-        404: _r(404, "No such definition"),
-        429: _r(429, "Over the tenant's run limits"),
+        404: error_response("No such definition"),
+        429: error_response("Over the tenant's run limits"),
     },
     summary="Start a run",
 )
@@ -177,7 +177,7 @@ def get_events(
 @router.post(
     "/runs/{run_id}/cancel",
     response_model=CancelResult,
-    responses={**NOT_FOUND, 409: _r(409, "The run already finished")},
+    responses={**NOT_FOUND, 409: error_response("The run already finished")},
     summary="Cancel a run",
 )
 def cancel_run(
@@ -195,7 +195,7 @@ class RetryRequest(BaseModel):
 
 @router.post(
     "/runs/{run_id}/retry",
-    responses={**NOT_FOUND, 409: _r(409, "The step does not wait for an operator")},
+    responses={**NOT_FOUND, 409: error_response("The step does not wait for an operator")},
     summary="Run a step that waits for an operator (dead letter, unknown outcome) again",
 )
 def retry_step(

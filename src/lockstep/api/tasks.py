@@ -24,7 +24,7 @@ from .models import (
     PollResult,
     ReportResult,
 )
-from .problems import PROBLEM_RESPONSES, _r
+from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
 
@@ -32,8 +32,8 @@ router = APIRouter(prefix="/v1/tasks", responses=PROBLEM_RESPONSES, tags=["worke
 Svc = Annotated[Service, Depends(get_service)]
 Worker = Annotated[Principal, Depends(need("work"))]
 STALE: dict[int | str, dict[str, Any]] = {
-    404: _r(404, "No such task in the caller's tenant"),
-    409: _r(409, "Stale attempt or fencing token (recorded as ResultIgnored), or lease lost"),
+    404: error_response("No such task in the caller's tenant"),
+    409: error_response("Stale attempt or fencing token (recorded as ResultIgnored), or lease lost"),
 }
 
 
