@@ -11,17 +11,19 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from .core.approval import eligible
 from .core.commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
+from .core.definition import Definition
 from .core.shape import for_view
 from .core.state import RunState
 from .core.timeutil import iso, parse_iso
 from .errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound, Refused
 from .principals import Principal, Principals
 from .service import Service
+from .store import LoadedRun, Tx
 
 __all__ = ["TOKEN_RE", "Approvals"]
 
@@ -255,13 +257,20 @@ class Approvals:
             # If the decision is refused below, the whole transaction (and this update) rolls back.
             if not tx.consume_link(h, decision, iso(now)):
                 raise Conflict("this link was used concurrently", code="already_decided")
-            try:
-                after, _events = self.service.apply(tx, loaded, cmd, now, d)
-            except Rejected as r:
-                raise _refusal(r) from None
+            after = self._record(tx, loaded, cmd, now, d)
+        return _decided(after, link["request_id"], link["step"], link["link_id"], decision)
+
+    def _record(
+        self, tx: Tx, loaded: LoadedRun, cmd: DecideApproval, now: datetime, d: Definition
+    ) -> RunState:
+        """Decide `cmd` in the caller's transaction; the core's refusal becomes the API's error."""
+        try:
+            after, _events = self.service.apply(tx, loaded, cmd, now, d)
+        except Rejected as r:
+            raise _refusal(r) from None
         if after is None:  # pragma: no cover - a recorded decision always leaves a state
             raise Conflict("the decision was not recorded", code="not_waiting")
-        return _decided(after, link["request_id"], link["step"], link["link_id"], decision)
+        return after
 
     # --- operators and inboxes -----------------------------------------------------------------
     def reassign(
@@ -378,12 +387,7 @@ class Approvals:
             cmd = DecideApproval(
                 a["request_id"], user.name, decision, (comment or "")[:2000] or None, user.roles, user.groups
             )
-            try:
-                after, _events = self.service.apply(tx, loaded, cmd, now, d)
-            except Rejected as r:
-                raise _refusal(r) from None
-        if after is None:  # pragma: no cover - a recorded decision always leaves a state
-            raise Conflict("the decision was not recorded", code="not_waiting")
+            after = self._record(tx, loaded, cmd, now, d)
         return _decided(after, a["request_id"], step, None, decision)
 
     def inbox(self, principal: Principal) -> list[dict[str, Any]]:

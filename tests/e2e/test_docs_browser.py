@@ -154,15 +154,6 @@ def _serve(tmp: Path, *args: str, env: dict[str, str] | None = None) -> tuple[su
     return proc, base
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
-
-
 def test_serve_metrics_flags(tmp_path: Path):
     """`serve` passes LOCKSTEP_METRICS_TOKEN (only it reads /metrics) and --metrics-public (anyone)."""
     (tmp_path / "a").mkdir()
@@ -174,11 +165,11 @@ def test_serve_metrics_flags(tmp_path: Path):
         assert ok.status_code == 200
         assert "lockstep_runs" in ok.text
     finally:
-        _stop(proc)
+        fx.stop(proc)
     proc, base = _serve(tmp_path / "b", "--metrics-public")
     try:
         r = httpx.get(base + "/metrics", timeout=10)
         assert r.status_code == 200
         assert "lockstep_runs" in r.text
     finally:
-        _stop(proc)
+        fx.stop(proc)

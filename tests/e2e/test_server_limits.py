@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+import ui_fixtures as fx  # tests/e2e has no __init__.py: pytest puts this folder on sys.path
 from clikit import Cli
 
 from lockstep.core.definition import Limits
@@ -86,12 +87,7 @@ def serve(tmp_path: Path, url: str) -> Iterator[Any]:
 
     yield start
     for proc in procs:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        fx.stop(proc)
 
 
 def _login(c: httpx.Client, password: str) -> int:
