@@ -18,8 +18,8 @@ demo: install
 	$(BIN)/lockstep demo
 
 lint: install
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests lab
+	$(BIN)/ruff format --check src tests lab
 
 typecheck: install
 	$(BIN)/mypy
@@ -33,12 +33,12 @@ test: lint typecheck unit
 # BENCH_ARGS=--quick for a short run.
 bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'
-	$(BIN)/python -m lockstep.bench $(BENCH_ARGS)
+	$(BIN)/python -m lab.bench $(BENCH_ARGS)
 
 # The fault-injection matrix on SQLite and PostgreSQL; writes reports/faults.md and reports/faults.json.
 # FAULTS_ARGS=--quick (CI size), --soak (longer, larger), --seed N, --only SCENARIO.
 faults: install
-	$(BIN)/python -m lockstep.faults $(FAULTS_ARGS)
+	$(BIN)/python -m lab.faults $(FAULTS_ARGS)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .hypothesis

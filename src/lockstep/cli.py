@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import failpoints
+from .app import failpoints
 from .core.limits import DEFAULT_SERVER_LIMITS, LimitSettingError, ServerLimits, parse_limit_settings
 from .core.narrate import narrate
 from .core.state import STATUSES
@@ -358,7 +358,7 @@ def _versions(values: tuple[str, ...]) -> list[str] | None:
 
 def _event_logs(c: Ctx) -> None:
     """Long-running processes log every committed event as a JSON line (run, step, attempt ids)."""
-    from .observability import configure_logging, log_events  # noqa: PLC0415
+    from .app.observability import configure_logging, log_events  # noqa: PLC0415
 
     if os.environ.get("LOCKSTEP_LOG_FORMAT", "json") != "off":
         configure_logging(json_logs=os.environ.get("LOCKSTEP_LOG_FORMAT", "json") == "json")
@@ -543,7 +543,7 @@ def main() -> None:
 
 
 def _principals(c: Ctx) -> Any:
-    from .principals import Principals  # noqa: PLC0415
+    from .app.principals import Principals  # noqa: PLC0415
 
     return Principals(c.engine.service)
 
@@ -862,7 +862,7 @@ def approvals() -> None:
 
 
 def _approvals(c: Ctx, public_url: str = "http://127.0.0.1:8080") -> Any:
-    from .approvals import Approvals  # noqa: PLC0415
+    from .app.approvals import Approvals  # noqa: PLC0415
 
     return Approvals(c.engine.service, base_url=public_url)
 
@@ -959,7 +959,7 @@ def dead_letters(c: Ctx, as_json: bool) -> None:
 
 
 def _repairs(c: Ctx) -> Any:
-    from .repair import Repairs  # noqa: PLC0415
+    from .app.repair import Repairs  # noqa: PLC0415
 
     return Repairs(c.engine.service)
 

@@ -9,14 +9,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from .app.documents import parse_yaml_document
+from .app.service import Service, utcnow
 from .core.definition import Limits
 from .core.limits import DEFAULT_SERVER_LIMITS, LimitSettingError, ServerLimits
-from .documents import parse_yaml_document
 from .errors import InvalidInput, LockstepError
 from .runtime.activity import Registry
 from .runtime.scheduler import Scheduler
 from .runtime.worker import Worker
-from .service import Service, utcnow
 from .store import SchemaError, StoreUnavailable, open_store
 
 __all__ = ["DEFAULT_DB", "Engine", "check_definition_size", "load_document"]

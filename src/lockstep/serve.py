@@ -13,9 +13,9 @@ from typing import Any
 import uvicorn
 
 from .api import create_app
+from .app.observability import configure_logging, log_events
 from .engine import Engine
 from .errors import InvalidInput
-from .observability import configure_logging, log_events
 from .runtime.activity import REGISTRY
 from .runtime.notify import Notifier, OutboundPolicy, channel_from_spec
 from .runtime.scheduler import Scheduler

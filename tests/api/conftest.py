@@ -17,8 +17,8 @@ import yaml
 from fastapi import FastAPI
 
 from lockstep.api.app import create_app
+from lockstep.app.principals import ROLES, Principals
 from lockstep.engine import Engine
-from lockstep.principals import ROLES, Principals
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 PROBLEM = "application/problem+json"

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from lockstep.principals import Principals
+from lockstep.app.principals import Principals
 
 from .conftest import Api, Db, Tenant, assert_problem, order_input
 

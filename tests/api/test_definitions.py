@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from lockstep.principals import Principals
+from lockstep.app.principals import Principals
 
 from .conftest import NAP, ORDER, ORDER_DOC, ORDER_YAML, Api, Db, assert_problem
 

@@ -20,8 +20,8 @@ from schemathesis.generation import GenerationMode
 from schemathesis.schemas import APIOperation
 
 from lockstep.api.app import create_app
+from lockstep.app.principals import Principals
 from lockstep.engine import Engine
-from lockstep.principals import Principals
 
 from .conftest import NAP, ORDER_DOC, order_input
 

@@ -16,10 +16,10 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from lockstep.app.principals import Principals
+from lockstep.app.service import new_run_id
 from lockstep.core.commands import ReportSuccess, StartRun
 from lockstep.engine import Engine
-from lockstep.principals import Principals
-from lockstep.service import new_run_id
 
 from .conftest import NAP, ORDER, Api, Db, Tenant, assert_problem, order_input
 

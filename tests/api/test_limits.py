@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep.principals import Principals
+from lockstep.app.principals import Principals
 
 from .conftest import ORDER, Api, Db, FakeClock, assert_problem, order_input
 

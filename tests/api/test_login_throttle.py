@@ -24,11 +24,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-import lockstep.principals as principals_module
+import lockstep.app.principals as principals_module
+from lockstep.app.principals import Principals
 from lockstep.core.limits import SERVER_LIMITS
 from lockstep.engine import Engine
 from lockstep.errors import RateLimited
-from lockstep.principals import Principals
 
 from .conftest import FakeClock
 

@@ -11,8 +11,8 @@ from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockstep.api.app import create_app
+from lockstep.app.principals import Principals
 from lockstep.engine import Engine
-from lockstep.principals import Principals
 
 from .conftest import Api, assert_problem, order_input
 

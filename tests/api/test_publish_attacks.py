@@ -106,7 +106,7 @@ def test_the_segfaulting_chain_is_refused_over_http(tmp_path: Any) -> None:
         from fastapi.testclient import TestClient
         from lockstep.api.app import create_app
         from lockstep.engine import Engine
-        from lockstep.principals import Principals
+        from lockstep.app.principals import Principals
         engine = Engine.open("sqlite:///{tmp_path}/db.sqlite")
         Principals(engine.service).create_tenant("acme")
         key = Principals(engine.service).create_user("acme", "admin", ["admin"], [])["api_key"]

@@ -19,8 +19,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from lockstep.app.principals import Principals, check_password_policy
 from lockstep.examples.bootstrap import APPROVERS, EXAMPLE_PASSWORD
-from lockstep.principals import Principals, check_password_policy
 
 pytestmark = pytest.mark.anyio
 

@@ -22,8 +22,8 @@ from fastapi.routing import APIRoute
 from starlette.routing import Mount, Route
 
 from lockstep.api.app import create_app
+from lockstep.app.principals import Principals
 from lockstep.engine import Engine
-from lockstep.principals import Principals
 
 from .conftest import FakeClock, Tenant, assert_problem
 

@@ -26,9 +26,9 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from fastapi import FastAPI
 
 from lockstep.api.app import create_app
-from lockstep.approvals import Approvals
+from lockstep.app.approvals import Approvals
+from lockstep.app.principals import Principal, Principals
 from lockstep.engine import Engine
-from lockstep.principals import Principal, Principals
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 TENANT = "acme"

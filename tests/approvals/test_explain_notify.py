@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from lockstep.approvals import TOKEN_RE
+from lockstep.app.approvals import TOKEN_RE
 from lockstep.core.timeutil import iso
 from lockstep.runtime.notify import Notifier
 

@@ -25,11 +25,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lockstep.api.app import create_app
+from lockstep.app.principals import Principals
 from lockstep.core.definition import DefinitionError, parse_definition
 from lockstep.core.expr import ExprError, compile_expr, evaluate
 from lockstep.engine import Engine, load_document
 from lockstep.errors import InvalidInput
-from lockstep.principals import Principals
 
 FUZZ = settings(
     max_examples=600,

@@ -19,10 +19,10 @@ import pytest
 import ui_fixtures as fx  # tests/e2e has no __init__.py: pytest puts this folder on sys.path
 from clikit import Cli
 
+from lockstep.app.principals import Principals
 from lockstep.core.definition import Limits
 from lockstep.engine import Engine
 from lockstep.errors import InvalidInput
-from lockstep.principals import Principals
 
 PASSWORD = "plum-lantern-orbit-quay"  # noqa: S105 - the test user's password
 LONG_IF = "input.amount > 100 && input.amount < 100000"  # 43 characters

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
+from lab.faults import checker
+from lab.faults.activities import DOWNSTREAM_ENV
+from lab.faults.base import pay_definition
+from lab.faults.checker import Expect, Verdict, check
+from lab.faults.downstream import Downstream, LedgerReader
 from lockstep import Engine
 from lockstep.core.events import Event
-from lockstep.faults import checker
-from lockstep.faults.activities import DOWNSTREAM_ENV
-from lockstep.faults.base import pay_definition
-from lockstep.faults.checker import Expect, Verdict, check
-from lockstep.faults.downstream import Downstream, LedgerReader
 from lockstep.runtime.activity import Registry
 
 T = "2026-01-01T00:00:00Z"
@@ -129,7 +129,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Eng
 
 
 def _run_all(engine: Engine, n: int) -> list[str]:
-    from lockstep.faults import activities
+    from lab.faults import activities
 
     registry = Registry()
     for name, fn in (("pay.charge", activities.charge), ("pay.ship", activities.ship)):

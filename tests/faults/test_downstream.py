@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from lockstep.faults.downstream import Downstream, LedgerReader
-from lockstep.faults.fleet import wait_until
+from lab.faults.downstream import Downstream, LedgerReader
+from lab.faults.fleet import wait_until
 
 T = TypeVar("T")
 BODY = {"run_id": "r1", "step": "charge", "amount": 500}
@@ -235,7 +235,7 @@ def test_cli_writes_its_port_file_and_stops_on_sigterm(tmp_path: Path) -> None:
     """The CLI serves, publishes its port atomically, is readable from another process, exits 0 on SIGTERM."""
     port_file = tmp_path / "run" / "downstream.port"
     port_file.parent.mkdir()
-    argv = [sys.executable, "-m", "lockstep.faults.downstream", "--ledger", str(tmp_path / "ledger.db")]
+    argv = [sys.executable, "-m", "lab.faults.downstream", "--ledger", str(tmp_path / "ledger.db")]
     with subprocess.Popen(
         [*argv, "--port-file", str(port_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as proc:

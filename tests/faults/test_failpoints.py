@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lockstep import failpoints
+from lockstep.app import failpoints
 
 
 def test_parse_reads_actions_arguments_and_hit_numbers() -> None:
@@ -47,7 +47,7 @@ def test_kill_fires_on_the_nth_hit_only_and_is_logged_first(tmp_path: Path) -> N
     """`kill@3` lets two hits pass, SIGKILLs the process on the third and logs the hit before dying."""
     log = tmp_path / "hits.jsonl"
     code = (
-        "from lockstep import failpoints\n"
+        "from lockstep.app import failpoints\n"
         "for i in range(5):\n"
         "    print(i, flush=True)\n"
         "    failpoints.hit('p', i=i)\n"
@@ -63,7 +63,7 @@ def test_kill_fires_on_the_nth_hit_only_and_is_logged_first(tmp_path: Path) -> N
 def test_switches_are_off_unless_named_and_hit_ignores_them(tmp_path: Path) -> None:
     """`enabled()` is True only for a point the spec turns `on`; `hit()` on a switch does nothing."""
     code = (
-        "from lockstep import failpoints\n"
+        "from lockstep.app import failpoints\n"
         "failpoints.hit('s')\n"
         "print(failpoints.enabled('s'), failpoints.enabled('other'), flush=True)\n"
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.faults.run import run_matrix, write_reports
+from lab.faults.run import run_matrix, write_reports
 
 pytestmark = pytest.mark.slow
 

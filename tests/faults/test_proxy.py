@@ -11,8 +11,8 @@ from typing import TypeVar
 
 import pytest
 
-from lockstep.faults.fleet import wait_until
-from lockstep.faults.proxy import Proxy
+from lab.faults.fleet import wait_until
+from lab.faults.proxy import Proxy
 
 T = TypeVar("T")
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from lockstep.approvals import Approvals
+from lockstep.app.approvals import Approvals
+from lockstep.app.principals import Principals
+from lockstep.app.repair import Repairs
 from lockstep.engine import Engine
-from lockstep.principals import Principals
-from lockstep.repair import Repairs
 from lockstep.runtime.activity import Registry
 from lockstep.runtime.worker import Worker
 

@@ -21,8 +21,8 @@ import pytest
 from fastapi import FastAPI
 
 from lockstep.api.app import create_app
+from lockstep.app.principals import Principals
 from lockstep.engine import Engine
-from lockstep.principals import Principals
 
 from .conftest import FakeClock
 

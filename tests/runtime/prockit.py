@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from lockstep.faults.fleet import Proc, stop_quiescent, wait_until
+from lab.faults.fleet import Proc, stop_quiescent, wait_until
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., object])
@@ -280,7 +280,7 @@ class Cluster:
 
     def stop_quiescent(self, proc: Proc) -> None:
         """SIGSTOP `proc` at a moment it holds no lock on the database (else every writer would block on
-        the frozen process); see lockstep.faults.fleet.stop_quiescent."""
+        the frozen process); see lab.faults.fleet.stop_quiescent."""
         if not stop_quiescent(proc, self.db_url):
             raise AssertionError(f"could not stop {proc.name} outside a transaction")
 

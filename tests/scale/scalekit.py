@@ -26,7 +26,7 @@ from typing import IO, Any, TypeVar
 import httpx
 import psycopg
 
-from lockstep.faults.fleet import wait_until
+from lab.faults.fleet import wait_until
 
 T = TypeVar("T")
 

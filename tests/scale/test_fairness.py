@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lockstep import Engine
-from lockstep.principals import Principals
+from lockstep.app.principals import Principals
 
 from .scalekit import Db, Fleet, Ledger, wait_until
 

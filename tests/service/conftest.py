@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from store.pgdb import PgDatabases  # tests/store/pgdb.py: pytest puts tests/ on sys.path (no tests/__init__)
 
-from lockstep.service import Service
+from lockstep.app.service import Service
 from lockstep.store import Store, open_store
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

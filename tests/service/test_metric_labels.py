@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from lockstep.app.observability import Metrics
+from lockstep.app.service import Service
 from lockstep.core.limits import SERVER_LIMITS
-from lockstep.observability import Metrics
-from lockstep.service import Service
 
 from .conftest import FakeClock
 

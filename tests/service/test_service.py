@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from lockstep.app.service import Service
 from lockstep.core.definition import Limits
 from lockstep.engine import load_document
 from lockstep.errors import Conflict, InvalidInput, NotFound, Refused, Unavailable
-from lockstep.service import Service
 from lockstep.store import open_store
 
 from .conftest import NAP, ORDER, T0
@@ -658,8 +658,8 @@ def test_default_output_is_the_last_step_output(svc: Service):
 def test_concurrent_starts_never_exceed_the_active_run_limit(svc: Service, published: dict[str, Any]) -> None:
     """Eight starts racing against max_active_runs=3 admit exactly 3: the count is taken under the
     tenant's row lock (PostgreSQL's READ COMMITTED let two racing starts both see room for one more)."""
+    from lockstep.app.principals import Principals
     from lockstep.errors import RateLimited
-    from lockstep.principals import Principals
 
     Principals(svc).create_tenant("acme")
     Principals(svc).set_tenant("acme", max_active_runs=3)
@@ -706,8 +706,8 @@ def test_report_and_claim_records_results_and_leases_the_next_tasks_in_one_call(
 
 def test_start_many_starts_every_run_or_none(svc: Service, published: dict[str, Any]) -> None:
     """start_many starts one run per input in one transaction; over the tenant's limit, it starts none."""
+    from lockstep.app.principals import Principals
     from lockstep.errors import RateLimited
-    from lockstep.principals import Principals
 
     ids = svc.start_many("acme", "order", [{"order": i} for i in range(3)])
     assert len(set(ids)) == 3

@@ -15,13 +15,13 @@ from click.testing import CliRunner
 
 import lockstep
 from lockstep import Engine, Registry
-from lockstep.approvals import Approvals
+from lockstep.app.approvals import Approvals
+from lockstep.app.principals import Principal, Principals
+from lockstep.app.repair import Repairs
+from lockstep.app.service import Service, new_run_id
 from lockstep.cli import cli
 from lockstep.core.commands import StartRun
 from lockstep.errors import InvalidInput
-from lockstep.principals import Principal, Principals
-from lockstep.repair import Repairs
-from lockstep.service import Service, new_run_id
 
 from .conftest import NAP, ORDER, Raw
 

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 
+from lockstep.app.service import Service
 from lockstep.core.commands import ClaimTask, FireTimer, ReportSuccess, StartRun
 from lockstep.core.decide import decide, task_id
 from lockstep.core.definition import parse_definition
@@ -20,7 +21,6 @@ from lockstep.core.events import chain_hash
 from lockstep.core.state import SNAPSHOT_VERSION, fold
 from lockstep.core.throttle import LoginCounter
 from lockstep.core.timeutil import iso
-from lockstep.service import Service
 from lockstep.store import (
     ConcurrencyError,
     DefinitionRow,

@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+from lockstep.app.service import new_run_id
 from lockstep.core.commands import ClaimTask
 from lockstep.core.decide import task_id
 from lockstep.core.effects import effects_of
 from lockstep.core.timeutil import iso
-from lockstep.service import new_run_id
 from lockstep.store import ConcurrencyError, RowLocked, SchemaError, Store, open_store
 from lockstep.store.postgres.adapter import MIGRATION_LOCK, PARTITIONS
 

@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import FastAPI, Response
 
 from .. import __version__
-from ..approvals import Approvals
-from ..observability import Metrics
-from ..principals import Principals
-from ..service import Service
+from ..app.approvals import Approvals
+from ..app.observability import Metrics
+from ..app.principals import Principals
+from ..app.service import Service
 from . import approvals, html, limits, metrics, pages, problems, repair, routes, tasks
 
 __all__ = ["create_app"]

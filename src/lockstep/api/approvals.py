@@ -8,10 +8,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..approvals import Approvals
+from ..app.approvals import Approvals
+from ..app.principals import Principal
 from ..core.timeutil import parse_duration
 from ..errors import InvalidInput
-from ..principals import Principal
 from .deps import audited, need
 from .problems import PROBLEM_RESPONSES, error_response
 

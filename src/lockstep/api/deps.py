@@ -8,9 +8,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from ..app.principals import Principal, Principals
+from ..app.service import Service
 from ..errors import LockstepError, Unauthenticated
-from ..principals import Principal, Principals
-from ..service import Service
 
 __all__ = ["audited", "get_principals", "get_service", "need"]
 

@@ -18,8 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from ..app.principals import Principals
 from ..errors import Forbidden, Unauthenticated
-from ..principals import Principals
 
 __all__ = ["SCRAPER_ROLES", "install"]
 

@@ -8,9 +8,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..principals import Principal
-from ..repair import Repairs
-from ..service import Service
+from ..app.principals import Principal
+from ..app.repair import Repairs
+from ..app.service import Service
 from .deps import get_service, need
 from .problems import PROBLEM_RESPONSES, error_response
 

@@ -8,13 +8,13 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..app.documents import parse_json_document
+from ..app.principals import Principal
+from ..app.service import Service
 from ..core.explain import WAIT_KINDS
 from ..core.state import STATUSES
-from ..documents import parse_json_document
 from ..engine import check_definition_size, load_document
 from ..errors import InvalidInput
-from ..principals import Principal
-from ..service import Service
 from .deps import get_service, need
 from .models import (
     CancelRequest,

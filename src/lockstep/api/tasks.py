@@ -11,9 +11,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from starlette.concurrency import run_in_threadpool
 
+from ..app.principals import Principal
+from ..app.service import Service
 from ..errors import Conflict
-from ..principals import Principal
-from ..service import Service
 from .deps import get_service, need
 from .models import (
     CompleteRequest,

@@ -7,9 +7,9 @@ import os
 from importlib import resources
 from typing import Any
 
+from ..app.principals import Principals
 from ..engine import Engine
 from ..errors import Conflict
-from ..principals import Principals
 from .activities import LEDGER_ENV
 
 __all__ = ["EXAMPLE_PASSWORD", "bootstrap"]

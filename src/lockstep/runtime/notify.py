@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 import structlog
 
-from ..approvals import Approvals
+from ..app.approvals import Approvals
+from ..app.service import Service
 from ..errors import InvalidInput, LockstepError
-from ..service import Service
 from .mail import SmtpChannel, smtp_channel
 from .outbound import OutboundPolicy
 from .webhook import WebhookChannel, webhook_secret
@@ -48,7 +48,7 @@ class LogChannel:
     """Writes the link to the structured log: for development and for `serve --example`."""
 
     def __init__(self) -> None:
-        self.log = structlog.get_logger("lockstep.approvals")
+        self.log = structlog.get_logger("lockstep.app.approvals")
 
     def send(self, message: dict[str, Any]) -> None:
         self.log.info(

@@ -12,8 +12,8 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from ..app.service import Service
 from ..errors import LockstepError
-from ..service import Service
 
 __all__ = ["Scheduler"]
 

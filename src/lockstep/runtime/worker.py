@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from .. import failpoints
+from ..app import failpoints
+from ..app.service import Service, TaskLease
 from ..core.commands import ReportFailure, ReportSuccess
 from ..errors import LockstepError
-from ..service import Service, TaskLease
 from .activity import REGISTRY, ActivityContext, ActivityError, LeaseLost, Registry
 from .scheduler import Scheduler
 

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
 
 from ..api import html
-from ..approvals import Approvals
+from ..app.approvals import Approvals
 from ..errors import Conflict, Forbidden, Gone, LockstepError, NotFound
 from .routes import CsrfRejected, Session, _check_csrf, _page
 

@@ -16,13 +16,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from ..api import html
+from ..app.principals import Principal, Principals
+from ..app.service import Service
 from ..core.explain import WAIT_KINDS
 from ..core.narrate import narrate
 from ..core.state import STATUSES
 from ..core.timeutil import format_duration, parse_iso
 from ..errors import InvalidInput, LockstepError, NotFound, RateLimited
-from ..principals import Principal, Principals
-from ..service import Service
 
 __all__ = ["mount"]
 
@@ -362,7 +362,7 @@ def operator_action(
     new_input: Annotated[str, Form()] = "",
 ) -> Response:
     """Pause, resume, skip, resolve and migrate from the run page; each needs a reason."""
-    from ..repair import Repairs  # noqa: PLC0415 - only operators reach this
+    from ..app.repair import Repairs  # noqa: PLC0415 - only operators reach this
 
     me, expected = session
     _check_csrf(expected, csrf)

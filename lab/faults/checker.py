@@ -34,9 +34,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.events import AUDIT_ONLY, Event
-from ..core.state import TERMINAL, RunState, fold
-from ..engine import Engine
+from lockstep.core.events import AUDIT_ONLY, Event
+from lockstep.core.state import TERMINAL, RunState, fold
+from lockstep.engine import Engine
+
 from .downstream import LedgerReader
 
 __all__ = ["CHECKS", "Expect", "Monitor", "Verdict", "check"]
@@ -201,7 +202,7 @@ def check(
 
 
 def _classify(s: RunState, outcomes: Counter[str], v: Verdict) -> None:
-    from ..core.explain import wait_kind  # noqa: PLC0415 - one helper, kept next to its use
+    from lockstep.core.explain import wait_kind  # noqa: PLC0415 - one helper, kept next to its use
 
     if s.status in TERMINAL:
         outcomes[s.status] += 1

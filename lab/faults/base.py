@@ -13,8 +13,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.explain import wait_kind
-from ..core.state import TERMINAL
+from lockstep.core.explain import wait_kind
+from lockstep.core.state import TERMINAL
+
 from .checker import HUMAN_WAITS, Expect, Monitor, Verdict, check
 from .fleet import Fleet, Proc
 

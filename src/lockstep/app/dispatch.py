@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from .core.commands import (
+from ..core.commands import (
     ClaimTask,
     DeadLetter,
     ExpireLease,
@@ -22,20 +22,20 @@ from .core.commands import (
     ReportFailure,
     ReportSuccess,
 )
-from .core.events import Event
-from .core.flow import run_of_task
-from .core.shape import shape_of
-from .core.state import RunState
-from .core.timeutil import iso, parse_iso
-from .store import DueTimer, ExpiredLease, LoadedRun, RowLocked, TaskRow, Tx
+from ..core.events import Event
+from ..core.flow import run_of_task
+from ..core.shape import shape_of
+from ..core.state import RunState
+from ..core.timeutil import iso, parse_iso
+from ..store import DueTimer, ExpiredLease, LoadedRun, RowLocked, TaskRow, Tx
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .core.shape import Shape
+    from ..core.shape import Shape
     from .service import Service
 
-log = logging.getLogger("lockstep.dispatch")
+log = logging.getLogger("lockstep.app.dispatch")
 T = TypeVar("T")
 
 __all__ = [

@@ -16,9 +16,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from . import dispatch, failpoints
-from .core.canonical import canonical_json, digest
-from .core.commands import (
+from ..core.canonical import canonical_json, digest
+from ..core.commands import (
     CancelRun,
     Command,
     Rejected,
@@ -27,24 +26,25 @@ from .core.commands import (
     RetryStep,
     StartRun,
 )
-from .core.decide import decide
-from .core.definition import Definition, DefinitionError, Limits, parse_definition
-from .core.effects import effects_of
-from .core.events import Event, chain_hash
-from .core.explain import explain
-from .core.exprcheck import STORED_EXPR_LIMITS, ExprLimits, expression_limits, publish_limits
-from .core.flow import run_of_task
-from .core.limits import DEFAULT_SERVER_LIMITS, TENANT_LIMITS, ServerLimits, tenant_limit
-from .core.shape import Shape, for_view, measure, over_limit, shape_of
-from .core.state import RunState, evolve, fold
-from .core.timeutil import iso
+from ..core.decide import decide
+from ..core.definition import Definition, DefinitionError, Limits, parse_definition
+from ..core.effects import effects_of
+from ..core.events import Event, chain_hash
+from ..core.explain import explain
+from ..core.exprcheck import STORED_EXPR_LIMITS, ExprLimits, expression_limits, publish_limits
+from ..core.flow import run_of_task
+from ..core.limits import DEFAULT_SERVER_LIMITS, TENANT_LIMITS, ServerLimits, tenant_limit
+from ..core.shape import Shape, for_view, measure, over_limit, shape_of
+from ..core.state import RunState, evolve, fold
+from ..core.timeutil import iso
+from ..errors import Conflict, InvalidInput, NotFound, RateLimited, Refused, Unavailable
+from ..store import ConcurrencyError, DefinitionRow, LoadedRun, Store, StoreUnavailable, TaskRow, Tx
+from . import dispatch, failpoints
 from .dispatch import TaskLease
-from .errors import Conflict, InvalidInput, NotFound, RateLimited, Refused, Unavailable
-from .store import ConcurrencyError, DefinitionRow, LoadedRun, Store, StoreUnavailable, TaskRow, Tx
 
 __all__ = ["OUTPUT_TOO_LARGE", "Service", "TaskLease", "check_value", "new_run_id", "utcnow"]
 
-log = logging.getLogger("lockstep.service")
+log = logging.getLogger("lockstep.app.service")
 GENESIS = "0" * 64
 
 

@@ -55,7 +55,7 @@ def hostile_tenant(ctx: Ctx) -> tuple[Verdict, float | None]:
         f.worker(f"w{k}")
     report = f.dir / "hostile.json"
     attacker = f._popen(
-        "hostile", [sys.executable, "-m", "lockstep.faults.hostile", base, hkey, str(report)], f.env
+        "hostile", [sys.executable, "-m", "lab.faults.hostile", base, hkey, str(report)], f.env
     )
     f.wait_ready(attacker, "attacking", timeout=60)
     attacker.signal(signal.SIGSTOP)

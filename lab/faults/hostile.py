@@ -1,4 +1,4 @@
-"""A hostile tenant admin, as a process of its own: `python -m lockstep.faults.hostile URL KEY OUT`.
+"""A hostile tenant admin, as a process of its own: `python -m lab.faults.hostile URL KEY OUT`.
 
 It sends, round after round until SIGTERM, every cheap request that once crashed or stalled a lockstep
 server for all its tenants (issue 14): YAML alias bombs, expressions that overflow the CEL parser's

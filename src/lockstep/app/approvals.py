@@ -14,16 +14,16 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
-from .core.approval import eligible
-from .core.commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
-from .core.definition import Definition
-from .core.shape import for_view
-from .core.state import RunState
-from .core.timeutil import iso, parse_iso
-from .errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound, Refused
+from ..core.approval import eligible
+from ..core.commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
+from ..core.definition import Definition
+from ..core.shape import for_view
+from ..core.state import RunState
+from ..core.timeutil import iso, parse_iso
+from ..errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound, Refused
+from ..store import LoadedRun, Tx
 from .principals import Principal, Principals
 from .service import Service
-from .store import LoadedRun, Tx
 
 __all__ = ["TOKEN_RE", "Approvals"]
 

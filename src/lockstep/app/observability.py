@@ -26,10 +26,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, disable_cre
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .core.definition import ActivityStep
-from .core.events import Event
-from .core.state import RunState
-from .core.timeutil import parse_iso
+from ..core.definition import ActivityStep
+from ..core.events import Event
+from ..core.state import RunState
+from ..core.timeutil import parse_iso
 from .service import Service
 
 __all__ = ["ENGINE_ERROR_CODES", "OTHER", "Metrics", "configure_logging", "log_events"]

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
-from .core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
-from .errors import InvalidInput
+from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
+from ..errors import InvalidInput
 
 __all__ = ["parse_json_document", "parse_yaml_document"]
 

@@ -1,5 +1,5 @@
 """Activities of the benchmark's multi-process workloads (`lockstep worker --activities
-lockstep.bench.activities`): `bench.noop` does nothing; `bench.record` appends one line per execution
+lab.bench.activities`): `bench.noop` does nothing; `bench.record` appends one line per execution
 (wall time, run, step, attempt, pid) to the file in $LOCKSTEP_BENCH_RECORD, written before it returns,
 so the harness knows when an activity started and that no completed step ever ran again.
 """
@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from ..runtime.activity import ActivityContext, activity
+from lockstep.runtime.activity import ActivityContext, activity
 
 __all__ = ["RECORD_ENV", "noop", "record"]
 

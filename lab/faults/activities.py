@@ -1,4 +1,4 @@
-"""The fault suite's activities (`lockstep worker --activities lockstep.faults.activities`): each one
+"""The fault suite's activities (`lockstep worker --activities lab.faults.activities`): each one
 calls the downstream payment API over HTTP with the step's idempotency key, as a real integration would.
 
 The request body is the same on every attempt (the attempt number travels in a header), because the
@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from ..runtime.activity import ActivityContext, ActivityError, activity
+from lockstep.runtime.activity import ActivityContext, ActivityError, activity
 
 __all__ = ["DOWNSTREAM_ENV", "charge", "refund", "ship"]
 

@@ -24,17 +24,19 @@ from typing import IO, Any, TypeVar
 
 import httpx
 
-from .. import failpoints
-from ..engine import Engine
-from ..runtime.webhook import SECRET_ENV, new_secret
-from ..testing.pgcluster import PgCluster
+from lockstep.app import failpoints
+from lockstep.engine import Engine
+from lockstep.runtime.webhook import SECRET_ENV, new_secret
+from lockstep.testing.pgcluster import PgCluster
+
+from .. import lab_env
 from .activities import DOWNSTREAM_ENV
 from .downstream import LedgerReader
 
 __all__ = ["Fleet", "Proc", "quiescent", "stop_quiescent", "wait_until"]
 
 T = TypeVar("T")
-ACTIVITIES = "lockstep.faults.activities"
+ACTIVITIES = "lab.faults.activities"
 
 
 def wait_until(
@@ -166,7 +168,7 @@ class Fleet:
         self.ledger = LedgerReader(workdir / "ledger.db")
         self.downstream = self._spawn_downstream()
         self.env = {
-            **os.environ,
+            **lab_env(os.environ),
             DOWNSTREAM_ENV: self.downstream_url,
             failpoints.LOG_ENV: str(self.failpoint_log),
             "PYTHONUNBUFFERED": "1",
@@ -179,8 +181,10 @@ class Fleet:
     # --- processes -----------------------------------------------------------------------------
     def _spawn_downstream(self) -> Proc:
         port_file = self.dir / "downstream.port"
-        args = ["-m", "lockstep.faults.downstream", "--ledger", str(self.dir / "ledger.db")]
-        proc = self._popen("downstream", [sys.executable, *args, "--port-file", str(port_file)], None)
+        args = ["-m", "lab.faults.downstream", "--ledger", str(self.dir / "ledger.db")]
+        proc = self._popen(
+            "downstream", [sys.executable, *args, "--port-file", str(port_file)], lab_env(os.environ)
+        )
         port = wait_until(lambda: port_file.exists() and port_file.read_text().strip(), 20, "downstream")
         self.downstream_url = f"http://127.0.0.1:{int(port)}"
         return proc

@@ -25,16 +25,18 @@ from typing import IO, Any
 import httpx
 import psycopg
 
-from ..core.timeutil import iso, parse_iso
-from ..engine import Engine
+from lockstep.app.principals import Principals
+from lockstep.core.timeutil import iso, parse_iso
+from lockstep.engine import Engine
+
+from .. import lab_env
 from ..faults.fleet import Proc, wait_until
-from ..principals import Principals
 from .activities import RECORD_ENV
 from .common import percentile, summarize_latencies
 
 __all__ = ["approval_round_trip", "recovery", "timers", "two_workers", "waiting"]
 
-ACTIVITIES = "lockstep.bench.activities"
+ACTIVITIES = "lab.bench.activities"
 CHUNK = 500  # runs per bulk-start transaction when loading many waiting runs
 LOAD_S_PER_TIMER = 0.0006  # loading budget before the timers are due (measured: ~0.2 ms per run)
 PARTITION_SETTLE_S = 4.0  # two schedulers rebalance partitions within a quarter of the 10 s lease
@@ -63,7 +65,7 @@ class Lab:
         self.dir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.record = workdir / "executions.jsonl"
-        self.env = {**os.environ, RECORD_ENV: str(self.record), "PYTHONUNBUFFERED": "1"}
+        self.env = {**lab_env(os.environ), RECORD_ENV: str(self.record), "PYTHONUNBUFFERED": "1"}
         self.procs: list[Proc] = []
         self.outs: list[IO[bytes]] = []
         self.engine = Engine.open(url)

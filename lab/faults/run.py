@@ -19,7 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..testing.pgcluster import PgCluster, find_pg_bin
+from lockstep.testing.pgcluster import PgCluster, find_pg_bin
+
 from .base import Ctx, Outcome, Scenario
 from .checker import CHECKS
 from .fleet import Fleet

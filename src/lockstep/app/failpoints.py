@@ -3,7 +3,7 @@ freeze or misbehave on purpose, so a fault lands at an exact moment (after the d
 before the report; inside the completion commit) instead of wherever a timer happens to hit.
 
 They are inert unless the process starts with LOCKSTEP_FAILPOINTS set; the fault suite
-(`python -m lockstep.faults`) sets it on the processes it launches. The spec is a list of
+(`python -m lab.faults`) sets it on the processes it launches. The spec is a list of
 `point=action[@n]` separated by `;`:
 
 - `kill`: SIGKILL this process (nothing runs after it: no cleanup, no report, no commit);

@@ -10,7 +10,8 @@ from typing import Any
 
 import psycopg
 
-from .. import Engine, Registry, activity
+from lockstep import Engine, Registry, activity
+
 from .common import durability, summarize_latencies
 
 __all__ = ["DEFINITION", "run_lockstep"]

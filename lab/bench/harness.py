@@ -19,7 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..testing import PgCluster
+from lockstep.testing import PgCluster
+
+from .. import lab_env
 from .common import MARKER
 from .dbos_side import dbos_version
 from .fleet_side import WORKLOADS
@@ -74,7 +76,7 @@ def _child(engine: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
-        "lockstep.bench.child",
+        "lab.bench.child",
         "--engine",
         engine,
         "--url",
@@ -92,7 +94,7 @@ def _child(engine: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     ]
     t0 = time.monotonic()
     proc = subprocess.run(  # noqa: S603 - our own module, fixed arguments
-        cmd, stdout=subprocess.PIPE, text=True, timeout=args.timeout * 3, check=False
+        cmd, stdout=subprocess.PIPE, text=True, timeout=args.timeout * 3, check=False, env=lab_env(os.environ)
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARKER)]
     if not lines:
@@ -216,7 +218,7 @@ def aggregate(reps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lockstep.bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m lab.bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small sizes (200 runs) for a run of a few minutes")
     p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: sqlite,postgresql")
     p.add_argument("--engines", default=",".join(ENGINES), help="comma-separated: lockstep,dbos")
@@ -288,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         "issue": 8,
         "began": began.isoformat(timespec="seconds"),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python -m lockstep.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m lab.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         "quick": args.quick,
         "sizes": {
             "fleet": fleet_sizes(args.quick),

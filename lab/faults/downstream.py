@@ -12,7 +12,7 @@ seed and request order.
 It also stands in for a webhook receiver (`POST /notify`), where lockstep sends approval links.
 
 Standard library only, so it runs anywhere the suite runs, in-process (`Downstream`) or as its own
-process (`python -m lockstep.faults.downstream --ledger PATH`), which the suite can kill and restart.
+process (`python -m lab.faults.downstream --ledger PATH`), which the suite can kill and restart.
 """
 
 from __future__ import annotations
@@ -566,7 +566,7 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lockstep.faults.downstream", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m lab.faults.downstream", description=__doc__)
     parser.add_argument("--ledger", required=True, type=Path, help="SQLite file (created if missing)")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--port-file", type=Path, help="write the bound port here once listening")

@@ -1,4 +1,4 @@
-"""One engine on one fresh database, in its own process: `python -m lockstep.bench.child ...`.
+"""One engine on one fresh database, in its own process: `python -m lab.bench.child ...`.
 
 Each (engine, backend, repetition) runs in a separate process so DBOS's process-wide singleton, thread
 pools and caches never leak from one measurement into the next.
@@ -16,7 +16,7 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lockstep.bench.child")
+    p = argparse.ArgumentParser(prog="python -m lab.bench.child")
     p.add_argument("--engine", choices=["lockstep", "dbos"], required=True)
     p.add_argument("--url", required=True)
     p.add_argument("--throughput-runs", type=int, required=True)

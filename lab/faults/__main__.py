@@ -1,4 +1,4 @@
-"""`python -m lockstep.faults`: run the fault matrix and write reports/faults.md and reports/faults.json."""
+"""`python -m lab.faults`: run the fault matrix and write reports/faults.md and reports/faults.json."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def main(
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:  # the harness could not start
         detail = getattr(exc, "stderr", None) or ""
         raise click.ClickException(f"{exc} {detail}".strip()) from None
-    command = " ".join(["python -m lockstep.faults", *sys.argv[1:]])
+    command = " ".join(["python -m lab.faults", *sys.argv[1:]])
     md, js = write_reports(results, out, {"command": command, "seed": seed, "runs": size, "soak": soak})
     failed = [r for r in results if not r.passed]
     click.echo(f"wrote {md} and {js}: {len(results) - len(failed)} of {len(results)} scenarios passed")

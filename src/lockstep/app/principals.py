@@ -21,12 +21,12 @@ from typing import Any
 
 from zxcvbn import zxcvbn
 
-from .core.limits import DEFAULT_SERVER_LIMITS, TENANT_LIMITS, ServerLimits
-from .core.throttle import ThrottlePolicy, admit, expires_at, refund
-from .core.timeutil import iso
-from .errors import Conflict, Forbidden, InvalidInput, NotFound, RateLimited
+from ..core.limits import DEFAULT_SERVER_LIMITS, TENANT_LIMITS, ServerLimits
+from ..core.throttle import ThrottlePolicy, admit, expires_at, refund
+from ..core.timeutil import iso
+from ..errors import Conflict, Forbidden, InvalidInput, NotFound, RateLimited
+from ..store import ConcurrencyError, UserRow
 from .service import Service
-from .store import ConcurrencyError, UserRow
 
 __all__ = ["ROLES", "TENANT_SETTINGS", "Principal", "Principals"]
 

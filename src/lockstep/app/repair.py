@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core.canonical import digest
-from .core.commands import (
+from ..core.canonical import digest
+from ..core.commands import (
     ConfirmRepair,
     EditInput,
     MigrateRun,
@@ -16,8 +16,8 @@ from .core.commands import (
     ResumeRun,
     SkipStep,
 )
-from .core.migrate import plan_migration
-from .errors import InvalidInput, NotFound, Refused
+from ..core.migrate import plan_migration
+from ..errors import InvalidInput, NotFound, Refused
 from .service import Service
 
 __all__ = ["Repairs"]

@@ -12,9 +12,10 @@ import json
 import signal
 import time
 
-from ..core.commands import FireTimer
-from ..core.flow import run_of_task
-from ..errors import LockstepError
+from lockstep.core.commands import FireTimer
+from lockstep.core.flow import run_of_task
+from lockstep.errors import LockstepError
+
 from .base import Ctx, Supervisor, every, pay_definition, settle_time, start_runs, unsettled
 from .checker import Verdict
 from .fleet import Proc
