@@ -77,7 +77,9 @@ class PgCluster:
             )
         return self
 
-    def start(self, timeout: float = 30.0) -> PgCluster:
+    def start(self, timeout: float = 100.0) -> PgCluster:
+        # After an `immediate` stop the start is a crash recovery that replays the WAL since the last
+        # checkpoint: on a loaded machine that takes longer than a clean start.
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", str(int(timeout)), "start")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
