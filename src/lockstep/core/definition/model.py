@@ -1,0 +1,227 @@
+"""The definition model: frozen records of a compiled definition (its steps, retry policies, the tenant
+limits it was checked against), what every other part of the core reads while deciding.
+
+A definition version is immutable and identified by the sha256 of its canonical JSON; the `Definition`
+holds compiled expressions so the core never re-parses text while deciding. `parse.py` builds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import jsonschema
+
+from ..expr import Expr, ExprLimits, Template
+
+__all__ = [
+    "COMPENSATION_RETRY",
+    "DELIVERIES",
+    "FOUR_EYES_REPAIRS",
+    "STEP_KINDS",
+    "ActivityStep",
+    "ApprovalStep",
+    "ChoiceStep",
+    "Compensation",
+    "Definition",
+    "DefinitionError",
+    "FailStep",
+    "Limits",
+    "RetryPolicy",
+    "Step",
+    "SucceedStep",
+    "WaitStep",
+]
+
+DELIVERIES = ("idempotent", "at_most_once")
+STEP_KINDS = ("activity", "choice", "wait", "fail", "succeed", "approval")
+# The repairs a definition may put behind a second operator's confirmation (`four_eyes:`).
+FOUR_EYES_REPAIRS = ("skip", "migrate", "resolve")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-tenant static limits applied when a definition is published."""
+
+    max_steps: int = 20
+    max_wait: timedelta = timedelta(days=365)
+    max_timeout: timedelta = timedelta(days=7)
+    max_attempts: int = 100
+    # Size, nesting and worst-case cost of every expression, against the tenant's data bounds.
+    expressions: ExprLimits = field(default_factory=ExprLimits)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    initial_interval: timedelta = timedelta(seconds=1)
+    backoff: float = 2.0
+    max_interval: timedelta = timedelta(minutes=1)
+    non_retryable: tuple[str, ...] = ()
+    # When retries run out: "fail" the step (compensate, end failed) or "dead_letter" (the run waits in
+    # needs_attention for an operator to retry, resolve or cancel).
+    on_exhausted: str = "fail"
+
+    def delay(self, failed_attempt: int) -> timedelta:
+        """Backoff before the attempt after `failed_attempt` (1-based): initial * backoff^(n-1), capped."""
+        seconds = self.initial_interval.total_seconds() * (self.backoff ** (failed_attempt - 1))
+        return min(timedelta(seconds=seconds), self.max_interval)
+
+
+COMPENSATION_RETRY = RetryPolicy(max_attempts=10, initial_interval=timedelta(seconds=1))
+
+
+@dataclass(frozen=True)
+class Compensation:
+    activity: str
+    input: Template
+    timeout: timedelta
+    retry: RetryPolicy
+    queue: str | None = None
+
+
+@dataclass(frozen=True)
+class ActivityStep:
+    id: str
+    next: str | None
+    activity: str
+    input: Template
+    timeout: timedelta
+    retry: RetryPolicy
+    delivery: str
+    idempotency_key: Template | None
+    compensate: Compensation | None
+    queue: str | None = None
+    priority: int = 0
+    kind: str = "activity"
+
+
+@dataclass(frozen=True)
+class ChoiceStep:
+    id: str
+    branches: tuple[tuple[Expr, str], ...]
+    default: str | None
+    next: str | None = None
+    kind: str = "choice"
+
+
+@dataclass(frozen=True)
+class WaitStep:
+    id: str
+    next: str | None
+    duration: timedelta | None
+    until: Template | None
+    kind: str = "wait"
+
+
+@dataclass(frozen=True)
+class FailStep:
+    id: str
+    error: str
+    message: Template
+    next: str | None = None
+    kind: str = "fail"
+
+
+@dataclass(frozen=True)
+class SucceedStep:
+    id: str
+    output: Template | None
+    next: str | None = None
+    kind: str = "succeed"
+
+
+@dataclass(frozen=True)
+class ApprovalStep:
+    """Wait for people: `quorum` distinct approvers from `users`/`groups` approve, or one rejection
+    (`reject_quorum`, default 1) rejects. Decisions are commands; no worker is held while waiting."""
+
+    id: str
+    next: str | None
+    users: tuple[str, ...]
+    groups: tuple[str, ...]
+    quorum: int
+    reject_quorum: int
+    timeout: timedelta
+    on_timeout: str  # "reject" | "fail" | <step id>
+    on_reject: str  # "fail" | <step id>
+    allow_initiator: bool
+    details: Template
+    kind: str = "approval"
+
+    def policy(self) -> dict[str, Any]:
+        """The policy as recorded in ApprovalRequested (and hashed into its policy digest)."""
+        return {
+            "users": list(self.users),
+            "groups": list(self.groups),
+            "quorum": self.quorum,
+            "reject_quorum": self.reject_quorum,
+            "timeout_ms": int(self.timeout.total_seconds() * 1000),
+            "on_timeout": self.on_timeout,
+            "on_reject": self.on_reject,
+            "allow_initiator": self.allow_initiator,
+        }
+
+
+Step = ActivityStep | ChoiceStep | WaitStep | FailStep | SucceedStep | ApprovalStep
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    digest: str
+    document: dict[str, Any]
+    steps: tuple[Step, ...]
+    input_schema: dict[str, Any] | None
+    output: Template | None
+    description: str = ""
+    index: dict[str, int] = field(default_factory=dict)
+    # Steps an operator may skip, and which roles may do it (`skippable: true` means operator and admin).
+    skip_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Repairs that need a second operator's confirmation on runs of this definition (`four_eyes:`).
+    four_eyes: frozenset[str] = frozenset()
+
+    def step(self, step_id: str) -> Step:
+        return self.steps[self.index[step_id]]
+
+    def following(self, step_id: str) -> str | None:
+        """The step after step_id: its `next`, else the next in order, else None (the run completes)."""
+        step = self.step(step_id)
+        if step.next is not None:
+            return None if step.next == "end" else step.next
+        i = self.index[step_id] + 1
+        return self.steps[i].id if i < len(self.steps) else None
+
+    def check_input(self, value: object) -> None:
+        """Raise DefinitionError if value fails the input schema."""
+        if self.input_schema is None:
+            return
+        validator = jsonschema.Draft202012Validator(self.input_schema)
+        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        if errors:
+            raise DefinitionError(
+                [(_json_path("input", e.absolute_path), e.message) for e in errors[:5]],
+                title=f"input does not match the input_schema of {self.name}",
+            )
+
+
+class DefinitionError(ValueError):
+    """Static errors: a list of (path, reason); str() gives one line per problem."""
+
+    def __init__(self, problems: list[tuple[str, str]], title: str = "invalid definition") -> None:
+        self.problems = problems
+        self.title = title
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        lines = "; ".join(f"{p}: {r}" for p, r in self.problems)
+        return f"{self.title}: {lines}"
+
+
+def _json_path(root: str, parts: Iterable[str | int]) -> str:
+    out = root
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return out
