@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from ..api import html
 from ..app.approvals import Approvals
 from ..errors import Conflict, Forbidden, Gone, LockstepError, NotFound
-from .routes import CsrfRejected, Session, _check_csrf, _page
+from .pages import CsrfRejected, Session, check_csrf, page
 
 __all__ = ["router"]
 
@@ -45,7 +45,7 @@ def _refused(request: Request, session: tuple[Any, str], exc: LockstepError) -> 
         "unknown_link": "Unknown link",
         "not_waiting": "No longer waiting",
     }
-    return _page(
+    return page(
         request,
         "message.html",
         {
@@ -65,14 +65,14 @@ def approve_page(request: Request, token: str, session: Session) -> Response:
         view = _approvals(request).inspect(me, token)
     except LockstepError as exc:
         return _refused(request, session, exc)
-    return _page(request, "approve.html", {"me": me, "csrf": csrf, "token": token, **view})
+    return page(request, "approve.html", {"me": me, "csrf": csrf, "token": token, **view})
 
 
 def _decision_csrf(request: Request, session: tuple[Any, str], csrf: str, channel: str) -> tuple[Any, str]:
     """The session of a decision whose CSRF token matches; a mismatch is audited, then refused."""
     me, expected = session
     try:
-        _check_csrf(expected, csrf)
+        check_csrf(expected, csrf)
     except CsrfRejected:
         _approvals(request).principals.audit(
             me.tenant, me.name, "approval.decide", None, "refused", code="csrf", channel=channel
@@ -99,14 +99,14 @@ def approve_submit(
         result = _approvals(request).decide(me, token, decision, comment or None, channel="ui")
     except LockstepError as exc:
         return _refused(request, session, exc)
-    return _page(request, "decided.html", {"me": me, "csrf": expected, "result": result})
+    return page(request, "decided.html", {"me": me, "csrf": expected, "result": result})
 
 
 @router.get("/ui/approvals", response_class=HTMLResponse)
 def inbox(request: Request, session: Session) -> Response:
     me, csrf = session
     items = _approvals(request).inbox(me) if me.can("approve") else []
-    return _page(
+    return page(
         request,
         "inbox.html",
         {"me": me, "csrf": csrf, "items": items, "can_approve": me.can("approve")},
@@ -124,7 +124,7 @@ def open_request(
     """From the inbox: go to the request's review page. No link is minted: the approver is logged in,
     and a link authorizes nothing, so reviewing never grows the run's history."""
     _me, expected = session
-    _check_csrf(expected, csrf)
+    check_csrf(expected, csrf)
     return html.redirect(_review_path(run_id, step))
 
 
@@ -136,7 +136,7 @@ def review_page(request: Request, run_id: str, step: str, session: Session) -> R
     except LockstepError as exc:
         return _refused(request, session, exc)
     context = {"me": me, "csrf": csrf, "token": None, "action": _review_path(run_id, step), **view}
-    return _page(request, "approve.html", context)
+    return page(request, "approve.html", context)
 
 
 @router.post("/ui/approvals/{run_id}/{step}")
@@ -154,4 +154,4 @@ def review_submit(
         result = _approvals(request).decide_in_session(me, run_id, step, decision, comment or None)
     except LockstepError as exc:
         return _refused(request, session, exc)
-    return _page(request, "decided.html", {"me": me, "csrf": expected, "result": result})
+    return page(request, "decided.html", {"me": me, "csrf": expected, "result": result})

@@ -6,116 +6,36 @@ import hmac
 import json
 import math
 import secrets
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote, unquote, urlencode
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, FastAPI, Form, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi import APIRouter, FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from ..api import html
-from ..app.principals import Principal, Principals
-from ..app.service import Service
 from ..core.explain import WAIT_KINDS
-from ..core.narrate import narrate
 from ..core.state import STATUSES
-from ..core.timeutil import format_duration, parse_iso
 from ..errors import InvalidInput, LockstepError, NotFound, RateLimited
+from .approve import router as approve_router
+from .pages import (
+    SESSION_COOKIE,
+    CsrfRejected,
+    LoginRequired,
+    Session,
+    check_csrf,
+    flash_redirect,
+    page,
+    principals_of,
+    service_of,
+)
 
 __all__ = ["mount"]
 
 HERE = Path(__file__).parent
-SESSION_COOKIE = "lockstep_session"
 LOGIN_CSRF_COOKIE = "lockstep_login_csrf"
 router = APIRouter(prefix="/ui", include_in_schema=False)
-
-
-class LoginRequired(Exception):
-    pass
-
-
-class CsrfRejected(Exception):
-    pass
-
-
-def _ago(at: str | None, now: datetime | None = None) -> str:
-    if not at:
-        return ""
-    return format_duration((now or datetime.now(UTC)) - parse_iso(at)) + " ago"
-
-
-def _until(at: str | None, now: datetime | None = None) -> str:
-    if not at:
-        return ""
-    delta = parse_iso(at) - (now or datetime.now(UTC))
-    return (
-        ("in " + format_duration(delta))
-        if delta.total_seconds() >= 0
-        else format_duration(-delta) + " overdue"
-    )
-
-
-html.env.filters["ago"] = _ago
-html.env.filters["until"] = _until
-html.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, sort_keys=True)
-html.env.globals["narrate"] = narrate
-
-
-def _svc(request: Request) -> Service:
-    s: Service = request.app.state.service
-    return s
-
-
-def _principals(request: Request) -> Principals:
-    p: Principals = request.app.state.principals
-    return p
-
-
-def _session(request: Request) -> tuple[Principal, str]:
-    cookie = request.cookies.get(SESSION_COOKIE)
-    found = _principals(request).session(cookie) if cookie else None
-    if found is None:
-        raise LoginRequired
-    return found
-
-
-Session = Annotated[tuple[Principal, str], Depends(_session)]
-
-
-def _check_csrf(expected: str, got: str) -> None:
-    if not got or not hmac.compare_digest(expected.encode(), got.encode()):
-        raise CsrfRejected("the form's CSRF token is missing or wrong: reload the page and try again")
-
-
-FLASH_COOKIE = "lockstep_flash"
-
-
-def flash_redirect(request: Request, url: str, message: str) -> RedirectResponse:
-    """Redirect with a one-time message kept in a short-lived cookie: a URL parameter would let any link
-    show forged messages, and would come back on every reload."""
-    resp = html.redirect(url)
-    resp.set_cookie(
-        FLASH_COOKIE,
-        quote(message[:500]),
-        max_age=60,
-        httponly=True,
-        samesite="strict",
-        path="/",
-        secure=request.app.state.secure_cookies,
-    )
-    return resp
-
-
-def _page(request: Request, name: str, ctx: dict[str, Any], status: int = 200) -> HTMLResponse:
-    # Relative times use the service's clock, so pages agree with `lockstep show` (and with test clocks).
-    flash = unquote(request.cookies.get(FLASH_COOKIE, ""))
-    ctx = {"now": _svc(request).clock(), "flash": flash, **ctx}
-    resp = html.render(name, ctx, status)
-    if flash:
-        resp.delete_cookie(FLASH_COOKIE, path="/")
-    return resp
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -128,7 +48,7 @@ def _login_page(request: Request, next: str, status: int = 200, message: str = "
     ctx: dict[str, Any] = {"csrf": token, "next": _safe_next(next), "me": None}
     if message:
         ctx["flash"] = message
-    resp = _page(request, "login.html", ctx, status)
+    resp = page(request, "login.html", ctx, status)
     resp.set_cookie(
         LOGIN_CSRF_COOKIE,
         token,
@@ -164,7 +84,7 @@ def login(
             "/ui/login?" + urlencode({"next": _safe_next(next)}),
             "Your login form expired; please try again.",
         )
-    principals = _principals(request)
+    principals = principals_of(request)
     # The peer, or the client a trusted proxy named (`serve --trusted-proxy`).
     address = request.client.host if request.client else None
     p = None
@@ -175,9 +95,9 @@ def login(
             p = principals.authenticate_password(tenant.strip(), user.strip(), password, address=address)
         except RateLimited as exc:  # refused before the password check, and audited
             text = str(exc)
-            page = _login_page(request, next, 429, f"{text[:1].upper()}{text[1:]}.")
-            page.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
-            return page
+            throttled = _login_page(request, next, 429, f"{text[:1].upper()}{text[1:]}.")
+            throttled.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+            return throttled
     if p is None:
         principals.audit(tenant or None, user or None, "ui.login", None, "refused", address=address)
         return flash_redirect(
@@ -203,10 +123,10 @@ def login(
 
 @router.post("/logout")
 def logout(request: Request, session: Session, csrf: Annotated[str, Form()] = "") -> Response:
-    _check_csrf(session[1], csrf)
+    check_csrf(session[1], csrf)
     cookie = request.cookies.get(SESSION_COOKIE)
     if cookie:
-        _principals(request).close_session(cookie)
+        principals_of(request).close_session(cookie)
     resp = html.redirect("/ui/login")
     resp.delete_cookie(SESSION_COOKIE, path="/")
     return resp
@@ -223,7 +143,7 @@ def runs_page(
 ) -> HTMLResponse:
     me, csrf = session
     if not me.can("read"):
-        return _page(
+        return page(
             request,
             "message.html",
             {
@@ -235,7 +155,7 @@ def runs_page(
             403,
         )
     limit = 50
-    runs = _svc(request).runs(
+    runs = service_of(request).runs(
         me.tenant,
         status=status or None,
         definition=definition or None,
@@ -244,11 +164,11 @@ def runs_page(
         wait_kind=waiting or None,
     )
     counts: dict[str, int] = {}
-    with _svc(request).read() as tx:
+    with service_of(request).read() as tx:
         for tenant, st, n in tx.stats(0)["runs"]:
             if tenant == me.tenant:
                 counts[st] = n
-    return _page(
+    return page(
         request,
         "runs.html",
         {
@@ -259,7 +179,7 @@ def runs_page(
             "wait_kinds": WAIT_KINDS,
             "counts": counts,
             "f": {"status": status, "definition": definition, "waiting": waiting},
-            "definitions": sorted({d["name"] for d in _svc(request).definitions(me.tenant)}),
+            "definitions": sorted({d["name"] for d in service_of(request).definitions(me.tenant)}),
             "next_cursor": runs[-1]["run_id"] if len(runs) == limit else None,
         },
     )
@@ -269,7 +189,7 @@ def runs_page(
 def run_page(request: Request, run_id: str, session: Session) -> HTMLResponse:
     me, csrf = session
     if not me.can("read"):
-        return _page(
+        return page(
             request,
             "message.html",
             {
@@ -280,11 +200,11 @@ def run_page(request: Request, run_id: str, session: Session) -> HTMLResponse:
             },
             403,
         )
-    svc = _svc(request)
+    svc = service_of(request)
     try:
         run = svc.show(me.tenant, run_id)
     except NotFound:
-        return _page(
+        return page(
             request,
             "message.html",
             {
@@ -296,7 +216,7 @@ def run_page(request: Request, run_id: str, session: Session) -> HTMLResponse:
             404,
         )
     events = svc.events(me.tenant, run_id)
-    return _page(
+    return page(
         request,
         "run.html",
         {
@@ -319,10 +239,10 @@ def cancel(
     reason: Annotated[str, Form()] = "",
 ) -> Response:
     me, expected = session
-    _check_csrf(expected, csrf)
+    check_csrf(expected, csrf)
     try:
         me.require("cancel")
-        out = _svc(request).cancel(me.tenant, run_id, reason, actor=me.name)
+        out = service_of(request).cancel(me.tenant, run_id, reason, actor=me.name)
         msg = "Cancellation recorded." if out["accepted"] else "The run was already being cancelled."
     except LockstepError as exc:
         msg = f"Not cancelled: {exc}"
@@ -339,10 +259,10 @@ def retry(
     reason: Annotated[str, Form()] = "",
 ) -> Response:
     me, expected = session
-    _check_csrf(expected, csrf)
+    check_csrf(expected, csrf)
     try:
         me.require("operate")
-        out = _svc(request).retry(me.tenant, run_id, step, reason, actor=me.name)
+        out = service_of(request).retry(me.tenant, run_id, step, reason, actor=me.name)
         msg = f"Step {step} scheduled again (attempt {out['attempt']})."
     except LockstepError as exc:
         msg = f"Not retried: {exc}"
@@ -365,8 +285,8 @@ def operator_action(
     from ..app.repair import Repairs  # noqa: PLC0415 - only operators reach this
 
     me, expected = session
-    _check_csrf(expected, csrf)
-    repairs = Repairs(_svc(request))
+    check_csrf(expected, csrf)
+    repairs = Repairs(service_of(request))
     try:
         me.require("operate")
         if action == "pause":
@@ -428,10 +348,10 @@ def _describe_plan(plan: dict[str, Any]) -> str:
 def definitions_page(request: Request, session: Session) -> HTMLResponse:
     me, csrf = session
     me.require("read")
-    return _page(
+    return page(
         request,
         "definitions.html",
-        {"me": me, "csrf": csrf, "definitions": _svc(request).definitions(me.tenant)},
+        {"me": me, "csrf": csrf, "definitions": service_of(request).definitions(me.tenant)},
     )
 
 
@@ -442,8 +362,6 @@ def _page_of(path: str) -> str:
 
 
 def mount(app: FastAPI) -> None:
-    from .approve import router as approve_router  # noqa: PLC0415 - approve imports this module
-
     app.include_router(router)
     app.include_router(approve_router)
     app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
@@ -456,7 +374,7 @@ def mount(app: FastAPI) -> None:
 
     @app.exception_handler(CsrfRejected)
     async def _csrf(request: Request, exc: CsrfRejected) -> Response:
-        return _page(
+        return page(
             request,
             "message.html",
             {"me": None, "csrf": "", "title": "Request refused", "message": str(exc)},

@@ -1,0 +1,61 @@
+"""Administration: verify the stored histories, upgrade the schema, the scripted demo."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .context import Ctx, pass_ctx
+from .render import out, print_json
+
+__all__ = ["COMMANDS"]
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def verify(c: Ctx, run_id: str | None, as_json: bool) -> None:
+    """Replay events and compare with snapshots; check sequences and the hash chain. Exit 1 on mismatch."""
+    report = c.engine.service.verify(run_id, tenant=c.tenant)
+    bad = [r for r in report if not r["ok"]]
+    if as_json:
+        print_json({"runs": len(report), "ok": not bad, "problems": bad})
+    else:
+        for r in bad:
+            out.print(f"[red]MISMATCH[/red] {r['run_id']}: " + "; ".join(r["problems"]))
+        out.print(
+            f"verified {len(report)} run(s), {sum(r['events'] for r in report)} event(s): "
+            + ("[green]all consistent[/green]" if not bad else f"[red]{len(bad)} inconsistent[/red]")
+        )
+    if bad:
+        sys.exit(1)
+
+
+@click.group()
+def db() -> None:
+    """Database schema management."""
+
+
+@db.command("upgrade")
+@pass_ctx
+def db_upgrade(c: Ctx) -> None:
+    """Apply pending schema migrations (safe to run from several processes at once)."""
+    from ..store import upgrade_store  # noqa: PLC0415
+
+    print_json({"applied": upgrade_store(c.db)})
+
+
+@click.command()
+@click.option("--db", "db_url", default=None, help="Where to run the tour (default: a fresh temporary file).")
+@click.option("--keep", is_flag=True, help="Keep the temporary database afterwards.")
+def demo(db_url: str | None, keep: bool) -> None:
+    """A scripted tour: retries, a lost response, a durable timer, a cancellation with compensation."""
+    from ..examples.tour import run_tour  # noqa: PLC0415
+
+    sys.exit(run_tour(db_url, keep=keep, console=out))
+
+
+# The commands of this group, attached to the root group in root.py.
+COMMANDS: tuple[click.Command, ...] = (verify, db, demo)

@@ -1,0 +1,32 @@
+"""The state every command receives: the global options and the engine, opened on first use."""
+
+from __future__ import annotations
+
+import click
+
+from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
+from ..engine import Engine
+
+__all__ = ["Ctx", "pass_ctx"]
+
+
+class Ctx:
+    def __init__(self, db: str, tenant: str, limits: ServerLimits = DEFAULT_SERVER_LIMITS) -> None:
+        self.db = db
+        self.tenant = tenant
+        self.limits = limits
+        self._engine: Engine | None = None
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = Engine.open(self.db, server_limits=self.limits)
+        return self._engine
+
+    def close(self) -> None:
+        """Close the engine if a command opened it (the root group calls this when the command ends)."""
+        if self._engine is not None:
+            self._engine.close()
+
+
+pass_ctx = click.make_pass_decorator(Ctx)

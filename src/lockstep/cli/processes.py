@@ -1,0 +1,281 @@
+"""The long-running processes: `worker`, `scheduler` and `serve` (API, UI and scheduler duties); each
+logs its events and stops cleanly on SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..errors import InvalidInput
+from ..runtime.activity import REGISTRY
+from .context import Ctx, pass_ctx
+from .inputs import duration
+from .render import err
+
+__all__ = ["COMMANDS"]
+
+
+def _import_activities(modules: tuple[str, ...]) -> None:
+    sys.path.insert(0, os.getcwd())
+    for m in modules:
+        try:
+            importlib.import_module(m)
+        except ImportError as exc:
+            raise InvalidInput(f"cannot import activity module {m!r}: {exc}") from None
+
+
+def _versions(values: tuple[str, ...]) -> list[str] | None:
+    for v in values:
+        name, sep, number = v.partition(":")
+        if not sep or not name or not number.isdigit():
+            raise InvalidInput(f"--versions {v!r}: write NAME:VERSION, e.g. order-fulfilment:2")
+    return list(values) or None
+
+
+def _event_logs(c: Ctx) -> None:
+    """Long-running processes log every committed event as a JSON line (run, step, attempt ids)."""
+    from ..app.observability import configure_logging, log_events  # noqa: PLC0415
+
+    if os.environ.get("LOCKSTEP_LOG_FORMAT", "json") != "off":
+        configure_logging(json_logs=os.environ.get("LOCKSTEP_LOG_FORMAT", "json") == "json")
+        c.engine.service.listeners.append(log_events)
+
+
+def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: Any) -> None:
+        err.print(f"received {signal.Signals(signum).name}: {on_stop}")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    stop.wait()
+    for s in stoppers:
+        s()
+
+
+@click.command()
+@click.option(
+    "--activities",
+    "modules",
+    multiple=True,
+    required=True,
+    help="Python module that registers activities with @lockstep.activity (repeatable).",
+)
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True)
+@click.option(
+    "--lease-ttl",
+    default="10s",
+    show_default=True,
+    help="Lease length; the worker renews it while an activity runs. A dead worker's tasks are "
+    "retried after this.",
+)
+@click.option("--poll-interval", default="200ms", show_default=True)
+@click.option("--only", "only", multiple=True, help="Serve only these activity types (repeatable).")
+@click.option("--no-scheduler", is_flag=True, help="Do not also fire timers and expire leases here.")
+@click.option(
+    "--worker-id",
+    help="Name in leases and events (default host:pid). Unique among live workers: a worker started "
+    "under an id abandons the leases its dead predecessor held, so they are retried at once.",
+)
+@click.option("--queue", default="default", show_default=True, help="Take tasks of this queue only.")
+@click.option(
+    "--versions",
+    "versions",
+    multiple=True,
+    help="Only tasks of these definition versions, NAME:VERSION (repeatable; default: all).",
+)
+@pass_ctx
+def worker(
+    c: Ctx,
+    modules: tuple[str, ...],
+    concurrency: int,
+    lease_ttl: str,
+    poll_interval: str,
+    only: tuple[str, ...],
+    no_scheduler: bool,
+    worker_id: str | None,
+    queue: str,
+    versions: tuple[str, ...],
+) -> None:
+    """Run activities from MODULE. SIGTERM drains gracefully; SIGKILL loses nothing."""
+    _import_activities(modules)
+    from ..runtime.worker import Worker  # noqa: PLC0415 - keep `lockstep show` fast
+
+    names = list(only) or REGISTRY.names()
+    if not names:
+        raise InvalidInput(
+            f"module(s) {', '.join(modules)} registered no activities (use @lockstep.activity)"
+        )
+    w = Worker(
+        c.engine.service,
+        REGISTRY,
+        activities=names,
+        concurrency=concurrency,
+        lease_ttl=duration(lease_ttl, "--lease-ttl"),
+        poll_interval=duration(poll_interval, "--poll-interval"),
+        scheduler=not no_scheduler,
+        worker_id=worker_id,
+        queue=queue,
+        versions=_versions(versions),
+    )
+    _event_logs(c)
+    w.start()
+    err.print(f"worker {w.worker_id} serving {', '.join(names)}" + ("" if no_scheduler else " (+ scheduler)"))
+    _run_until_signal([w.stop], "draining in-flight activities, then exiting")
+
+
+@click.command()
+@click.option("--poll-interval", default="200ms", show_default=True)
+@click.option(
+    "--partition-ttl",
+    default="10s",
+    show_default=True,
+    help="PostgreSQL: how long this scheduler's partition leases last; a dead scheduler's "
+    "partitions move to the others after this.",
+)
+@click.option(
+    "--scheduler-id",
+    help="PostgreSQL: name in the partition leases (default host:pid). Unique among live schedulers: "
+    "one restarted under its name takes its predecessor's partitions back at once.",
+)
+@pass_ctx
+def scheduler(c: Ctx, poll_interval: str, partition_ttl: str, scheduler_id: str | None) -> None:
+    """Fire due timers and expire lost leases (any number may run at once)."""
+    stop = threading.Event()
+    s = c.engine.scheduler(duration(poll_interval, "--poll-interval"))
+    if scheduler_id:
+        s.owner = scheduler_id
+    _event_logs(c)
+    ttl = duration(partition_ttl, "--partition-ttl")
+    if ttl.total_seconds() < 1:
+        raise InvalidInput("--partition-ttl must be at least 1s")
+    s.partition_ttl = ttl
+    t = threading.Thread(target=s.run, args=(stop,), daemon=True)
+    t.start()
+    err.print("scheduler running")
+
+    def halt() -> None:
+        stop.set()
+        s.wake.set()
+        t.join(10)
+
+    _run_until_signal([halt], "stopping")
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("--activities", "modules", multiple=True, help="Also run an in-process worker for MODULE.")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True)
+@click.option("--example", is_flag=True, help="Publish the example processes and start a few example runs.")
+@click.option(
+    "--metrics-token",
+    envvar="LOCKSTEP_METRICS_TOKEN",
+    help="A bearer token that reads every tenant's /metrics (tenant admins and operators read their own "
+    "tenant's with their API key).",
+)
+@click.option(
+    "--metrics-public",
+    is_flag=True,
+    envvar="LOCKSTEP_METRICS_PUBLIC",
+    help="Serve /metrics to anyone, every tenant included (only behind a network that limits who scrapes).",
+)
+@click.option("--secure-cookies", is_flag=True, help="Mark UI cookies Secure (when served over HTTPS).")
+@click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
+@click.option(
+    "--public-url",
+    envvar="LOCKSTEP_PUBLIC_URL",
+    help="Base URL in approval links (default http://HOST:PORT).",
+)
+@click.option(
+    "--notify",
+    "notify",
+    default="log",
+    show_default=True,
+    help="Approval link delivery: log, webhook:https://HOST/PATH (signed; secret in "
+    "LOCKSTEP_WEBHOOK_SECRET[_FILE]) or smtp[s]://HOST:PORT?from=ADDR (docs/approvals.md).",
+)
+@click.option(
+    "--allow-insecure-http",
+    is_flag=True,
+    help="Allow an http:// webhook to a host that is not loopback (links travel in clear text).",
+)
+@click.option(
+    "--allow-insecure-smtp",
+    is_flag=True,
+    help="Allow SMTP without TLS (tls=none) to a host that is not loopback.",
+)
+@click.option(
+    "--allow-webhook-network",
+    "webhook_networks",
+    multiple=True,
+    metavar="CIDR",
+    help="Allow the webhook to reach this private/link-local network (refused by default; repeatable).",
+)
+@click.option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    multiple=True,
+    metavar="ADDR",
+    help="A reverse proxy (IP or CIDR; repeatable) whose X-Forwarded-For names the client address used "
+    "for login throttling. Without it the peer address counts and the header is ignored.",
+)
+@pass_ctx
+def serve(
+    c: Ctx,
+    host: str,
+    port: int,
+    modules: tuple[str, ...],
+    concurrency: int,
+    example: bool,
+    metrics_token: str | None,
+    metrics_public: bool,
+    secure_cookies: bool,
+    log_format: str,
+    public_url: str | None,
+    notify: str,
+    allow_insecure_http: bool,
+    allow_insecure_smtp: bool,
+    webhook_networks: tuple[str, ...],
+    trusted_proxies: tuple[str, ...],
+) -> None:
+    """Serve the HTTP API (/v1), the web UI (/ui) and /metrics; also do the scheduler's duties."""
+    from ..runtime.outbound import OutboundPolicy  # noqa: PLC0415
+    from ..serve import run_server  # noqa: PLC0415 - web stack loads only for `serve`
+
+    outbound = OutboundPolicy.from_options(
+        allow_insecure_http=allow_insecure_http,
+        allow_insecure_smtp=allow_insecure_smtp,
+        networks=webhook_networks,
+    )
+
+    run_server(
+        c.engine,
+        host=host,
+        port=port,
+        modules=modules,
+        concurrency=concurrency,
+        example=example,
+        metrics_token=metrics_token,
+        metrics_public=metrics_public,
+        secure_cookies=secure_cookies,
+        log_format=log_format,
+        console=err,
+        public_url=public_url or f"http://{host}:{port}",
+        notify=notify,
+        outbound=outbound,
+        trusted_proxies=trusted_proxies,
+    )
+
+
+# The commands of this group, attached to the root group in root.py.
+COMMANDS: tuple[click.Command, ...] = (worker, scheduler, serve)

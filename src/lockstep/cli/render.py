@@ -1,0 +1,68 @@
+"""Rich output shared by the command groups: the two consoles, JSON on stdout, one-line errors, a run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = ["STATUS_STYLE", "err", "fail", "out", "print_json", "print_run"]
+
+
+# Piped output (scripts, tests, CI logs) gets a wide console so run ids and reasons are not wrapped.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+STATUS_STYLE = {
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "yellow",
+    "needs_attention": "bold magenta",
+    "waiting": "cyan",
+    "running": "blue",
+    "cancelling": "yellow",
+    "compensating": "yellow",
+}
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    err.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
+    sys.exit(code)
+
+
+def print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def print_run(s: dict[str, Any]) -> None:
+    style = STATUS_STYLE.get(s["status"], "")
+    d = s["definition"]
+    out.print(
+        f"[bold]{s['run_id']}[/bold]  [{style}]{s['status']}[/{style}]  "
+        f"{d['name']} v{d['version']}  tenant {s['tenant']}"
+    )
+    if s["current_step"]:
+        out.print(f"current step: {s['current_step']}")
+    if s["wait_reason"]:
+        out.print(f"[bold]why:[/bold]  {s['wait_reason']}")
+        out.print(f"[bold]next:[/bold] {s['next_action']}")
+    if s["error"]:
+        out.print(f"[red]error:[/red] {s['error'].get('code')}: {s['error'].get('message')}")
+    if s["status"] == "completed":
+        out.print(f"output: {json.dumps(s['output'])}")
+    t = Table("step", "status", "attempts", "idempotency key", "detail")
+    for sid, st in s["steps"].items():
+        detail = ""
+        if st.get("error"):
+            detail = f"{st['error'].get('code')}: {st['error'].get('message')}"
+        comp = st.get("compensation")
+        if comp:
+            detail = (
+                detail + "; " if detail else ""
+            ) + f"compensation {comp['status']} ({comp['attempts']} attempt(s))"
+        t.add_row(sid, st["status"], str(st["attempts"]), st.get("idempotency_key") or "", detail)
+    out.print(t)

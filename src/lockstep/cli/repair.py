@@ -1,0 +1,240 @@
+"""Operator repair: retry, the dead letters, pause/resume, skip, edit-input, resolve, the four-eyes
+confirm/reject, and migrate to another version."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+from rich.table import Table
+
+from ..errors import InvalidInput
+from .context import Ctx, pass_ctx
+from .inputs import parse_json
+from .render import out, print_json
+
+__all__ = ["COMMANDS"]
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("step")
+@click.option("--reason", required=True, help="Why (recorded in the audit trail).")
+@click.option(
+    "--new-key", is_flag=True, help="Use a new idempotency key (the downstream will see a new request)."
+)
+@pass_ctx
+def retry(c: Ctx, run_id: str, step: str, reason: str, new_key: bool) -> None:
+    """Run a step that waits for an operator (dead letter, unknown outcome) again, as a new attempt."""
+    print_json(
+        c.engine.service.retry(c.tenant, run_id, step, reason, actor=os.environ.get("USER"), new_key=new_key)
+    )
+
+
+@click.command("dead-letters")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def dead_letters(c: Ctx, as_json: bool) -> None:
+    """Runs whose task went to the dead-letter state, with the reason (retry with `lockstep retry`)."""
+    rows = c.engine.service.dead_letters(c.tenant)
+    if as_json:
+        print_json(rows)
+        return
+    t = Table("run", "step", "since", "reason")
+    for r in rows:
+        t.add_row(r["run_id"], r["step"], r["since"], r["reason"])
+    out.print(t)
+
+
+def _repairs(c: Ctx) -> Any:
+    from ..app.repair import Repairs  # noqa: PLC0415
+
+    return Repairs(c.engine.service)
+
+
+reason_opt = click.option(
+    "--reason", required=True, help="Why (recorded with your name in the run's history)."
+)
+
+
+@click.command()
+@click.argument("run_id")
+@reason_opt
+@pass_ctx
+def pause(c: Ctx, run_id: str, reason: str) -> None:
+    """Pause a run: nothing new starts; in-flight attempts finish and are recorded; due timers wait."""
+    print_json(_repairs(c).pause(c.tenant, run_id, reason, actor=os.environ.get("USER")))
+
+
+@click.command()
+@click.argument("run_id")
+@reason_opt
+@pass_ctx
+def resume(c: Ctx, run_id: str, reason: str) -> None:
+    """Resume a paused run: transitions held back while paused (due timers, next steps) happen now."""
+    print_json(_repairs(c).resume(c.tenant, run_id, reason, actor=os.environ.get("USER")))
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("step")
+@click.option("--output", help="JSON that stands in for the step's output.")
+@reason_opt
+@pass_ctx
+def skip(c: Ctx, run_id: str, step: str, output: str | None, reason: str) -> None:
+    """Skip the current step where the definition allows it (skippable / skip_policy)."""
+    print_json(
+        _repairs(c).skip(
+            c.tenant,
+            run_id,
+            step,
+            reason,
+            output=parse_json(output, "--output"),
+            actor=os.environ.get("USER"),
+            roles=("operator", "admin"),
+        )
+    )
+
+
+@click.command("edit-input")
+@click.argument("run_id")
+@click.option("--input", "input_", required=True, help="The new input as JSON, or @file.json.")
+@reason_opt
+@pass_ctx
+def edit_input(c: Ctx, run_id: str, input_: str, reason: str) -> None:
+    """Replace the run's input (checked against its version's input_schema) for steps not yet started."""
+    print_json(
+        _repairs(c).edit_input(
+            c.tenant, run_id, parse_json(input_, "--input"), reason, actor=os.environ.get("USER")
+        )
+    )
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("step")
+@click.option("--as", "outcome", required=True, type=click.Choice(["succeeded", "failed"]))
+@click.option("--output", help="The step's output as JSON (with --as succeeded).")
+@reason_opt
+@pass_ctx
+def resolve(c: Ctx, run_id: str, step: str, outcome: str, output: str | None, reason: str) -> None:
+    """Settle a step whose outcome was unknown, after checking the downstream system."""
+    print_json(
+        _repairs(c).resolve(
+            c.tenant,
+            run_id,
+            step,
+            outcome,
+            reason,
+            output=parse_json(output, "--output"),
+            actor=os.environ.get("USER"),
+        )
+    )
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("proposal_id")
+@reason_opt
+@pass_ctx
+def confirm(c: Ctx, run_id: str, proposal_id: str, reason: str) -> None:
+    """Four-eyes: confirm another operator's proposed skip, migrate or resolve (it runs now)."""
+    print_json(
+        _repairs(c).confirm(
+            c.tenant, run_id, proposal_id, reason, actor=os.environ.get("USER"), roles=("operator", "admin")
+        )
+    )
+
+
+@click.command("reject-proposal")
+@click.argument("run_id")
+@click.argument("proposal_id")
+@reason_opt
+@pass_ctx
+def reject_proposal(c: Ctx, run_id: str, proposal_id: str, reason: str) -> None:
+    """Four-eyes: reject a proposal (your own proposal: withdraw it)."""
+    print_json(_repairs(c).reject(c.tenant, run_id, proposal_id, reason, actor=os.environ.get("USER")))
+
+
+def _mapping(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        old, sep, new = p.partition("=")
+        if not sep or not old or not new:
+            raise InvalidInput(f"--map {p!r}: write OLD_STEP=NEW_STEP")
+        out[old] = new
+    return out
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@click.option("--to-version", type=click.IntRange(1), required=True)
+@click.option("--map", "maps", multiple=True, help="OLD_STEP=NEW_STEP for renamed steps (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Explain what would happen; change nothing.")
+@click.option("--definition", help="Bulk: migrate the runs of this definition ...")
+@click.option("--from-version", type=click.IntRange(1), help="... that are on this version ...")
+@click.option("--where", "where", help="... and match status=S (e.g. status=waiting).")
+@reason_opt
+@pass_ctx
+def migrate(
+    c: Ctx,
+    run_id: str | None,
+    to_version: int,
+    maps: tuple[str, ...],
+    dry_run: bool,
+    definition: str | None,
+    from_version: int | None,
+    where: str | None,
+    reason: str,
+) -> None:
+    """Move a running run (or, with --definition, many) to another version of its definition."""
+    mapping = _mapping(maps)
+    actor = os.environ.get("USER")
+    if run_id is not None:
+        if definition or from_version or where:
+            raise InvalidInput("give either RUN_ID or --definition/--from-version/--where, not both")
+        result = _repairs(c).migrate(
+            c.tenant, run_id, to_version, reason, mapping=mapping, dry_run=dry_run, actor=actor
+        )
+        print_json(result)
+        if not result.get("ok", True):
+            sys.exit(5)
+        return
+    if not definition or not from_version:
+        raise InvalidInput("give a RUN_ID, or --definition NAME --from-version N for a bulk migration")
+    status = None
+    if where:
+        key, _, value = where.partition("=")
+        if key != "status" or not value:
+            raise InvalidInput("--where supports status=STATUS, e.g. --where status=waiting")
+        status = value
+    print_json(
+        _repairs(c).migrate_many(
+            c.tenant,
+            definition,
+            from_version,
+            to_version,
+            reason,
+            status=status,
+            mapping=mapping,
+            dry_run=dry_run,
+            actor=actor,
+        )
+    )
+
+
+# The commands of this group, attached to the root group in root.py.
+COMMANDS: tuple[click.Command, ...] = (
+    retry,
+    dead_letters,
+    pause,
+    resume,
+    skip,
+    edit_input,
+    resolve,
+    confirm,
+    reject_proposal,
+    migrate,
+)

@@ -1,0 +1,118 @@
+"""Runs: start, show, the event history, list, cancel."""
+
+from __future__ import annotations
+
+import os
+
+import click
+from rich.table import Table
+
+from ..core.narrate import narrate
+from ..core.state import STATUSES
+from .context import Ctx, pass_ctx
+from .inputs import parse_json
+from .render import STATUS_STYLE, out, print_json, print_run
+
+__all__ = ["COMMANDS"]
+
+
+@click.command()
+@click.argument("name")
+@click.option("--version", "version", type=int, help="Definition version (default: latest).")
+@click.option("--input", "input_", help="Run input as JSON, or @file.json.")
+@click.option("--key", help="Start key: the same key returns the same run.")
+@pass_ctx
+def start(c: Ctx, name: str, version: int | None, input_: str | None, key: str | None) -> None:
+    """Start a run of definition NAME; prints {"run_id"}."""
+    payload = parse_json(input_, "--input")
+    run_id = c.engine.start(
+        name, input=payload, key=key, version=version, tenant=c.tenant, actor=os.environ.get("USER")
+    )
+    print_json({"run_id": run_id})
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def show(c: Ctx, run_id: str, as_json: bool) -> None:
+    """Show a run: status, current step, why it waits and what happens next."""
+    s = c.engine.show(run_id, tenant=c.tenant)
+    if as_json:
+        print_json(s)
+    else:
+        print_run(s)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def events(c: Ctx, run_id: str, as_json: bool) -> None:
+    """The run's event history (append-only, hash-chained)."""
+    rows = c.engine.events(run_id, tenant=c.tenant)
+    if as_json:
+        print_json(rows)
+        return
+    t = Table("seq", "at", "type", "what happened")
+    for e in rows:
+        t.add_row(str(e["seq"]), e["at"], e["type"], narrate(e["type"], e["data"], e["at"]))
+    out.print(t)
+
+
+@click.command()
+@click.option(
+    "--status",
+    type=click.Choice(STATUSES),
+)
+@click.option("--definition", help="Only runs of this definition.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--after", default="", help="Cursor: list runs after this run id.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def runs(c: Ctx, status: str | None, definition: str | None, limit: int, after: str, as_json: bool) -> None:
+    """List runs (oldest first), with filters and a cursor."""
+    rows = c.engine.service.runs(c.tenant, status=status, definition=definition, after=after, limit=limit)
+    if as_json:
+        print_json(
+            [
+                {
+                    k: r[k]
+                    for k in (
+                        "run_id",
+                        "status",
+                        "definition",
+                        "current_step",
+                        "wait_reason",
+                        "started_at",
+                        "updated_at",
+                    )
+                }
+                for r in rows
+            ]
+        )
+        return
+    t = Table("run", "status", "definition", "step", "why / next")
+    for r in rows:
+        style = STATUS_STYLE.get(r["status"], "")
+        t.add_row(
+            r["run_id"],
+            f"[{style}]{r['status']}[/{style}]",
+            f"{r['definition']['name']} v{r['definition']['version']}",
+            r["current_step"] or "",
+            r["wait_reason"] or "",
+        )
+    out.print(t)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--reason", required=True, help="Why (recorded in the audit trail).")
+@pass_ctx
+def cancel(c: Ctx, run_id: str, reason: str) -> None:
+    """Cancel a run: start nothing new, wait for in-flight work, compensate, end cancelled."""
+    print_json(c.engine.cancel(run_id, reason=reason, tenant=c.tenant, actor=os.environ.get("USER")))
+
+
+# The commands of this group, attached to the root group in root.py.
+COMMANDS: tuple[click.Command, ...] = (start, show, events, runs, cancel)
