@@ -543,9 +543,7 @@ def main() -> None:
 
 
 def _principals(c: Ctx) -> Any:
-    from .app.principals import Principals  # noqa: PLC0415
-
-    return Principals(c.engine.service)
+    return c.engine.service.principals
 
 
 def _csv(value: str | None) -> list[str]:
@@ -862,9 +860,7 @@ def approvals() -> None:
 
 
 def _approvals(c: Ctx, public_url: str = "http://127.0.0.1:8080") -> Any:
-    from .app.approvals import Approvals  # noqa: PLC0415
-
-    return Approvals(c.engine.service, base_url=public_url)
+    return c.engine.service.approvals.linking_to(public_url)
 
 
 @approvals.command("link")
@@ -959,9 +955,7 @@ def dead_letters(c: Ctx, as_json: bool) -> None:
 
 
 def _repairs(c: Ctx) -> Any:
-    from .app.repair import Repairs  # noqa: PLC0415
-
-    return Repairs(c.engine.service)
+    return c.engine.service.repairs
 
 
 reason_opt = click.option(
