@@ -33,6 +33,9 @@ __all__ = ["Service", "TaskLease", "new_run_id", "utcnow"]
 
 
 class Service:
+    """One per process (Engine.open builds it): the parts are built once here and shared by every
+    request, command and page of the process."""
+
     def __init__(
         self,
         store: Store,
