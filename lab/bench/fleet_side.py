@@ -25,7 +25,6 @@ from typing import IO, Any
 import httpx
 import psycopg
 
-from lockstep.app.principals import Principals
 from lockstep.core.timeutil import iso, parse_iso
 from lockstep.engine import Engine
 
@@ -267,7 +266,7 @@ def waiting(url: str, workdir: Path, small: int, large: int, idle_s: float) -> d
     running: each process's memory at `small` and at `large` waiting runs, the database size, and the
     scheduler's CPU while nothing is due."""
     with lab(url, workdir) as lb:
-        pr = Principals(lb.engine.service)
+        pr = lb.engine.service.principals
         pr.create_tenant("default")
         pr.create_user("default", "alice", ["approver"], [])
         steps = {
@@ -323,7 +322,7 @@ def approval_round_trip(url: str, workdir: Path, n: int, timeout: float) -> dict
     """An approval decision over HTTP (`POST /v1/approvals/decide`) until the next activity starts in a
     worker process (its own clock, written first thing), one run at a time."""
     with lab(url, workdir) as lb:
-        pr = Principals(lb.engine.service)
+        pr = lb.engine.service.principals
         pr.create_tenant("default")
         alice = pr.create_user("default", "alice", ["approver"], [])["api_key"]
         op = pr.create_user("default", "op", ["operator"], [])["api_key"]

@@ -105,7 +105,7 @@ def db(db_path: Path, engine: Engine) -> Db:
 
 @pytest.fixture
 def principals(engine: Engine) -> Principals:
-    return Principals(engine.service)
+    return engine.service.principals
 
 
 def make_tenant(principals: Principals, name: str) -> Tenant:

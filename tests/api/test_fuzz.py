@@ -20,7 +20,6 @@ from schemathesis.generation import GenerationMode
 from schemathesis.schemas import APIOperation
 
 from lockstep.api.app import create_app
-from lockstep.app.principals import Principals
 from lockstep.engine import Engine
 
 from .conftest import NAP, ORDER_DOC, order_input
@@ -52,7 +51,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     path = tmp_path_factory.mktemp("fuzz") / "db.sqlite"
     engine = Engine.open(f"sqlite:///{path}")
     try:
-        principals = Principals(engine.service)
+        principals = engine.service.principals
         principals.create_tenant("acme")
         key = principals.create_user(
             "acme", "fuzzer", ["admin", "operator", "worker", "approver", "viewer"], []

@@ -247,11 +247,11 @@ def test_racing_attempts_from_two_server_processes_get_no_more_checks_than_the_l
     clock = FakeClock()
     servers = [Engine.open(url, clock=clock) for _ in range(2)]
     try:
-        setup = Principals(servers[0].service)
+        setup = servers[0].service.principals
         setup.create_tenant("acme")
         setup.create_user("acme", "alice", ["viewer"], [])
         setup.set_password("acme", "alice", PASSWORD)
-        fronts = [Principals(e.service) for e in servers]
+        fronts = [e.service.principals for e in servers]
         start = threading.Barrier(24)
         outcomes: list[str] = []
 

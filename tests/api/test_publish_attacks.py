@@ -108,8 +108,8 @@ def test_the_segfaulting_chain_is_refused_over_http(tmp_path: Any) -> None:
         from lockstep.engine import Engine
         from lockstep.app.principals import Principals
         engine = Engine.open("sqlite:///{tmp_path}/db.sqlite")
-        Principals(engine.service).create_tenant("acme")
-        key = Principals(engine.service).create_user("acme", "admin", ["admin"], [])["api_key"]
+        engine.service.principals.create_tenant("acme")
+        key = engine.service.principals.create_user("acme", "admin", ["admin"], [])["api_key"]
         cond = " + ".join(["1"] * 30000) + " > 0"
         doc = "name: route\\nsteps:\\n  - id: route\\n    choice:\\n"
         doc += "      - {{if: '" + cond + "', next: done}}\\n  - id: done\\n    succeed: true\\n"

@@ -328,7 +328,7 @@ def open_world(
     create tenant acme and USERS first."""
     engine = Engine.open(f"sqlite:///{db_path}", clock=clock, server_limits=server_limits)
     stack.callback(engine.close)
-    principals = Principals(engine.service)
+    principals = engine.service.principals
     if keys is None:
         principals.create_tenant(TENANT)
         keys = {

@@ -25,7 +25,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lockstep.api.app import create_app
-from lockstep.app.principals import Principals
 from lockstep.core.definition import DefinitionError, parse_definition
 from lockstep.core.expr import ExprError, compile_expr, evaluate
 from lockstep.engine import Engine, load_document
@@ -250,7 +249,7 @@ def _http() -> tuple[Any, str]:
             url = f"sqlite:///{where}/fuzz.sqlite"
         engine = Engine.open(url)
         atexit.register(engine.close)
-        principals = Principals(engine.service)
+        principals = engine.service.principals
         principals.create_tenant("acme")
         key = principals.create_user("acme", "admin", ["admin"], [])["api_key"]
         _HTTP.extend([TestClient(create_app(engine.service, ui=False)), key])

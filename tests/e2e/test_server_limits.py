@@ -19,7 +19,6 @@ import pytest
 import ui_fixtures as fx  # tests/e2e has no __init__.py: pytest puts this folder on sys.path
 from clikit import Cli
 
-from lockstep.app.principals import Principals
 from lockstep.core.definition import Limits
 from lockstep.engine import Engine
 from lockstep.errors import InvalidInput
@@ -46,7 +45,7 @@ def url(tmp_path: Path) -> str:
 def acme(url: str) -> str:
     """Tenant acme with an admin (its API key is returned) and alice, who logs in with a password."""
     with Engine.open(url) as engine:
-        principals = Principals(engine.service)
+        principals = engine.service.principals
         principals.create_tenant("acme")
         key = str(principals.create_user("acme", "admin", ["admin", "operator"], [])["api_key"])
         principals.create_user("acme", "alice", ["viewer"], [])

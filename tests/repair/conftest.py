@@ -120,13 +120,11 @@ class World:
 
 def _world(path: Path, clock: FakeClock | None) -> World:
     engine = Engine.open(f"sqlite:///{path}", clock=clock) if clock else Engine.open(f"sqlite:///{path}")
-    principals = Principals(engine.service)
+    principals = engine.service.principals
     principals.create_tenant(TENANT)
     principals.create_user(TENANT, "alice", ["approver"], [])
     principals.create_user(TENANT, "op", ["operator"], [])
-    return World(
-        engine, path, clock, principals, Repairs(engine.service), Approvals(engine.service, principals)
-    )
+    return World(engine, path, clock, principals, engine.service.repairs, engine.service.approvals)
 
 
 @pytest.fixture

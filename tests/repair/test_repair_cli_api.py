@@ -21,7 +21,6 @@ import pytest
 from fastapi import FastAPI
 
 from lockstep.api.app import create_app
-from lockstep.app.principals import Principals
 from lockstep.engine import Engine
 
 from .conftest import FakeClock
@@ -356,7 +355,7 @@ class Api:
         self.clock = FakeClock()
         self.engine = Engine.open(f"sqlite:///{tmp / 'api.db'}", clock=self.clock)
         self.db = tmp / "api.db"
-        p = Principals(self.engine.service)
+        p = self.engine.service.principals
         self.keys: dict[tuple[str, str], str] = {}
         for tenant in ("acme", "globex"):
             p.create_tenant(tenant)

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from lockstep import Engine
-from lockstep.app.principals import Principals
 
 from .scalekit import Db, Fleet, Ledger, wait_until
 
@@ -68,7 +67,7 @@ def _at(text: str) -> datetime:
 def test_small_tenant_finishes_while_hot_backlog_waits(engine: Engine, fleet: Fleet, pg_url: str) -> None:
     """With 2,000 hot tasks queued first, the small tenant's 10 runs finish while most hot runs still wait."""
     db = Db(pg_url)
-    principals = Principals(engine.service)
+    principals = engine.service.principals
     for tenant in ("hot", "small"):
         principals.create_tenant(tenant)
         engine.publish(one_step(5), tenant=tenant)
@@ -124,7 +123,7 @@ def _small_done_vs_hot(db: Db) -> tuple[int, int]:
 def test_small_tenant_not_starved_by_one_slot_claims(engine: Engine, fleet: Fleet, pg_url: str) -> None:
     """A worker claiming one task at a time must still alternate tenants (hot must not starve small)."""
     db = Db(pg_url)
-    principals = Principals(engine.service)
+    principals = engine.service.principals
     for tenant in ("hot", "small"):
         principals.create_tenant(tenant)
         engine.publish(one_step(5), tenant=tenant)
@@ -142,7 +141,7 @@ def test_small_tenant_not_starved_by_one_slot_claims(engine: Engine, fleet: Flee
 def test_activity_concurrency_quota_caps_leased_tasks(engine: Engine, fleet: Fleet, pg_url: str) -> None:
     """`tenants set hot --activity-concurrency 2`: hot never holds more than 2 leases across 2 workers."""
     db = Db(pg_url)
-    principals = Principals(engine.service)
+    principals = engine.service.principals
     for tenant in ("hot", "other"):
         principals.create_tenant(tenant)
         engine.publish(one_step(100), tenant=tenant)

@@ -50,7 +50,7 @@ def fail_all(svc: Service, activities: list[str], code: Any) -> int:
 def test_ten_thousand_random_error_codes_leave_metrics_bounded(svc: Service, clock: FakeClock) -> None:
     """A worker failing 10,000 attempts with 10,000 distinct random codes adds one `other` series, not
     10,000: the /metrics text stays the same size however many codes it invents."""
-    metrics = Metrics(svc)
+    metrics = Metrics(svc.kernel)
     doc = one_step("flaky", "remote.call", max_attempts=100, initial_interval="1s", backoff=1.0)
     svc.publish("acme", doc)
     svc.start_many("acme", "flaky", [{}] * 100)
@@ -69,7 +69,7 @@ def test_ten_thousand_random_error_codes_leave_metrics_bounded(svc: Service, clo
 def test_engine_and_declared_codes_keep_their_value(svc: Service, clock: FakeClock) -> None:
     """Timeout (the engine's) and a code the definition declares in non_retryable keep their label;
     an undeclared code is `other`; declared codes past the per-tenant bound are `other` too."""
-    metrics = Metrics(svc)
+    metrics = Metrics(svc.kernel)
     declared = [f"Declared{i}" for i in range(CODES + 5)]
     svc.publish("acme", one_step("pay", "pay.charge", non_retryable=declared))
     svc.start_many("acme", "pay", [{}] * (CODES + 7))
@@ -91,7 +91,7 @@ def test_engine_and_declared_codes_keep_their_value(svc: Service, clock: FakeClo
 def test_activity_names_are_bounded_per_tenant(svc: Service) -> None:
     """A tenant with more activity names than the bound gets the first ones by name and `other` for the
     rest, in the queue gauges and the counters; another tenant's names are not crowded out."""
-    metrics = Metrics(svc)
+    metrics = Metrics(svc.kernel)
     names = [f"act.n{i}" for i in range(ACTIVITIES + 20)]
     for i, activity in enumerate(names):
         svc.publish("acme", one_step(f"d{i}", activity))

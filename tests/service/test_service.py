@@ -658,11 +658,10 @@ def test_default_output_is_the_last_step_output(svc: Service):
 def test_concurrent_starts_never_exceed_the_active_run_limit(svc: Service, published: dict[str, Any]) -> None:
     """Eight starts racing against max_active_runs=3 admit exactly 3: the count is taken under the
     tenant's row lock (PostgreSQL's READ COMMITTED let two racing starts both see room for one more)."""
-    from lockstep.app.principals import Principals
     from lockstep.errors import RateLimited
 
-    Principals(svc).create_tenant("acme")
-    Principals(svc).set_tenant("acme", max_active_runs=3)
+    svc.principals.create_tenant("acme")
+    svc.principals.set_tenant("acme", max_active_runs=3)
     barrier = threading.Barrier(8)
     outcomes: list[str] = []
 
@@ -706,14 +705,13 @@ def test_report_and_claim_records_results_and_leases_the_next_tasks_in_one_call(
 
 def test_start_many_starts_every_run_or_none(svc: Service, published: dict[str, Any]) -> None:
     """start_many starts one run per input in one transaction; over the tenant's limit, it starts none."""
-    from lockstep.app.principals import Principals
     from lockstep.errors import RateLimited
 
     ids = svc.start_many("acme", "order", [{"order": i} for i in range(3)])
     assert len(set(ids)) == 3
     assert [svc.show("acme", r)["status"] for r in ids] == ["running"] * 3
-    Principals(svc).create_tenant("acme")
-    Principals(svc).set_tenant("acme", max_active_runs=4)
+    svc.principals.create_tenant("acme")
+    svc.principals.set_tenant("acme", max_active_runs=4)
     with pytest.raises(RateLimited):
         svc.start_many("acme", "order", [{"order": i} for i in range(10, 12)])
     assert len(svc.runs("acme", limit=100)) == 3

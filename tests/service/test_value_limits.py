@@ -15,9 +15,7 @@ from click.testing import CliRunner
 
 import lockstep
 from lockstep import Engine, Registry
-from lockstep.app.approvals import Approvals
 from lockstep.app.principals import Principal, Principals
-from lockstep.app.repair import Repairs
 from lockstep.app.service import Service, new_run_id
 from lockstep.cli import cli
 from lockstep.core.commands import StartRun
@@ -38,7 +36,7 @@ def nested(depth: int, leaf: Any = 1) -> Any:
 
 @pytest.fixture
 def tenant(svc: Service) -> Principals:
-    principals = Principals(svc)
+    principals = svc.principals
     principals.create_tenant(T)
     svc.publish(T, NAP)
     svc.publish(T, ORDER)
@@ -140,7 +138,7 @@ def test_operator_and_approver_payloads_are_bounded(svc: Service, tenant: Princi
     are refused naming the limit, and write nothing to the run."""
     run_id = svc.start(T, "nap", input={"a": 1})["run_id"]
     before = totals(raw)
-    repairs = Repairs(svc)
+    repairs = svc.repairs
     with pytest.raises(InvalidInput, match="max_list_items"):
         repairs.edit_input(T, run_id, {"items": list(range(1001))}, "fix")
     with pytest.raises(InvalidInput, match="max_payload_bytes"):
@@ -149,7 +147,7 @@ def test_operator_and_approver_payloads_are_bounded(svc: Service, tenant: Princi
         svc.cancel(T, run_id, "y" * 70_000)
     approver = Principal(T, "ann", ("approver",), ())
     with pytest.raises(InvalidInput, match="max_payload_bytes"):
-        Approvals(svc).decide(approver, "t" * 43, "approve", "z" * 70_000)
+        svc.approvals.decide(approver, "t" * 43, "approve", "z" * 70_000)
     assert totals(raw) == before
     assert svc.show(T, run_id)["status"] == "waiting"
 

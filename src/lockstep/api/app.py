@@ -7,9 +7,7 @@ from typing import Any
 from fastapi import FastAPI, Response
 
 from .. import __version__
-from ..app.approvals import Approvals
 from ..app.observability import Metrics
-from ..app.principals import Principals
 from ..app.service import Service
 from . import approvals, html, limits, metrics, pages, problems, repair, routes, tasks
 
@@ -35,9 +33,9 @@ def create_app(
     )
     app.add_middleware(html.NosniffMiddleware)
     app.state.service = service
-    app.state.principals = Principals(service)
-    app.state.approvals = Approvals(service, app.state.principals, public_url)
-    app.state.metrics = Metrics(service)
+    app.state.principals = service.principals
+    app.state.approvals = service.approvals.linking_to(public_url)
+    app.state.metrics = Metrics(service.kernel)
     app.state.secure_cookies = secure_cookies
     problems.install(app)
     # Body size (413) and JSON depth (422), as the server is configured, before any route reads the body.

@@ -22,8 +22,9 @@ from ..core.state import RunState
 from ..core.timeutil import iso, parse_iso
 from ..errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound, Refused
 from ..store import LoadedRun, Tx
+from .kernel import Kernel
 from .principals import Principal, Principals
-from .service import Service
+from .runs import Runs
 
 __all__ = ["TOKEN_RE", "Approvals"]
 
@@ -38,14 +39,19 @@ def _sha(token: str) -> str:
 
 class Approvals:
     def __init__(
-        self, service: Service, principals: Principals | None = None, base_url: str = "http://127.0.0.1:8080"
+        self, kernel: Kernel, runs: Runs, principals: Principals, base_url: str = "http://127.0.0.1:8080"
     ) -> None:
-        self.service = service
-        self.principals = principals or Principals(service)
+        self.kernel = kernel
+        self.runs = runs
+        self.principals = principals
         self.base_url = base_url.rstrip("/")
 
+    def linking_to(self, base_url: str) -> Approvals:
+        """The same approvals, minting links under `base_url` (the server's public address)."""
+        return Approvals(self.kernel, self.runs, self.principals, base_url)
+
     def _now_ms(self) -> int:
-        return int(self.service.clock().timestamp() * 1000)
+        return int(self.kernel.clock().timestamp() * 1000)
 
     # --- links ---------------------------------------------------------------------------------
     def mint(
@@ -61,8 +67,8 @@ class Approvals:
         """Mint a fresh single-use link for one approver; returns the raw token (never stored) once."""
         token = secrets.token_urlsafe(32)
         link_id = "lnk_" + secrets.token_hex(8)
-        now = self.service.clock()
-        with self.service.write() as tx:
+        now = self.kernel.clock()
+        with self.kernel.write() as tx:
             loaded = tx.load_run(run_id)
             if loaded is None or loaded.state.tenant != tenant:
                 raise NotFound(f"run {run_id} not found in tenant {tenant}")
@@ -83,9 +89,9 @@ class Approvals:
             cmd = IssueApprovalLink(
                 a["request_id"], approver, link_id, iso(expires), user.roles, user.groups, by
             )
-            d = self.service.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
+            d = self.kernel.definition_of(tx, s)
             try:
-                self.service.apply(tx, loaded, cmd, now, d)
+                self.kernel.apply(tx, loaded, cmd, now, d)
             except Rejected as r:
                 raise Refused(r.reason, code=r.code) from None
             tx.insert_link(
@@ -113,8 +119,8 @@ class Approvals:
     def revoke(self, tenant: str, link_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
         if not reason.strip():
             raise InvalidInput("a reason is required (--reason TEXT)")
-        self.service.check_value(tenant, reason, "max_payload_bytes", "the reason")
-        with self.service.write() as tx:
+        self.kernel.check_value(tenant, reason, "max_payload_bytes", "the reason")
+        with self.kernel.write() as tx:
             link = tx.link_by_id(link_id)
             if link is None or link["tenant"] != tenant:
                 raise NotFound(f"no approval link {link_id} in tenant {tenant}")
@@ -124,10 +130,10 @@ class Approvals:
             if loaded is None:  # pragma: no cover - links belong to runs
                 raise NotFound(f"run {link['run_id']} not found")
             s = loaded.state
-            d = self.service.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
+            d = self.kernel.definition_of(tx, s)
             cmd = RevokeApprovalLink(link["request_id"], link["approver"], link_id, reason, actor)
             try:
-                self.service.apply(tx, loaded, cmd, self.service.clock(), d)
+                self.kernel.apply(tx, loaded, cmd, self.kernel.clock(), d)
             except Rejected:
                 tx.revoke_links(link["request_id"], None, link_id)  # request already closed: just revoke
         return {"link_id": link_id, "status": "revoked"}
@@ -136,13 +142,13 @@ class Approvals:
     def inspect(self, principal: Principal, token: str) -> dict[str, Any]:
         """What the approval page shows for a token; never changes anything."""
         link = self._link_for(principal, token, consuming=False)
-        state = self.service.state(principal.tenant, link["run_id"])
+        state = self.kernel.state(principal.tenant, link["run_id"])
         a = state.approval if state.approval and state.approval["request_id"] == link["request_id"] else None
-        return {"link": link, "run": self.service.describe(state), "approval": for_view(a)}
+        return {"link": link, "run": self.runs.describe(state), "approval": for_view(a)}
 
     def _link_for(self, principal: Principal, token: str, *, consuming: bool) -> dict[str, Any]:
         well_formed = TOKEN_RE.match(token) is not None
-        with self.service.read() as tx:
+        with self.kernel.read() as tx:
             # Malformed tokens take the same path as unknown ones: no timing hint about the format.
             link = tx.link_by_hash(_sha(token[:200]))
             prior = tx.approval_decision(link["request_id"], link["approver"]) if link else None
@@ -227,11 +233,11 @@ class Approvals:
         return result
 
     def _decide(self, principal: Principal, token: str, decision: str, comment: str | None) -> dict[str, Any]:
-        self.service.check_value(principal.tenant, comment, "max_payload_bytes", "the comment")
+        self.kernel.check_value(principal.tenant, comment, "max_payload_bytes", "the comment")
         well_formed = TOKEN_RE.match(token) is not None
         h = _sha(token[:200])
-        now = self.service.clock()
-        with self.service.write() as tx:
+        now = self.kernel.clock()
+        with self.kernel.write() as tx:
             found = tx.link_by_hash(h)
             prior = tx.approval_decision(found["request_id"], found["approver"]) if found else None
             link = self._check_link(principal, found if well_formed else None, prior)
@@ -243,7 +249,7 @@ class Approvals:
             if loaded is None:  # pragma: no cover
                 raise NotFound(UNKNOWN, code="unknown_link")
             s = loaded.state
-            d = self.service.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
+            d = self.kernel.definition_of(tx, s)
             cmd = DecideApproval(
                 link["request_id"],
                 user.name,
@@ -265,7 +271,7 @@ class Approvals:
     ) -> RunState:
         """Decide `cmd` in the caller's transaction; the core's refusal becomes the API's error."""
         try:
-            after, _events = self.service.apply(tx, loaded, cmd, now, d)
+            after, _events = self.kernel.apply(tx, loaded, cmd, now, d)
         except Rejected as r:
             raise _refusal(r) from None
         if after is None:  # pragma: no cover - a recorded decision always leaves a state
@@ -280,17 +286,17 @@ class Approvals:
         we read the new approver's account as it is now and hand the core their roles and groups."""
         if not reason.strip():
             raise InvalidInput("a reason is required (--reason TEXT)")
-        state = self.service.state(tenant, run_id)
+        state = self.kernel.state(tenant, run_id)
         a = state.approval
         if a is None or a["step"] != step:
             raise Refused(f"run {run_id} is not waiting for an approval at step {step}", code="not_waiting")
-        with self.service.read() as tx:
+        with self.kernel.read() as tx:
             user = tx.user(tenant, new)
         if user is None or user.disabled:
             raise InvalidInput(f"{new} is not an enabled user of tenant {tenant}")
         cmd = ReplaceApprover(a["request_id"], old, new, reason, actor, user.roles, user.groups)
         try:
-            self.service.command(run_id, cmd, tenant)
+            self.kernel.command(run_id, cmd, tenant)
         except Refused as exc:
             if exc.code in ("not_an_approver", "initiator", "outside_policy") and old in a["policy"]["users"]:
                 raise InvalidInput(str(exc), code="invalid_input") from None
@@ -305,7 +311,7 @@ class Approvals:
         """What the inbox's Review page shows: the pending request at `step`, for a logged-in approver.
         No link is minted (the session is the identity; a link authorizes nothing), so opening it any
         number of times appends nothing to the run's history."""
-        state = self.service.state(principal.tenant, run_id)
+        state = self.kernel.state(principal.tenant, run_id)
         a = state.approval
         if a is None or a["step"] != step:
             raise Conflict(f"run {run_id} is not waiting for an approval at step {step}", code="not_waiting")
@@ -318,7 +324,7 @@ class Approvals:
             why = f"run {run_id} is not waiting for your approval at step {step}"
             raise Conflict(why, code="not_waiting")
         link = {"request_id": a["request_id"], "step": step, "approver": principal.name, "run_id": run_id}
-        return {"link": link, "run": self.service.describe(state), "approval": a}
+        return {"link": link, "run": self.runs.describe(state), "approval": a}
 
     def _check_seat(self, principal: Principal, a: dict[str, Any]) -> None:
         if not principal.can("approve"):
@@ -368,8 +374,8 @@ class Approvals:
     def _decide_in_session(
         self, principal: Principal, run_id: str, step: str, decision: str, comment: str | None
     ) -> dict[str, Any]:
-        now = self.service.clock()
-        with self.service.write() as tx:
+        now = self.kernel.clock()
+        with self.kernel.write() as tx:
             loaded = tx.load_run(run_id)
             if loaded is None or loaded.state.tenant != principal.tenant:
                 raise NotFound(f"run {run_id} not found in tenant {principal.tenant}")
@@ -383,7 +389,7 @@ class Approvals:
             user = tx.user(principal.tenant, principal.name)
             if user is None or user.disabled:
                 raise Forbidden(f"{principal.name} is disabled", code="disabled")
-            d = self.service.definition_for(tx, s.tenant, s.definition["name"], s.definition["version"])
+            d = self.kernel.definition_of(tx, s)
             cmd = DecideApproval(
                 a["request_id"], user.name, decision, (comment or "")[:2000] or None, user.roles, user.groups
             )
@@ -392,7 +398,7 @@ class Approvals:
 
     def inbox(self, principal: Principal) -> list[dict[str, Any]]:
         """Pending requests this person may decide and has not decided yet."""
-        with self.service.read() as tx:
+        with self.kernel.read() as tx:
             pending = tx.pending_approval_requests(principal.tenant)
             decided = {
                 r["request_id"] for r in pending if tx.approval_decision(r["request_id"], principal.name)
@@ -406,7 +412,7 @@ class Approvals:
             if not r["allow_initiator"] and r["initiator"] == principal.name:
                 continue
             try:
-                state = self.service.state(principal.tenant, r["run_id"])
+                state = self.kernel.state(principal.tenant, r["run_id"])
             except NotFound:  # pragma: no cover
                 continue
             if state.approval is None or state.approval["request_id"] != r["request_id"]:
@@ -427,11 +433,11 @@ class Approvals:
         return out
 
     def links(self, tenant: str, run_id: str) -> list[dict[str, Any]]:
-        state = self.service.state(tenant, run_id)
+        state = self.kernel.state(tenant, run_id)
         request = state.approval["request_id"] if state.approval else None
         if request is None:
             return []
-        with self.service.read() as tx:
+        with self.kernel.read() as tx:
             return tx.links_of_request(request)
 
 

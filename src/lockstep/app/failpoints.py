@@ -18,7 +18,8 @@ it, every hit fires. Each firing appends a line to the file in LOCKSTEP_FAILPOIN
 the action, so the suite knows where each process died.
 
 The `unsafe.*` switches turn off a safety mechanism. They exist to prove the fault checker can fail
-(a deliberately broken build must be caught); a process that has one prints a warning at start-up.
+(a deliberately broken build must be caught); a process that has one prints a warning at start-up. What
+a switch does instead of the safe thing is here too (`without_fencing`), beside the switch.
 """
 
 from __future__ import annotations
@@ -28,9 +29,12 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-__all__ = ["ENV", "LOG_ENV", "SPEC_ERROR", "active_spec", "enabled", "hit", "parse"]
+from ..core.commands import ReportFailure, ReportSuccess
+from ..core.state import RunState
+
+__all__ = ["ENV", "LOG_ENV", "SPEC_ERROR", "active_spec", "enabled", "hit", "parse", "without_fencing"]
 
 ENV = "LOCKSTEP_FAILPOINTS"
 LOG_ENV = "LOCKSTEP_FAILPOINTS_LOG"
@@ -141,3 +145,13 @@ def enabled(point: str, **context: object) -> bool:
         return False
     _record(point, rule, context)
     return True
+
+
+def without_fencing(state: RunState, command: ReportSuccess | ReportFailure) -> ReportSuccess | ReportFailure:
+    """The deliberately broken build of switch unsafe.no_fencing: the report applies to whatever attempt
+    is current, as an engine without fencing tokens would. Only the fault suite uses it, to prove its
+    checker catches what fencing prevents."""
+    active = state.active
+    if active is None or active.fencing is None:
+        return command
+    return replace(command, task_id=active.task_id, attempt=active.attempt, fencing=active.fencing)

@@ -30,7 +30,7 @@ from ..core.definition import ActivityStep
 from ..core.events import Event
 from ..core.state import RunState
 from ..core.timeutil import parse_iso
-from .service import Service
+from .kernel import Kernel
 
 __all__ = ["ENGINE_ERROR_CODES", "OTHER", "Metrics", "configure_logging", "log_events"]
 
@@ -65,8 +65,8 @@ class _DeclaredCodes:
 
     SIZE = 256
 
-    def __init__(self, service: Service) -> None:
-        self.service = service
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
         self.cache: OrderedDict[tuple[str, str, int], frozenset[str]] = OrderedDict()
         self.lock = threading.Lock()
 
@@ -77,8 +77,8 @@ class _DeclaredCodes:
                 self.cache.move_to_end(key)
                 return self.cache[key]
         try:
-            with self.service.read() as tx:
-                d = self.service.definition_for(tx, *key)
+            with self.kernel.read() as tx:
+                d = self.kernel.definition_for(tx, *key)
         except Exception:  # metrics never fail a committed transition: count as undeclared
             return frozenset()
         codes: set[str] = set()
@@ -95,14 +95,14 @@ class _DeclaredCodes:
 
 
 class _DatabaseCollector(Collector):
-    def __init__(self, service: Service, activity_label: _FirstSeen) -> None:
-        self.service = service
+    def __init__(self, kernel: Kernel, activity_label: _FirstSeen) -> None:
+        self.kernel = kernel
         self.activity_label = activity_label
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        now = self.service.clock()
+        now = self.kernel.clock()
         now_ms = int(now.timestamp() * 1000)
-        with self.service.read() as tx:
+        with self.kernel.read() as tx:
             stats = tx.stats(now_ms)
         runs = GaugeMetricFamily("lockstep_runs", "Runs by tenant and status", labels=["tenant", "status"])
         for tenant, status, n in stats["runs"]:
@@ -142,13 +142,13 @@ class _DatabaseCollector(Collector):
 class Metrics:
     """A registry per app (tests create many apps; the global registry would collide)."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, kernel: Kernel) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # `_created` series only add noise
         self.registry = CollectorRegistry()
-        self.activity_label = _FirstSeen(service.server_limits["max_metric_activities"])
-        self.code_label = _FirstSeen(service.server_limits["max_metric_error_codes"])
-        self.declared_codes = _DeclaredCodes(service)
-        self.registry.register(_DatabaseCollector(service, self.activity_label))
+        self.activity_label = _FirstSeen(kernel.server_limits["max_metric_activities"])
+        self.code_label = _FirstSeen(kernel.server_limits["max_metric_error_codes"])
+        self.declared_codes = _DeclaredCodes(kernel)
+        self.registry.register(_DatabaseCollector(kernel, self.activity_label))
         labels = ["tenant", "activity"]
         self.attempts = Counter(
             "lockstep_activity_attempts", "Activity attempts started", labels, registry=self.registry
@@ -184,7 +184,7 @@ class Metrics:
             ["tenant", "status"],
             registry=self.registry,
         )
-        service.listeners.append(self.observe)
+        kernel.listeners.append(self.observe)
 
     def observe(self, state: RunState, events: list[Event]) -> None:
         t = state.tenant

@@ -26,7 +26,7 @@ from ..core.throttle import ThrottlePolicy, admit, expires_at, refund
 from ..core.timeutil import iso
 from ..errors import Conflict, Forbidden, InvalidInput, NotFound, RateLimited
 from ..store import ConcurrencyError, UserRow
-from .service import Service
+from .kernel import Kernel
 
 __all__ = ["ROLES", "TENANT_SETTINGS", "Principal", "Principals"]
 
@@ -151,9 +151,9 @@ def _check_name(kind: str, name: str) -> None:
 
 
 class Principals:
-    def __init__(self, service: Service) -> None:
-        self.service = service
-        values = service.server_limits  # the login throttle's limits, as the server is configured
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        values = kernel.server_limits  # the login throttle's limits, as the server is configured
 
         def policy(attempts: str) -> ThrottlePolicy:
             return ThrottlePolicy(
@@ -170,8 +170,8 @@ class Principals:
     def create_tenant(self, name: str) -> dict[str, Any]:
         _check_name("tenant", name)
         try:
-            with self.service.write() as tx:
-                tx.insert_tenant(name, {}, iso(self.service.clock()))
+            with self.kernel.write() as tx:
+                tx.insert_tenant(name, {}, iso(self.kernel.clock()))
         except ConcurrencyError:
             raise Conflict(f"tenant {name} already exists") from None
         return {"tenant": name, "settings": {}}
@@ -188,7 +188,7 @@ class Principals:
             if k in TENANT_LIMITS and v is not None and (v != int(v) or v > TENANT_LIMITS[k].ceiling):
                 ceiling = TENANT_LIMITS[k].ceiling
                 raise InvalidInput(f"{k} must be a whole number of at most {ceiling}, got {v!r}")
-        with self.service.write() as tx:
+        with self.kernel.write() as tx:
             row = tx.tenant(name)
             if row is None:
                 raise NotFound(
@@ -200,7 +200,7 @@ class Principals:
         return {"tenant": name, "settings": settings}
 
     def tenants(self) -> list[dict[str, Any]]:
-        with self.service.read() as tx:
+        with self.kernel.read() as tx:
             return [
                 {"tenant": t.name, "settings": t.settings, "created_at": t.created_at} for t in tx.tenants()
             ]
@@ -217,7 +217,7 @@ class Principals:
         for g in groups:
             _check_name("group", g)
         key = KEY_PREFIX + secrets.token_urlsafe(32)
-        with self.service.write() as tx:
+        with self.kernel.write() as tx:
             if tx.tenant(tenant) is None:
                 raise NotFound(
                     f"tenant {tenant} does not exist; create it with `lockstep tenants create {tenant}`"
@@ -232,7 +232,7 @@ class Principals:
                         _sha(key),
                         None,
                         False,
-                        iso(self.service.clock()),
+                        iso(self.kernel.clock()),
                     )
                 )
             except ConcurrencyError:
@@ -242,7 +242,7 @@ class Principals:
     def _update(self, tenant: str, name: str, *, end_sessions: bool = False, **changes: Any) -> UserRow:
         """Change a user; with `end_sessions` (a credential change) every session of theirs ends in the
         same transaction, and so does any session a login that checked the old credentials opens later."""
-        with self.service.write() as tx:
+        with self.kernel.write() as tx:
             # First: it locks the user row (PostgreSQL), so the read below sees the latest one.
             if end_sessions and tx.end_sessions(tenant, name) is None:
                 raise NotFound(f"no user {name} in tenant {tenant}")
@@ -262,7 +262,7 @@ class Principals:
         return {"tenant": tenant, "user": name, "disabled": False}
 
     def set_password(self, tenant: str, name: str, password: str) -> dict[str, Any]:
-        check_password_policy(password, tenant=tenant, user=name, limits=self.service.server_limits)
+        check_password_policy(password, tenant=tenant, user=name, limits=self.kernel.server_limits)
         self._update(tenant, name, end_sessions=True, password_hash=_hash_password(password))
         return {"tenant": tenant, "user": name, "password": "set", "sessions": "ended"}
 
@@ -292,7 +292,7 @@ class Principals:
         return {"tenant": tenant, "user": name, "roles": list(u.roles), "groups": list(u.groups)}
 
     def users(self, tenant: str) -> list[dict[str, Any]]:
-        with self.service.read() as tx:
+        with self.kernel.read() as tx:
             return [
                 {
                     "user": u.name,
@@ -307,7 +307,7 @@ class Principals:
 
     def principal(self, tenant: str, name: str) -> Principal | None:
         """The user as they are now (None if missing or disabled)."""
-        with self.service.read() as tx:
+        with self.kernel.read() as tx:
             u = tx.user(tenant, name)
         if u is None or u.disabled:
             return None
@@ -317,7 +317,7 @@ class Principals:
     def authenticate_key(self, key: str) -> Principal | None:
         if not key.startswith(KEY_PREFIX) or len(key) > 200:
             return None
-        with self.service.read() as tx:
+        with self.kernel.read() as tx:
             u = tx.user_by_key(_sha(key))
         if u is None or u.disabled:
             return None
@@ -336,13 +336,13 @@ class Principals:
         self._admit(tenant, name, address, policies)
         if not valid:
             return None  # no such user can exist: nothing to hash
-        with self.service.read() as tx:
+        with self.kernel.read() as tx:
             u = tx.user(tenant, name)
         ok = _check_password(password, u.password_hash if u else None)
         if not ok or u is None or u.disabled:
             return None  # the attempt stays counted
         now = self._now_ms()
-        with self.service.write() as tx:
+        with self.kernel.write() as tx:
             tx.delete_login_counter(user_key)
             for key, counter in tx.login_counters(list(policies.keys() - {user_key}), now).items():
                 kept = refund(counter, now, policies[key])
@@ -354,7 +354,7 @@ class Principals:
     ) -> None:
         """Count this attempt against every counter, or refuse it (audited) if one is locked."""
         now = self._now_ms()
-        with self.service.write() as tx:
+        with self.kernel.write() as tx:
             counters = tx.login_counters(list(policies), now)
             admitted = {key: admit(counters[key], now, policies[key]) for key in policies}
             locked = {key: wait for key, (_c, wait) in admitted.items() if wait > 0}
@@ -364,7 +364,7 @@ class Principals:
                 return
             wait_s = math.ceil(max(locked.values()) / 1000)
             tx.audit(
-                iso(self.service.clock()),
+                iso(self.kernel.clock()),
                 tenant[:100] or None,
                 name[:100] or None,
                 "ui.login",
@@ -381,14 +381,14 @@ class Principals:
         )
 
     def _now_ms(self) -> int:
-        return int(self.service.clock().timestamp() * 1000)
+        return int(self.kernel.clock().timestamp() * 1000)
 
     # --- sessions (web UI) ---------------------------------------------------------------------
     def open_session(self, p: Principal) -> tuple[str, str]:
         """Returns (cookie value, CSRF token); only the cookie's hash is stored."""
         cookie, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-        now = self.service.clock()
-        with self.service.write() as tx:
+        now = self.kernel.clock()
+        with self.kernel.write() as tx:
             tx.insert_session(
                 _sha(cookie),
                 p.tenant,
@@ -403,7 +403,7 @@ class Principals:
     def session(self, cookie: str) -> tuple[Principal, str] | None:
         """The session's user as they are now, and its CSRF token; None once it expired, the user was
         disabled or their credentials changed after the login that opened it."""
-        with self.service.read() as tx:
+        with self.kernel.read() as tx:
             row = tx.session(_sha(cookie))
             u = tx.user(row[0], row[1]) if row is not None else None
         if row is None or u is None or row[3] < self._now_ms():
@@ -413,8 +413,8 @@ class Principals:
         return _principal(u), row[2]
 
     def close_session(self, cookie: str) -> None:
-        with self.service.write() as tx:
-            tx.delete_session(_sha(cookie), int(self.service.clock().timestamp() * 1000))
+        with self.kernel.write() as tx:
+            tx.delete_session(_sha(cookie), int(self.kernel.clock().timestamp() * 1000))
 
     def audit(
         self,
@@ -425,5 +425,5 @@ class Principals:
         outcome: str,
         **detail: Any,
     ) -> None:
-        with self.service.write() as tx:
-            tx.audit(iso(self.service.clock()), tenant, actor, action, target, outcome, detail)
+        with self.kernel.write() as tx:
+            tx.audit(iso(self.kernel.clock()), tenant, actor, action, target, outcome, detail)

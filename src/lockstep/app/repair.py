@@ -16,9 +16,12 @@ from ..core.commands import (
     ResumeRun,
     SkipStep,
 )
+from ..core.events import Event
 from ..core.migrate import plan_migration
+from ..core.state import RunState
 from ..errors import InvalidInput, NotFound, Refused
-from .service import Service
+from .kernel import Kernel
+from .runs import Runs
 
 __all__ = ["Repairs"]
 
@@ -30,11 +33,12 @@ def _reason(reason: str) -> str:
 
 
 class Repairs:
-    def __init__(self, service: Service) -> None:
-        self.service = service
+    def __init__(self, kernel: Kernel, runs: Runs) -> None:
+        self.kernel = kernel
+        self.runs = runs
 
-    def _done(self, run_id: str, state: Any, events: list[Any]) -> dict[str, Any]:
-        out = {"run_id": run_id, "status": state.status, "events": [e.type for e in events]}
+    def _done(self, run_id: str, state: RunState, events: list[Event]) -> dict[str, Any]:
+        out: dict[str, Any] = {"run_id": run_id, "status": state.status, "events": [e.type for e in events]}
         if any(e.type == "RepairProposed" for e in events):
             # Four-eyes: nothing ran yet; a second operator confirms (or anyone rejects) the proposal.
             out["proposal"] = state.proposal
@@ -51,28 +55,28 @@ class Repairs:
         roles: tuple[str, ...] = ("operator",),
     ) -> dict[str, Any]:
         """A second operator confirms a four-eyes proposal: its command runs now, checked again."""
-        state = self.service.state(tenant, run_id)
+        state = self.kernel.state(tenant, run_id)
         p = state.proposal
         target = None
         if p is not None and p["proposal_id"] == proposal_id and p["kind"] == "migrate":
             version = int(p["command"]["to_version"])
-            with self.service.read() as tx:
-                target = self.service.definition_for(tx, tenant, state.definition["name"], version)
+            with self.kernel.read() as tx:
+                target = self.kernel.definition_for(tx, tenant, state.definition["name"], version)
         cmd = ConfirmRepair(proposal_id, _reason(reason), actor, roles, target)
-        return self._done(run_id, *self.service.command(run_id, cmd, tenant))
+        return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
 
     def reject(
         self, tenant: str, run_id: str, proposal_id: str, reason: str, *, actor: str | None = None
     ) -> dict[str, Any]:
         """Reject a four-eyes proposal (the proposer's own rejection is recorded as a withdrawal)."""
         cmd = RejectRepair(proposal_id, _reason(reason), actor)
-        return self._done(run_id, *self.service.command(run_id, cmd, tenant))
+        return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
 
     def pause(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
-        return self._done(run_id, *self.service.command(run_id, PauseRun(_reason(reason), actor), tenant))
+        return self._done(run_id, *self.kernel.command(run_id, PauseRun(_reason(reason), actor), tenant))
 
     def resume(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
-        return self._done(run_id, *self.service.command(run_id, ResumeRun(_reason(reason), actor), tenant))
+        return self._done(run_id, *self.kernel.command(run_id, ResumeRun(_reason(reason), actor), tenant))
 
     def skip(
         self,
@@ -86,17 +90,17 @@ class Repairs:
         roles: tuple[str, ...] = ("operator",),
     ) -> dict[str, Any]:
         self._json(output, "--output")
-        self.service.check_value(tenant, output, "max_output_bytes", "--output", "output")
+        self.kernel.check_value(tenant, output, "max_output_bytes", "--output", "output")
         cmd = SkipStep(step, _reason(reason), output, actor, roles)
-        return self._done(run_id, *self.service.command(run_id, cmd, tenant))
+        return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
 
     def edit_input(
         self, tenant: str, run_id: str, new_input: Any, reason: str, actor: str | None = None
     ) -> dict[str, Any]:
         self._json(new_input, "--input")
-        self.service.check_value(tenant, new_input, "max_input_bytes", "the new input", "input")
+        self.kernel.check_value(tenant, new_input, "max_input_bytes", "the new input", "input")
         cmd = EditInput(new_input, _reason(reason), actor)
-        return self._done(run_id, *self.service.command(run_id, cmd, tenant))
+        return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
 
     def resolve(
         self,
@@ -112,9 +116,9 @@ class Repairs:
         if outcome not in ("succeeded", "failed"):
             raise InvalidInput("--as must be succeeded or failed")
         self._json(output, "--output")
-        self.service.check_value(tenant, output, "max_output_bytes", "--output", "output")
+        self.kernel.check_value(tenant, output, "max_output_bytes", "--output", "output")
         cmd = ResolveStep(step, outcome, _reason(reason), output, actor)
-        return self._done(run_id, *self.service.command(run_id, cmd, tenant))
+        return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
 
     def migrate(
         self,
@@ -128,14 +132,14 @@ class Repairs:
         actor: str | None = None,
     ) -> dict[str, Any]:
         """Move a run to another version; with dry_run, explain what would happen and change nothing."""
-        self.service.check_value(tenant, mapping or {}, "max_payload_bytes", "the step map", "map")
-        state = self.service.state(tenant, run_id)
+        self.kernel.check_value(tenant, mapping or {}, "max_payload_bytes", "the step map", "map")
+        state = self.kernel.state(tenant, run_id)
         name = state.definition["name"]
-        with self.service.read() as tx:
-            current = self.service.definition_for(tx, tenant, name, state.definition["version"])
+        with self.kernel.read() as tx:
+            current = self.kernel.definition_for(tx, tenant, name, state.definition["version"])
             if tx.definition(tenant, name, to_version) is None:
                 raise NotFound(f"definition {name} has no version {to_version} in tenant {tenant}")
-            target = self.service.definition_for(tx, tenant, name, to_version)
+            target = self.kernel.definition_for(tx, tenant, name, to_version)
         plan = plan_migration(state, current, target, mapping or {})
         plan["to"]["version"] = to_version
         plan["run_id"] = run_id
@@ -154,7 +158,7 @@ class Repairs:
         if plan["problems"]:
             raise Refused("migration refused: " + "; ".join(plan["problems"]), code="incompatible")
         cmd = MigrateRun(target, to_version, tuple(sorted((mapping or {}).items())), _reason(reason), actor)
-        after, events = self.service.command(run_id, cmd, tenant)
+        after, events = self.kernel.command(run_id, cmd, tenant)
         return {**plan, "ok": True, "dry_run": False, **self._done(run_id, after, events)}
 
     def migrate_many(
@@ -174,7 +178,7 @@ class Repairs:
         """Bulk migration with a per-run outcome report; one run's refusal does not stop the others."""
         runs = [
             r
-            for r in self.service.runs(tenant, definition=definition, status=status, limit=limit)
+            for r in self.runs.runs(tenant, definition=definition, status=status, limit=limit)
             if r["definition"]["version"] == from_version
             and r["status"] not in ("completed", "failed", "cancelled")
         ]

@@ -43,9 +43,7 @@ def approvals() -> None:
 
 
 def _approvals(c: Ctx, public_url: str = "http://127.0.0.1:8080") -> Any:
-    from ..app.approvals import Approvals  # noqa: PLC0415
-
-    return Approvals(c.engine.service, base_url=public_url)
+    return c.engine.service.approvals.linking_to(public_url)
 
 
 @approvals.command("link")

@@ -16,9 +16,7 @@ __all__ = ["COMMANDS"]
 
 
 def _principals(c: Ctx) -> Any:
-    from ..app.principals import Principals  # noqa: PLC0415
-
-    return Principals(c.engine.service)
+    return c.engine.service.principals
 
 
 def _csv(value: str | None) -> list[str]:

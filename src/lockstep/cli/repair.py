@@ -49,9 +49,7 @@ def dead_letters(c: Ctx, as_json: bool) -> None:
 
 
 def _repairs(c: Ctx) -> Any:
-    from ..app.repair import Repairs  # noqa: PLC0415
-
-    return Repairs(c.engine.service)
+    return c.engine.service.repairs
 
 
 reason_opt = click.option(

@@ -7,7 +7,6 @@ import os
 from importlib import resources
 from typing import Any
 
-from ..app.principals import Principals
 from ..engine import Engine
 from ..errors import Conflict
 from .activities import LEDGER_ENV
@@ -39,7 +38,7 @@ APPROVERS = [
 def bootstrap(engine: Engine, ledger_dir: str) -> dict[str, Any]:
     """Idempotent: running it twice creates nothing new."""
     os.environ.setdefault(LEDGER_ENV, os.path.join(ledger_dir, "example-ledger.db"))
-    principals = Principals(engine.service)
+    principals = engine.service.principals
     created: dict[str, Any] = {"tenant": "default", "user": "admin", "password": EXAMPLE_PASSWORD}
     with contextlib.suppress(Conflict):
         principals.create_tenant("default")

@@ -282,11 +282,9 @@ def operator_action(
     new_input: Annotated[str, Form()] = "",
 ) -> Response:
     """Pause, resume, skip, resolve and migrate from the run page; each needs a reason."""
-    from ..app.repair import Repairs  # noqa: PLC0415 - only operators reach this
-
     me, expected = session
     check_csrf(expected, csrf)
-    repairs = Repairs(service_of(request))
+    repairs = service_of(request).repairs
     try:
         me.require("operate")
         if action == "pause":

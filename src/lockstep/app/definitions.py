@@ -1,0 +1,65 @@
+"""Publishing definitions: a document is checked against the publish limits (and its tenant's), and
+stored as the next version of its name unless the same content is already published."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..core.definition import DefinitionError, Limits, parse_definition
+from ..core.exprcheck import ExprLimits, expression_limits, publish_limits
+from ..core.timeutil import iso
+from ..errors import Conflict, InvalidInput, NotFound
+from ..store import ConcurrencyError, DefinitionRow
+from .kernel import Kernel
+
+__all__ = ["Definitions"]
+
+
+class Definitions:
+    def __init__(self, kernel: Kernel, limits: Limits | None = None) -> None:
+        self.kernel = kernel
+        # Publish-time limits; their expression bounds are the server's unless `limits` sets its own.
+        limits = limits or Limits()
+        if limits.expressions == ExprLimits():
+            limits = replace(limits, expressions=publish_limits(kernel.server_limits))
+        self.limits = limits
+
+    def publish(self, tenant: str, document: Any) -> dict[str, Any]:
+        limits = self.limits
+        with self.kernel.read() as tx:
+            row = tx.tenant(tenant)
+        if row is not None and "max_steps" in row.settings:
+            limits = replace(limits, max_steps=int(row.settings["max_steps"]))
+        if row is not None:  # expression costs are bounded on this tenant's data bounds
+            limits = replace(limits, expressions=expression_limits(limits.expressions, row.settings))
+        try:
+            d = parse_definition(document, limits)
+        except DefinitionError as exc:
+            raise InvalidInput(str(exc)) from None
+        for _ in range(3):
+            try:
+                with self.kernel.write() as tx:
+                    same = tx.definition_by_digest(tenant, d.name, d.digest)
+                    if same is not None:
+                        return {"name": d.name, "version": same.version, "digest": d.digest, "created": False}
+                    latest = tx.definition(tenant, d.name, None)
+                    version = (latest.version if latest else 0) + 1
+                    tx.insert_definition(
+                        tenant, DefinitionRow(d.name, version, d.digest, d.document), iso(self.kernel.clock())
+                    )
+                    return {"name": d.name, "version": version, "digest": d.digest, "created": True}
+            except ConcurrencyError:
+                continue
+        raise Conflict(f"definition {d.name} is being published concurrently; try again")
+
+    def definition_document(self, tenant: str, name: str, version: int) -> dict[str, Any]:
+        with self.kernel.read() as tx:
+            row = tx.definition(tenant, name, version)
+        if row is None:
+            raise NotFound(f"no definition {name} version {version} in tenant {tenant}")
+        return {"name": row.name, "version": row.version, "digest": row.digest, "document": row.document}
+
+    def definitions(self, tenant: str) -> list[dict[str, Any]]:
+        with self.kernel.read() as tx:
+            return tx.definitions(tenant)

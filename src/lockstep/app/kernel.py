@@ -1,0 +1,293 @@
+"""The kernel of the application layer: one command = one transaction.
+
+load -> decide (pure) -> append events with the expected sequence + snapshot + outbox rows -> commit.
+Every feature service (runs, work, reports, sweeps, approvals, repairs, principals) is built on these
+few calls: transactions, the clock, apply/command, the definitions, the tenants' settings, and the
+listeners that see committed events. Nothing here knows a feature.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+
+from ..core.commands import Command, Rejected, ReportFailure, ReportSuccess
+from ..core.decide import decide
+from ..core.definition import Definition, Limits, parse_definition
+from ..core.effects import effects_of
+from ..core.events import Event
+from ..core.exprcheck import STORED_EXPR_LIMITS
+from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
+from ..core.shape import Shape
+from ..core.state import RunState, evolve
+from ..errors import Conflict, InvalidInput, NotFound, Refused, Unavailable
+from ..store import ConcurrencyError, LoadedRun, RowLocked, Store, StoreUnavailable, Tx
+from . import failpoints
+from .quotas import check_value
+
+__all__ = ["STORED", "Kernel", "Listener", "epoch_ms", "lock_run", "utcnow"]
+
+log = logging.getLogger("lockstep.app.kernel")
+T = TypeVar("T")
+P = ParamSpec("P")
+
+# Called with (state after, events) for every committed command (metrics, logs, waking workers).
+Listener = Callable[[RunState, list[Event]], None]
+
+# Stored versions were valid when published; limits changed since must not make them unrunnable.
+STORED = Limits(
+    max_steps=10_000,
+    max_wait=timedelta(days=36_500),
+    max_timeout=timedelta(days=36_500),
+    max_attempts=1_000_000,
+    expressions=STORED_EXPR_LIMITS,
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def epoch_ms(dt: datetime) -> int:
+    return int(dt.timestamp() * 1000)
+
+
+def lock_run(tx: Tx, run_id: str) -> LoadedRun | Literal[False] | None:
+    """The run, locked; None if it does not exist; False if another transaction holds it."""
+    try:
+        return tx.load_run(run_id, skip_locked=True)
+    except RowLocked:
+        return False
+
+
+class Kernel:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        server_limits: ServerLimits = DEFAULT_SERVER_LIMITS,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        # The server-wide limits (core/limits.py), set once when the process starts: every layer that
+        # enforces one (HTTP, YAML, login, metrics, publish, the core's history bounds) reads it here.
+        self.server_limits = server_limits
+        self.listeners: list[Listener] = []
+        self._definitions: dict[tuple[str, str, int], Definition] = {}
+        self._settings: dict[str, tuple[float, dict[str, Any]]] = {}
+        # Per thread: the (state, events) of the write transaction in progress, for the listeners.
+        self._local = threading.local()
+
+    # --- transactions --------------------------------------------------------------------------
+    @contextmanager
+    def write(self) -> Iterator[Tx]:
+        """A write transaction; listeners see the events only after the commit succeeded."""
+        committed: list[tuple[RunState, list[Event]]] = []
+        previous = getattr(self._local, "buffer", None)
+        self._local.buffer = committed
+        try:
+            with self.store.write() as tx:
+                yield tx
+        except StoreUnavailable as exc:
+            raise Unavailable(str(exc)) from None
+        finally:
+            self._local.buffer = previous
+        for state, events in committed:
+            for listener in list(self.listeners):
+                try:
+                    listener(state, events)
+                except Exception:  # an observer must never break a committed transition
+                    log.exception("event listener failed")
+
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
+        try:
+            with self.store.read() as tx:
+                yield tx
+        except StoreUnavailable as exc:
+            raise Unavailable(str(exc)) from None
+
+    def isolated(
+        self, tx: Tx, what: str, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T | None:
+        """Run one item of a batch in a savepoint: a broken run (unreadable snapshot, a bug) is logged and
+        skipped instead of failing the whole batch, and the next pass tries it again."""
+        buffer = getattr(self._local, "buffer", None)
+        mark = len(buffer) if buffer is not None else 0
+        try:
+            with tx.savepoint():
+                return fn(tx, *args, **kwargs)
+        except Exception:
+            log.exception("skipped %s in this pass", what)
+            if buffer is not None:
+                del buffer[mark:]  # its events were rolled back: listeners must not see them
+            return None
+
+    def as_one_batch(
+        self,
+        tx: Tx,
+        what: str,
+        run_ids: Sequence[str],
+        body: Callable[[dict[str, LoadedRun]], T],
+        *,
+        skip_locked: bool = False,
+    ) -> T | None:
+        """The optimistic path of a batch (results, claims, timers): in one savepoint, lock and read all
+        its runs with one query (run-id order, so two batches cannot deadlock) and run `body(loaded)`
+        with every append in one tx.batch(). None if anything in it failed: it was undone, and the
+        caller goes item by item, each in its own savepoint, isolating the broken one."""
+
+        def whole(tx: Tx) -> T:
+            loaded = tx.load_runs(run_ids, skip_locked=skip_locked)
+            with tx.batch():
+                return body(loaded)
+
+        return self.isolated(tx, what, whole)
+
+    # --- definitions and settings --------------------------------------------------------------
+    def definition_for(self, tx: Tx, tenant: str, name: str, version: int) -> Definition:
+        key = (tenant, name, version)
+        d = self._definitions.get(key)
+        if d is None:
+            row = tx.definition(tenant, name, version)
+            if row is None:
+                raise NotFound(f"definition {name} version {version} not found in tenant {tenant}")
+            # Versions are immutable, so a compiled definition can be cached forever.
+            d = parse_definition(row.document, STORED)
+            self._definitions[key] = d
+        return d
+
+    def definition_of(self, tx: Tx, state: RunState) -> Definition:
+        """The definition version `state`'s run is on."""
+        return self.definition_for(tx, state.tenant, state.definition["name"], state.definition["version"])
+
+    def definition(self, tenant: str, name: str, version: int) -> Definition:
+        """A definition version, from the cache or else in a read of its own."""
+        d = self._definitions.get((tenant, name, version))
+        if d is None:
+            with self.read() as tx:
+                d = self.definition_for(tx, tenant, name, version)
+        return d
+
+    def settings_of(self, tenant: str, tx: Tx | None = None, *, fresh: bool = False) -> dict[str, Any]:
+        """A tenant's settings, cached for a few seconds: read on every command, changed rarely (read
+        in `tx`, or in a read of its own; `fresh` reads them now)."""
+        now = time.monotonic()
+        hit = None if fresh else self._settings.get(tenant)
+        if hit is None or now - hit[0] > 5.0:
+            if tx is None:
+                with self.read() as own:
+                    row = own.tenant(tenant)
+            else:
+                row = tx.tenant(tenant)
+            hit = (now, row.settings if row else {})
+            self._settings[tenant] = hit
+        return hit[1]
+
+    def check_value(self, tenant: str, value: Any, size_limit: str, what: str, root: str = "value") -> Shape:
+        """quotas.check_value with the tenant's settings. They are cached for a few seconds, so a refusal
+        is checked again with settings read fresh: a limit raised a moment ago is never refused by."""
+        try:
+            return check_value(self.settings_of(tenant), tenant, value, size_limit, what, root)
+        except InvalidInput:
+            return check_value(self.settings_of(tenant, fresh=True), tenant, value, size_limit, what, root)
+
+    # --- commands ------------------------------------------------------------------------------
+    def apply(
+        self,
+        tx: Tx,
+        loaded: LoadedRun | None,
+        command: Command,
+        now: datetime,
+        definition: Definition,
+        request_digest: str | None = None,
+        then: Callable[[RunState, list[Event]], Command | None] | None = None,
+        lease_until: datetime | None = None,
+    ) -> tuple[RunState | None, list[Event]]:
+        """Decide `command`, and `then` the follow-up it returns (if any) on the resulting state, and
+        append all their events with one run update: the transition and, e.g., the eager claim of the
+        attempt it scheduled. A follow-up the core refuses is simply not applied."""
+        before = loaded.state if loaded else None
+        if (
+            before is not None
+            and isinstance(command, ReportSuccess | ReportFailure)
+            and failpoints.enabled("unsafe.no_fencing", task=command.task_id)
+        ):
+            command = failpoints.without_fencing(before, command)
+        tenant = before.tenant if before else getattr(command, "tenant", "")
+        max_events = self.settings_of(tenant, tx).get("max_history_events")
+        limit = int(max_events) if max_events else None
+        events = decide(before, command, now, definition, limit, self.server_limits)
+        if not events:
+            return before, []
+        after = before
+        for e in events:
+            after = evolve(after, e)
+        if after is None:  # pragma: no cover - events always create or keep a state
+            raise RuntimeError("decide produced events but no state")
+        follow = then(after, events) if then is not None else None
+        if follow is not None:
+            try:
+                more = decide(after, follow, now, definition, limit, self.server_limits)
+            except Rejected:
+                more = []
+            for e in more:
+                after = evolve(after, e)
+            events = [*events, *more]
+        tx.append(
+            loaded,
+            after,
+            events,
+            effects_of(events),
+            now_ms=epoch_ms(now),
+            request_digest=request_digest,
+            lease_until_ms=epoch_ms(lease_until) if lease_until is not None else None,
+        )
+        failpoints.hit(f"commit.{type(command).__name__}", run=after.run_id)  # written, not yet committed
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is not None:
+            buffer.append((after, events))
+        return after, events
+
+    def command(
+        self,
+        run_id: str,
+        command: Command,
+        tenant: str | None = None,
+        prepare: Callable[[Tx, LoadedRun], Command] | None = None,
+    ) -> tuple[RunState, list[Event]]:
+        """Run one command on one run, retrying a lost optimistic race a few times. `prepare` turns the
+        command into the one to decide, inside the transaction, from the loaded run (e.g. a result
+        bounded by its tenant's limits)."""
+        reason = getattr(command, "reason", None)
+        if tenant is not None and isinstance(reason, str):
+            self.check_value(tenant, reason, "max_payload_bytes", "the reason")
+        for _ in range(5):
+            now = self.clock()
+            try:
+                with self.write() as tx:
+                    loaded = tx.load_run(run_id)
+                    if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
+                        raise NotFound(f"run {run_id} not found" + (f" in tenant {tenant}" if tenant else ""))
+                    d = self.definition_of(tx, loaded.state)
+                    decided = prepare(tx, loaded) if prepare is not None else command
+                    after, events = self.apply(tx, loaded, decided, now, d)
+                    return after or loaded.state, events
+            except ConcurrencyError:
+                continue
+            except Rejected as r:
+                raise Refused(r.reason, code=r.code) from None
+        raise Conflict(f"run {run_id} is being changed by other writers; try again")
+
+    def state(self, tenant: str | None, run_id: str) -> RunState:
+        with self.read() as tx:
+            loaded = tx.load_run(run_id)
+        if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
+            raise NotFound(f"run {run_id} not found" + (f" in tenant {tenant}" if tenant else ""))
+        return loaded.state

@@ -1,0 +1,334 @@
+"""Runs: start (one, or many in one transaction), cancel, retry a step that waits for attention, and the
+views of a run (show, events, lists, dead letters) and their verification against the stored history."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ..core.canonical import canonical_json, digest
+from ..core.commands import CancelRun, Rejected, RetryStep, StartRun
+from ..core.events import chain_hash
+from ..core.explain import explain
+from ..core.shape import Shape, for_view
+from ..core.state import RunState, fold
+from ..errors import Conflict, InvalidInput, NotFound
+from ..store import ConcurrencyError, Tx
+from .kernel import Kernel, epoch_ms
+from .quotas import admit, check_input
+from .work import Eager, Work
+
+__all__ = ["Runs", "new_run_id"]
+
+GENESIS = "0" * 64
+
+
+def new_run_id(now: datetime) -> str:
+    """Time-ordered and unguessable: 48 bits of milliseconds then 80 random bits, as hex."""
+    return f"{int(now.timestamp() * 1000):012x}{secrets.token_hex(10)}"
+
+
+def _json_digest(value: Any, what: str) -> str:
+    """digest(value), or InvalidInput when value is not plain JSON (NaN, infinity, lone surrogates)."""
+    try:
+        return digest(value)
+    except (TypeError, ValueError, UnicodeEncodeError) as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
+
+
+class Runs:
+    def __init__(self, kernel: Kernel, work: Work) -> None:
+        self.kernel = kernel
+        self.work = work  # a start next to an in-process worker leases its first attempt to it
+
+    # --- commands ------------------------------------------------------------------------------
+    def start(
+        self,
+        tenant: str,
+        name: str,
+        *,
+        input: Any = None,
+        key: str | None = None,
+        version: int | None = None,
+        actor: str | None = None,
+    ) -> dict[str, Any]:
+        """Start a run; with `key`, the same key returns the same run (and a different request is refused)."""
+        payload = {} if input is None else input
+        # Measured before the transaction (which compares again with the settings it reads).
+        shape = self.kernel.check_value(tenant, payload, "max_input_bytes", "the run input", "input")
+        request = _json_digest({"definition": name, "version": version, "input": payload}, "the run input")
+        for _ in range(5):
+            now = self.kernel.clock()
+            try:
+                eager = self.work.local_eager()
+                with self.kernel.write() as tx:
+                    if key is not None:
+                        found = tx.run_by_key(tenant, key)
+                        if found is not None:
+                            if found[1] != request:
+                                raise Conflict(
+                                    f"start key {key!r} was already used for a different request "
+                                    f"(run {found[0]}); use a new key",
+                                    code="key_reused",
+                                )
+                            return {"run_id": found[0], "created": False}
+                    run_id = self._start_in(
+                        tx, now, tenant, name, version, payload, key, actor, request, shape, eager
+                    )
+                if eager is not None and eager.leases and eager.owner is not None:
+                    eager.owner.accept(eager.leases)  # committed: the first attempt may run now
+                return {"run_id": run_id, "created": True}
+            except ConcurrencyError:
+                continue
+            except Rejected as r:
+                raise InvalidInput(r.reason, code=r.code) from None
+        raise Conflict("could not start the run because of concurrent writers; try again")
+
+    def start_many(
+        self, tenant: str, name: str, inputs: Sequence[Any], *, actor: str | None = None
+    ) -> list[str]:
+        """Start one run per input in ONE transaction (bulk loads, backfills): all start or none do.
+        Each run passes the same checks and tenant limits as `start`; no start keys."""
+        payloads = [{} if data is None else data for data in inputs]
+        shapes = [
+            self.kernel.check_value(tenant, data, "max_input_bytes", f"run input #{i}", "input")
+            for i, data in enumerate(payloads)
+        ]
+        requests = [
+            _json_digest({"definition": name, "version": None, "input": data}, "the run input")
+            for data in inputs
+        ]
+        now = self.kernel.clock()
+        try:
+            with self.kernel.write() as tx:
+                return [
+                    self._start_in(tx, now, tenant, name, None, data, None, actor, request, shape)
+                    for data, request, shape in zip(payloads, requests, shapes, strict=True)
+                ]
+        except Rejected as r:
+            raise InvalidInput(r.reason, code=r.code) from None
+
+    def _start_in(
+        self,
+        tx: Tx,
+        now: datetime,
+        tenant: str,
+        name: str,
+        version: int | None,
+        payload: Any,
+        key: str | None,
+        actor: str | None,
+        request: str,
+        shape: Shape,
+        eager: Eager | None = None,
+    ) -> str:
+        settings = check_input(tx, tenant, shape)
+        row = tx.definition(tenant, name, version)
+        if row is None:
+            known = [x["name"] for x in tx.definitions(tenant)]
+            what = f"{name} version {version}" if version else name
+            hint = f" (published: {', '.join(sorted(set(known)))})" if known else " (none published)"
+            raise NotFound(
+                f"no definition {what} in tenant {tenant}{hint}; "
+                "publish it first with `lockstep publish FILE`"
+            )
+        d = self.kernel.definition_for(tx, tenant, name, row.version)
+        admit(tx, tenant, epoch_ms(now))
+        run_id = new_run_id(now)
+        max_run = settings.get("max_run_seconds")
+        cmd = StartRun(
+            run_id, tenant, row.version, payload, key, actor, int(float(max_run) * 1000) if max_run else None
+        )
+        if eager is None:
+            self.kernel.apply(tx, None, cmd, now, d, request_digest=request)
+            return run_id
+        after, events = self.kernel.apply(
+            tx,
+            None,
+            cmd,
+            now,
+            d,
+            request_digest=request,
+            then=lambda st, evs: eager.follow(self.kernel, tx, now, st, evs),
+            lease_until=now + eager.lease_ttl,
+        )
+        if after is not None:
+            eager.leased(tx, now, after, events)
+        return run_id
+
+    def cancel(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
+        if not reason or not reason.strip():
+            raise InvalidInput("a reason is required to cancel a run (--reason TEXT)")
+        state, events = self.kernel.command(run_id, CancelRun(reason.strip(), actor), tenant)
+        return {"run_id": run_id, "status": state.status, "accepted": bool(events)}
+
+    def retry(
+        self,
+        tenant: str,
+        run_id: str,
+        step: str,
+        reason: str,
+        *,
+        actor: str | None = None,
+        new_key: bool = False,
+    ) -> dict[str, Any]:
+        """Operator: run a step waiting for attention (dead letter, unknown outcome) again."""
+        if not reason.strip():
+            raise InvalidInput("a reason is required (--reason TEXT)")
+        state, _ = self.kernel.command(run_id, RetryStep(step, reason.strip(), actor, new_key), tenant)
+        return {"run_id": run_id, "step": step, "status": state.status, "attempt": state.steps[step].attempts}
+
+    # --- views ---------------------------------------------------------------------------------
+    def show(self, tenant: str | None, run_id: str) -> dict[str, Any]:
+        return self.describe(self.kernel.state(tenant, run_id))
+
+    def describe(self, s: RunState) -> dict[str, Any]:
+        now = self.kernel.clock()
+        why = explain(s, now)
+        steps = {}
+        for sid, st in sorted(s.steps.items(), key=lambda kv: self._step_rank(s, kv[0])):
+            steps[sid] = {
+                "status": st.status,
+                "attempts": st.attempts,
+                "output": for_view(st.output),
+                "error": for_view(st.error),
+                # What an operator looks the effect up with downstream (unknown outcomes, repairs).
+                "idempotency_key": st.idempotency_key,
+                "started_at": st.started_at,
+                "finished_at": st.finished_at,
+            }
+            if st.compensation is not None:
+                steps[sid]["compensation"] = for_view(st.compensation)
+        return {
+            "run_id": s.run_id,
+            "tenant": s.tenant,
+            "status": s.status,
+            "definition": s.definition,
+            "current_step": s.current_step,
+            **why,
+            # Every value as the views show it: what no limit could accept is a marker, never a 500.
+            "input": for_view(s.input),
+            "output": for_view(s.output),
+            "error": for_view(s.error),
+            "steps": steps,
+            "started_at": s.started_at,
+            "updated_at": s.updated_at,
+            "finished_at": s.finished_at,
+            "cancel": s.cancel,
+            "attention": s.attention,
+            "seq": s.seq,
+            "start_key": s.start_key,
+            "ignored_results": s.ignored_results,
+        }
+
+    def _step_rank(self, s: RunState, step_id: str) -> int:
+        """Steps are shown in definition order (snapshots store them keyed, hence unordered)."""
+        d = self.kernel.definition(s.tenant, s.definition["name"], s.definition["version"])
+        return d.index.get(step_id, len(d.index))
+
+    def events(self, tenant: str | None, run_id: str) -> list[dict[str, Any]]:
+        self.kernel.state(tenant, run_id)
+        with self.kernel.read() as tx:
+            rows = tx.events(run_id)
+        out = []
+        for e, _h in rows:
+            item: dict[str, Any] = {"seq": e.seq, "type": e.type, "at": e.at}
+            if "step" in e.data:
+                item["step"] = e.data["step"]
+            if "attempt" in e.data:
+                item["attempt"] = e.data["attempt"]
+            item["data"] = for_view(e.data)
+            out.append(item)
+        return out
+
+    def runs(
+        self,
+        tenant: str,
+        *,
+        status: str | None = None,
+        definition: str | None = None,
+        after: str = "",
+        limit: int = 100,
+        before: str | None = None,
+        wait_kind: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Runs of a tenant: ascending after `after`, or newest first below `before` ("" = from the top).
+
+        `wait_kind` filters on why a run waits (queued, running, timer, retry, attention, ...)."""
+        out: list[dict[str, Any]] = []
+        cursor_after, cursor_before = after, before
+        while len(out) < limit:
+            with self.kernel.read() as tx:
+                page = tx.runs(
+                    tenant,
+                    status=status,
+                    definition=definition,
+                    after=cursor_after,
+                    limit=limit,
+                    before=cursor_before,
+                )
+            for s in page:
+                shown = self.describe(s)
+                if wait_kind is None or shown["wait_kind"] == wait_kind:
+                    out.append(shown)
+            if len(page) < limit or wait_kind is None:
+                break
+            if cursor_before is not None:
+                cursor_before = page[-1].run_id
+            else:
+                cursor_after = page[-1].run_id
+        return out[:limit]
+
+    def dead_letters(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
+        """Runs waiting in the dead-letter state, with their reasons (newest first)."""
+        out = []
+        for r in self.runs(tenant, status="needs_attention", before="", limit=limit):
+            att = r["attention"] or {}
+            if att.get("code") == "dead_letter":
+                out.append(
+                    {
+                        "run_id": r["run_id"],
+                        "step": att["step"],
+                        "reason": att["reason"],
+                        "since": att["since"],
+                        "definition": r["definition"],
+                    }
+                )
+        return out
+
+    def verify(self, run_id: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Replay every run's events, compare with its snapshot, check seq and the hash chain."""
+        with self.kernel.read() as tx:
+            ids = [run_id] if run_id else tx.run_ids(tenant)
+        report = []
+        for rid in ids:
+            with self.kernel.read() as tx:
+                loaded = tx.load_run(rid)
+                rows = tx.events(rid)
+            if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
+                raise NotFound(f"run {rid} not found")
+            problems = []
+            h = GENESIS
+            for i, (e, stored) in enumerate(rows):
+                if e.seq != i + 1:
+                    problems.append(f"sequence gap: event #{i + 1} has seq {e.seq}")
+                h = chain_hash(h, rid, e)
+                if h != stored:
+                    problems.append(f"hash chain broken at seq {e.seq} ({e.type})")
+                    h = stored
+            if h != loaded.last_hash:
+                problems.append("the run's last hash does not match its last event")
+            try:
+                replayed = fold([e for e, _ in rows])
+            except ValueError as exc:
+                problems.append(f"replay failed: {exc}")
+                replayed = None
+            if replayed is not None and canonical_json(replayed.to_json()) != canonical_json(
+                loaded.state.to_json()
+            ):
+                diff = [k for k, v in replayed.to_json().items() if loaded.state.to_json().get(k) != v]
+                problems.append(f"snapshot differs from replay in: {', '.join(diff)}")
+            report.append({"run_id": rid, "events": len(rows), "ok": not problems, "problems": problems})
+        return report
