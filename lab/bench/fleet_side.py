@@ -9,27 +9,21 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import sqlite3
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
-import psycopg
 
 from lockstep.core.timeutil import iso, parse_iso
 from lockstep.engine import Engine
 
-from .. import lab_env
-from ..faults.fleet import Proc, wait_until
+from ..fleet import Fleet, Proc, free_port, sqlite_path, wait_until
 from .activities import RECORD_ENV
 from .common import percentile, summarize_latencies
 
@@ -56,46 +50,32 @@ def _three(activity: str, sleep_ms: int = 0) -> dict[str, Any]:
     }
 
 
-class Lab:
-    """lockstep processes on one database, their logs in `workdir`; all are killed on exit."""
+class Lab(Fleet):
+    """lockstep processes on one database, their logs in `workdir`, with an in-process engine and the
+    activities' execution record; all are killed on exit."""
+
+    WORKER_CONCURRENCY = 16
+    WORKER_SCHEDULER = True
 
     def __init__(self, url: str, workdir: Path) -> None:
-        self.url = url
-        self.dir = workdir
-        workdir.mkdir(parents=True, exist_ok=True)
         self.record = workdir / "executions.jsonl"
-        self.env = {**lab_env(os.environ), RECORD_ENV: str(self.record), "PYTHONUNBUFFERED": "1"}
-        self.procs: list[Proc] = []
-        self.outs: list[IO[bytes]] = []
+        super().__init__(
+            workdir, url, activities=ACTIVITIES, env={RECORD_ENV: str(self.record)}, ready_timeout=60
+        )
         self.engine = Engine.open(url)
 
-    def spawn(self, name: str, *args: str, ready: str | None = None) -> Proc:
-        log = self.dir / f"{name}-{len(self.procs)}.log"  # a restarted process gets a fresh log
-        out = log.open("wb")
-        popen = subprocess.Popen(  # noqa: S603 - our own CLI, fixed arguments
-            [sys.executable, "-m", "lockstep", "--db", self.url, *args],
-            env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        proc = Proc(name, popen, out, log)
-        self.procs.append(proc)
-        if ready:
-            wait_until(lambda: _ready(proc, ready), 60, f"{name} to start")
-        return proc
-
-    def worker(self, name: str, *extra: str) -> Proc:
-        args = ["worker", "--activities", ACTIVITIES, "--worker-id", name, "--concurrency", "16"]
-        return self.spawn(name, *args, "--poll-interval", "50ms", *extra, ready="serving")
-
-    def scheduler(self, name: str, poll: str = "50ms") -> Proc:
-        args = ["scheduler", "--poll-interval", poll, "--scheduler-id", name]
-        return self.spawn(name, *args, ready="scheduler running")
-
-    def sql(self, statement: str) -> list[tuple[Any, ...]]:
-        if self.url.startswith("sqlite:///"):
-            with sqlite3.connect(self.url.removeprefix("sqlite:///"), timeout=30) as conn:
-                return conn.execute(statement).fetchall()
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            return conn.execute(statement.encode()).fetchall()
+    def scheduler(
+        self,
+        name: str,
+        *,
+        poll_interval: str = "50ms",
+        extra: Iterable[str] = (),
+        faults: str = "",
+        wait: bool = True,
+    ) -> Proc:
+        """A scheduler named after its process (`--scheduler-id`), so its partition leases say which."""
+        args = ["--scheduler-id", name, *extra]
+        return super().scheduler(name, poll_interval=poll_interval, extra=args, faults=faults, wait=wait)
 
     def completed(self) -> int:
         return int(self.sql("SELECT count(*) FROM runs WHERE status = 'completed'")[0][0])
@@ -106,15 +86,10 @@ class Lab:
         return [json.loads(x) for x in self.record.read_text().splitlines() if x.strip()]
 
     def close(self) -> None:
-        for p in self.procs:
-            p.close()
-        self.engine.close()
-
-
-def _ready(proc: Proc, marker: str) -> bool:
-    if not proc.alive():
-        raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}: {proc.log()[-1500:]}")
-    return marker in proc.log()
+        try:
+            self.shutdown()
+        finally:
+            self.engine.close()
 
 
 @contextmanager
@@ -137,7 +112,7 @@ def two_workers(url: str, workdir: Path, runs: int, timeout: float) -> dict[str,
     with lab(url, workdir) as lb:
         lb.engine.publish(_three("bench.noop"))
         lb.worker("w1")
-        lb.worker("w2", "--no-scheduler")
+        lb.worker("w2", scheduler=False)
         t0 = time.perf_counter()
         for chunk in range(0, runs, 100):  # started by a client in batches, as an API server would
             lb.engine.service.start_many(
@@ -159,7 +134,7 @@ def recovery(url: str, workdir: Path, runs: int, timeout: float) -> dict[str, An
     started again after it had succeeded."""
     with lab(url, workdir) as lb:
         lb.engine.publish(_three("bench.record", sleep_ms=20))
-        procs = [lb.scheduler("s1"), lb.worker("w1", "--no-scheduler"), lb.worker("w2", "--no-scheduler")]
+        procs = [lb.scheduler("s1"), lb.worker("w1", scheduler=False), lb.worker("w2", scheduler=False)]
         lb.engine.service.start_many("default", "bench-fleet", [{"n": i} for i in range(runs)])
         succeeded = "SELECT count(*) FROM events WHERE type = 'ActivitySucceeded'"
         wait_until(lambda: lb.sql(succeeded)[0][0] >= runs, timeout, "a third of the steps")
@@ -168,8 +143,8 @@ def recovery(url: str, workdir: Path, runs: int, timeout: float) -> dict[str, An
         at_kill = int(lb.sql(succeeded)[0][0])
         t0 = time.monotonic()
         lb.scheduler("s1")
-        lb.worker("w1", "--no-scheduler")
-        lb.worker("w2", "--no-scheduler")
+        lb.worker("w1", scheduler=False)
+        lb.worker("w2", scheduler=False)
         restart_s = time.monotonic() - t0
         wait_until(lambda: lb.completed() >= runs, timeout, "every run to complete", interval=0.01)
         recovered_s = time.monotonic() - t0
@@ -255,8 +230,8 @@ def _cpu_s(pid: int) -> float:
 
 
 def _db_mib(lb: Lab) -> float:
-    if lb.url.startswith("sqlite:///"):
-        base = Path(lb.url.removeprefix("sqlite:///"))
+    if lb.backend == "sqlite":
+        base = sqlite_path(lb.db_url)
         return sum(p.stat().st_size for p in base.parent.glob(base.name + "*")) / 2**20
     return float(lb.sql("SELECT pg_database_size(current_database())")[0][0]) / 2**20
 
@@ -277,13 +252,11 @@ def waiting(url: str, workdir: Path, small: int, large: int, idle_s: float) -> d
         }
         for name, s in steps.items():
             lb.engine.publish({"name": name, "steps": s})
-        port = _free_port()
         procs = {
-            "serve": lb.spawn("serve", "serve", "--port", str(port), "--log-format", "console"),
-            "scheduler": lb.scheduler("s1", poll="200ms"),  # the default: idle CPU as deployed
-            "worker": lb.worker("w1", "--no-scheduler"),
+            "serve": lb.serve("serve", free_port()),
+            "scheduler": lb.scheduler("s1", poll_interval="200ms"),  # the default: idle CPU as deployed
+            "worker": lb.worker("w1", scheduler=False),
         }
-        wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), 60, "serve")
         out: dict[str, Any] = {}
         loaded = 0
         for size in (small, large):
@@ -305,19 +278,6 @@ def waiting(url: str, workdir: Path, small: int, large: int, idle_s: float) -> d
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _http_ok(u: str) -> bool:
-    try:
-        return httpx.get(u, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def approval_round_trip(url: str, workdir: Path, n: int, timeout: float) -> dict[str, Any]:
     """An approval decision over HTTP (`POST /v1/approvals/decide`) until the next activity starts in a
     worker process (its own clock, written first thing), one run at a time."""
@@ -335,11 +295,8 @@ def approval_round_trip(url: str, workdir: Path, n: int, timeout: float) -> dict
                 ],
             }
         )
-        port = _free_port()
-        lb.spawn("serve", "serve", "--port", str(port), "--log-format", "console")
+        base = str(lb.serve("serve", free_port()).url)
         lb.worker("w1")
-        base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _http_ok(f"{base}/healthz"), 60, "serve")
         samples: list[float] = []
         with httpx.Client(base_url=base, timeout=30) as http:
             for _ in range(n):

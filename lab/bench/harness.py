@@ -22,6 +22,7 @@ from typing import Any
 from lockstep.testing import PgCluster
 
 from .. import lab_env
+from ..fleet import database, postgres
 from .common import MARKER
 from .dbos_side import dbos_version
 from .fleet_side import WORKLOADS
@@ -120,12 +121,9 @@ def _fleet(
     """lockstep's multi-process workloads, each on a fresh database; a failure is recorded, not raised."""
     out: dict[str, Any] = {}
     for name, sizes in fleet_sizes(args.quick).items():
-        if backend == "sqlite":
-            url = f"sqlite:///{tmp / f'fleet-{name}-{rep}.db'}"
-        elif cluster is not None:
-            url = cluster.create_database(f"fleet_{name}_{rep}")
-        else:
+        if backend == "postgresql" and cluster is None:
             continue
+        url = database(backend, f"fleet_{name}_{rep}", tmp, cluster)
         _say(f"repetition {rep + 1}/{args.repeat}, {backend}: lockstep {name}")
         kwargs = dict(sizes)
         if name != "waiting":
@@ -217,6 +215,42 @@ def aggregate(reps: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _repetition(
+    rep: int,
+    backends: list[str],
+    engines: list[str],
+    tmp: Path,
+    cluster: PgCluster | None,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """One repetition: raw commit rates, the multi-process workloads and each engine, per backend."""
+    one: dict[str, Any] = {}
+    for backend in backends:
+        res: dict[str, Any] = {}
+        _say(f"repetition {rep + 1}/{args.repeat}, {backend}: raw commits")
+        if backend == "sqlite":
+            res["raw"] = {
+                "sqlite_full": sqlite_commits(tmp / f"raw-{rep}.db", args.raw_commits, "FULL"),
+                "sqlite_normal": sqlite_commits(tmp / f"raw-{rep}.db", args.raw_commits, "NORMAL"),
+            }
+        elif cluster is not None:
+            raw_url = cluster.create_database(f"bench_raw_{rep}")
+            res["raw"] = {
+                "pg_1conn": pg_commits(raw_url, args.raw_commits, 1),
+                "pg_4conn": pg_commits(raw_url, args.raw_commits, 4),
+            }
+        if "lockstep" in engines and not args.no_fleet:
+            res["fleet"] = _fleet(backend, rep, tmp, cluster, args)
+        for engine in engines:
+            url = database(backend, f"bench_{engine}_{rep}", tmp, cluster)
+            _say(f"repetition {rep + 1}/{args.repeat}, {backend}: {engine}")
+            res[engine] = _child(engine, url, args)
+            if "error" in res[engine]:
+                _say(f"  {engine} on {backend} failed: {res[engine]['error']}")
+        one[backend] = res
+    return one
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small sizes (200 runs) for a run of a few minutes")
@@ -244,46 +278,13 @@ def main(argv: list[str] | None = None) -> int:
 
     began = datetime.now(UTC)
     tmp = Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
-    cluster: PgCluster | None = None
-    reps: list[dict[str, Any]] = []
-    pg_server = None
+    if "postgresql" in backends:
+        _say("starting a throwaway PostgreSQL cluster")
     try:
-        if "postgresql" in backends:
-            _say("starting a throwaway PostgreSQL cluster")
-            cluster = PgCluster().init().start()  # its own directory, owned by postgres when root
-            pg_server = str(cluster.sql("SHOW server_version")[0][0])
-        for rep in range(args.repeat):
-            one: dict[str, Any] = {}
-            for backend in backends:
-                res: dict[str, Any] = {}
-                _say(f"repetition {rep + 1}/{args.repeat}, {backend}: raw commits")
-                if backend == "sqlite":
-                    res["raw"] = {
-                        "sqlite_full": sqlite_commits(tmp / f"raw-{rep}.db", args.raw_commits, "FULL"),
-                        "sqlite_normal": sqlite_commits(tmp / f"raw-{rep}.db", args.raw_commits, "NORMAL"),
-                    }
-                elif cluster is not None:
-                    raw_url = cluster.create_database(f"bench_raw_{rep}")
-                    res["raw"] = {
-                        "pg_1conn": pg_commits(raw_url, args.raw_commits, 1),
-                        "pg_4conn": pg_commits(raw_url, args.raw_commits, 4),
-                    }
-                if "lockstep" in engines and not args.no_fleet:
-                    res["fleet"] = _fleet(backend, rep, tmp, cluster, args)
-                for engine in engines:
-                    if backend == "sqlite":
-                        url = f"sqlite:///{tmp / f'{engine}-{rep}.db'}"
-                    elif cluster is not None:
-                        url = cluster.create_database(f"bench_{engine}_{rep}")
-                    _say(f"repetition {rep + 1}/{args.repeat}, {backend}: {engine}")
-                    res[engine] = _child(engine, url, args)
-                    if "error" in res[engine]:
-                        _say(f"  {engine} on {backend} failed: {res[engine]['error']}")
-                one[backend] = res
-            reps.append(one)
+        with postgres("postgresql" in backends) as cluster:
+            pg_server = str(cluster.sql("SHOW server_version")[0][0]) if cluster is not None else None
+            reps = [_repetition(rep, backends, engines, tmp, cluster, args) for rep in range(args.repeat)]
     finally:
-        if cluster is not None:
-            cluster.destroy()
         shutil.rmtree(tmp, ignore_errors=True)
 
     report = {

@@ -16,8 +16,9 @@ from typing import Any
 from lockstep.core.explain import wait_kind
 from lockstep.core.state import TERMINAL
 
+from ..fleet import Proc
 from .checker import HUMAN_WAITS, Expect, Monitor, Verdict, check
-from .fleet import Fleet, Proc
+from .faultfleet import FaultFleet
 
 __all__ = [
     "RETRY",
@@ -104,7 +105,7 @@ class Outcome:
 class Ctx:
     """A scenario's world: the fleet, its own seeded random stream, and its size."""
 
-    fleet: Fleet
+    fleet: FaultFleet
     seed: int
     rng: random.Random
     runs: int

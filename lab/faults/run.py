@@ -19,11 +19,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lockstep.testing.pgcluster import PgCluster, find_pg_bin
+from lockstep.testing.pgcluster import PgCluster
 
+from ..fleet import postgres
 from .base import Ctx, Outcome, Scenario
 from .checker import CHECKS
-from .fleet import Fleet
+from .faultfleet import FaultFleet
 from .scenarios import crash_after_commit, duplicate_delivery, duplicate_timer, lease_expiry, lost_response
 from .scenarios_ops import (
     approval_replay,
@@ -92,21 +93,12 @@ def run_matrix(
     say: Callable[[str], None] = print,
 ) -> list[Outcome]:
     chosen = [s for s in SCENARIOS if not only or s.name in only or s.fault in only]
-    pg: PgCluster | None = None
-    if "postgresql" in backends:
-        if find_pg_bin() is None:
-            raise RuntimeError("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
-        # Its own temporary directory: PgCluster hands it to the postgres OS user (ours may be 0700).
-        pg = PgCluster().init().start()
     results: list[Outcome] = []
-    try:
+    with postgres("postgresql" in backends) as pg:
         for backend in backends:
             for sc in chosen:
                 if backend in sc.backends:
                     results.append(_one(sc, backend, pg, seed, runs, soak, workdir, keep, say))
-    finally:
-        if pg is not None:
-            pg.destroy()
     return results
 
 
@@ -124,7 +116,7 @@ def _one(
     where = workdir / f"{backend}-{sc.name}"
     shutil.rmtree(where, ignore_errors=True)
     t0 = time.monotonic()
-    fleet = Fleet(where, backend, pg)
+    fleet = FaultFleet(where, backend, pg)
     rng = random.Random(f"{seed}/{sc.name}/{backend}")  # noqa: S311 - reproducible faults, not secrets
     ctx = Ctx(fleet, seed, rng, runs, soak, deadline_s=300.0 if soak else 120.0)
     outcome = Outcome(sc.name, sc.fault, backend, seed, 0, {}, dict.fromkeys(CHECKS, 0), None)
@@ -182,7 +174,7 @@ def _markdown(results: list[Outcome], doc: dict[str, Any]) -> str:
         f"Generated {doc['generated_at']} by `{doc['command']}` (seed {doc['seed']}, {doc['runs']} runs per"
         f" scenario) on {doc['machine']}. Every scenario runs real `lockstep` worker / scheduler / serve"
         " processes, a real database and a real downstream HTTP service; the checker reads the event log,"
-        " the snapshots and the downstream ledger afterwards (see `src/lockstep/faults/checker.py`).",
+        " the snapshots and the downstream ledger afterwards (see `lab/faults/checker.py`).",
         "",
         "Outcomes: done = completed, failed, cancelled; human = an explicit state for a person"
         " (needs_attention, paused, waiting for approval); stuck must be 0. Recovery: seconds from the"

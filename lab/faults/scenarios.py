@@ -16,9 +16,9 @@ from lockstep.core.commands import FireTimer
 from lockstep.core.flow import run_of_task
 from lockstep.errors import LockstepError
 
+from ..fleet import Proc
 from .base import Ctx, Supervisor, every, pay_definition, settle_time, start_runs, unsettled
 from .checker import Verdict
-from .fleet import Proc
 
 __all__ = [
     "crash_after_commit",

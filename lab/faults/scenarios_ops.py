@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -19,9 +18,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from ..fleet import free_port, sqlite_path, wait_until
 from .base import RETRY, Ctx, Supervisor, pay_definition, settle_time, start_runs
 from .checker import Expect, Verdict
-from .fleet import wait_until
 from .proxy import Proxy
 
 __all__ = [
@@ -34,12 +33,6 @@ __all__ = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _user(ctx: Ctx, name: str, roles: str, tenant: str = "default") -> str:
     out = ctx.fleet.cli("users", "create", name, "--tenant", tenant, "--roles", roles)
     return str(json.loads(out.stdout)["api_key"])
@@ -49,7 +42,7 @@ def approval_replay(ctx: Ctx) -> tuple[Verdict, float | None]:
     """Every approval link is double-clicked (two concurrent submits), replayed later, tried by another
     approver and next to a forged token; the server is SIGKILLed and restarted halfway through."""
     f = ctx.fleet
-    f.cli("tenants", "create", ctx.tenant, check=False)  # it may exist already
+    f.cli("tenants", "create", ctx.tenant, expect=None)  # it may exist already
     keys = {name: _user(ctx, name, "approver") for name in ("alice", "bob", "mallory")}
     approve = {
         "id": "approve",
@@ -57,7 +50,7 @@ def approval_replay(ctx: Ctx) -> tuple[Verdict, float | None]:
     }
     f.engine.publish(pay_definition(wait="10ms", extra=[approve]), tenant=ctx.tenant)
     notify = f"webhook:{f.downstream_url}/notify"
-    port = _free_port()
+    port = free_port()
     server = f.serve("serve1", port, notify=notify)
     f.worker("w1")
     answers: Counter[str] = Counter()
@@ -94,7 +87,7 @@ def approval_replay(ctx: Ctx) -> tuple[Verdict, float | None]:
             if i == half:  # the server dies with decisions half done; a new one takes over
                 server.kill()
                 ctx.count("server SIGKILLed mid-way")
-                port = _free_port()
+                port = free_port()
                 f.serve("serve2", port, notify=notify)
                 base = f"http://127.0.0.1:{port}"
             token, who = str(link["body"]["token"]), str(link["body"]["approver"])
@@ -153,7 +146,7 @@ def db_outage(ctx: Ctx) -> tuple[Verdict, float | None]:
             f.pg.start()
         else:
             locker = subprocess.Popen(  # noqa: S603 - our own script
-                [sys.executable, "-c", SQLITE_LOCKER, str(f.dir / "lockstep.db")],
+                [sys.executable, "-c", SQLITE_LOCKER, str(sqlite_path(f.db_url))],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
             )
@@ -271,7 +264,7 @@ def interrupted_deployment(ctx: Ctx) -> tuple[Verdict, float | None]:
         ctx.count("v1 worker SIGKILLed mid-flight")
         out = f.cli(
             "--tenant", ctx.tenant, "migrate", "--definition", "pay", "--from-version", "1",
-            "--to-version", "2", "--reason", "deploy v2", check=False,
+            "--to-version", "2", "--reason", "deploy v2", expect=None,
         )  # fmt: skip
         report = _json_or_none(out.stdout)
         if isinstance(report, dict):
@@ -305,7 +298,7 @@ def quota_exhausted(ctx: Ctx) -> tuple[Verdict, float | None]:
     f.cli("tenants", "set", tenant, "--max-active-runs", "5", "--activity-concurrency", "2")
     key = _user(ctx, "client", "operator", tenant)
     f.engine.publish(pay_definition(wait="10ms"), tenant=tenant)
-    port = _free_port()
+    port = free_port()
     f.serve("serve1", port)
     proxy = Proxy("127.0.0.1", port)
     proxy.start()

@@ -22,9 +22,10 @@ from typing import Any
 
 import httpx
 
+from ..fleet import free_port
 from .base import Ctx, pay_definition, settle_time
 from .checker import Expect, Verdict
-from .scenarios_ops import _free_port, _user
+from .scenarios_ops import _user
 
 __all__ = ["MAX_LATENCY_RATIO", "hostile_tenant"]
 
@@ -47,14 +48,14 @@ def hostile_tenant(ctx: Ctx) -> tuple[Verdict, float | None]:
     vkey = _user(ctx, "app", "operator", victim)
     hkey = _user(ctx, "evil", "admin", "hostile")
     f.engine.publish(pay_definition(wait="10ms"), tenant=victim)
-    port = _free_port()
+    port = free_port()
     f.serve("serve1", port)
     base = f"http://127.0.0.1:{port}"
     f.scheduler("s1")
     for k in (1, 2):
         f.worker(f"w{k}")
     report = f.dir / "hostile.json"
-    attacker = f._popen(
+    attacker = f.popen(
         "hostile", [sys.executable, "-m", "lab.faults.hostile", base, hkey, str(report)], f.env
     )
     f.wait_ready(attacker, "attacking", timeout=60)

@@ -6,17 +6,16 @@ stale, duplicate and bogus commands, and checks after every step that the run is
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
+from invariants import RunMachine, check_explained, check_finished, check_not_stuck, evidence_full
 
 from lockstep.core.commands import (
     CancelRun,
@@ -31,11 +30,8 @@ from lockstep.core.commands import (
 )
 from lockstep.core.decide import decide
 from lockstep.core.definition import Definition, parse_definition
-from lockstep.core.effects import CloseTask, CloseTimer, CreateTask, CreateTimer, effects_of
 from lockstep.core.events import Event, chain_hash
-from lockstep.core.explain import explain
-from lockstep.core.limits import DEFAULT_SERVER_LIMITS
-from lockstep.core.state import RunState, evolve, fold
+from lockstep.core.state import RunState, evolve
 from lockstep.core.timeutil import iso, parse_iso
 
 T0 = datetime(2024, 5, 1, 8, 0, 0, tzinfo=UTC)
@@ -118,97 +114,28 @@ OUTPUTS = st.sampled_from([None, {"ok": True}, {"ok": False}, {"v": 1}, {"amount
 CODES = st.sampled_from(["Boom", "Fatal", "Timeout"])
 
 
-def _jsonish(s: RunState) -> dict[str, Any]:
-    """to_json through real JSON text, so tuples, lists and non-JSON values would show."""
-    return json.loads(json.dumps(s.to_json()))
-
-
-def _evidence_full(s: RunState, task: str) -> bool:
-    """The run already records as many stale reports as HISTORY_LIMITS allow (for this task or in all)."""
-    limits = DEFAULT_SERVER_LIMITS
-    return (
-        s.ignored_by_task.get(task, 0) >= limits["max_ignored_results_per_attempt"]
-        or s.ignored_results >= limits["max_ignored_results_per_run"]
-    )
-
-
-class CoreMachine(RuleBasedStateMachine):
+class CoreMachine(RunMachine):
     def __init__(self) -> None:
         super().__init__()
         self.d: Definition = DEFINITIONS["saga"]
         self.now = T0
-        self.state: RunState | None = None
-        self.events: list[Event] = []
-        self.leases: list[tuple[str, int, int]] = []  # every (task, attempt, fencing) ever leased
-        self.spent_timers: list[tuple[str, int]] = []  # fired or cancelled (key, generation)
-        self.last_report: ReportSuccess | ReportFailure | None = None
-        self.task_ids: set[str] = set()
         self.successes: Counter[tuple[str, int, bool]] = Counter()
-
-    @property
-    def s(self) -> RunState:
-        assert self.state is not None
-        return self.state
 
     # --- the one way commands reach the run ----------------------------------------------------------
 
     def send(self, command: Command) -> list[Event] | None:
-        """decide + append; None if Rejected. Checks determinism, terminal stability and effects."""
-        before = self.state
-        before_json = before.to_json() if before is not None else None
-        try:
-            events = decide(before, command, self.now, self.d)
-        except Rejected as exc:
-            code = exc.code
-        else:
-            code = None
-        if code is not None:
-            with pytest.raises(Rejected) as again:  # deterministic also when refusing
-                decide(before, command, self.now, self.d)
-            assert again.value.code == code
-            assert (before.to_json() if before is not None else None) == before_json
+        """decide + append; None if Rejected. Checks determinism, terminal stability and effects
+        (RunMachine), and that no attempt succeeds twice."""
+        events = self.decide_checked(command, self.now, self.d)
+        if isinstance(events, Rejected):
             return None
-        again = decide(before, command, self.now, self.d)
-        assert [e.to_json() for e in again] == [e.to_json() for e in events], "decide is not deterministic"
-        assert (before.to_json() if before is not None else None) == before_json, "decide mutated state"
-
-        state = before
-        for e in events:
-            assert e.seq == len(self.events) + 1, "seq must grow by exactly one, without gaps"
-            state = evolve(state, e)
-            self.events.append(e)
-        self.state = state
-
-        if before is not None and before.terminal:
-            assert all(e.type == "ResultIgnored" for e in events), [e.type for e in events]
-            assert self.s.status == before.status
-            assert self.s.steps == before.steps
-            assert self.s.output == before.output
-            assert self.s.finished_at == before.finished_at
-
-        for eff in effects_of(events):
-            if isinstance(eff, CreateTask):
-                assert eff.task_id not in self.task_ids, f"task id {eff.task_id} created twice"
-                self.task_ids.add(eff.task_id)
+        self.append(events)
         for e in events:
             if e.type == "ActivitySucceeded":
                 k = (e.data["step"], e.data["attempt"], bool(e.data["compensation"]))
                 self.successes[k] += 1
                 assert self.successes[k] == 1, f"attempt {k} succeeded twice"
-            elif e.type == "ActivityStarted":
-                self.leases.append((e.data["task_id"], e.data["attempt"], e.data["fencing"]))
-            elif e.type in ("TimerFired", "TimerCancelled"):
-                self.spent_timers.append((e.data["key"], e.data["generation"]))
         return events
-
-    def _is_current(self, task: str, attempt: int, fencing: int) -> bool:
-        a = self.s.active
-        return (
-            not self.s.terminal
-            and a is not None
-            and a.fencing is not None
-            and (a.task_id, a.attempt, a.fencing) == (task, attempt, fencing)
-        )
 
     # --- rules --------------------------------------------------------------------------------------
 
@@ -281,8 +208,8 @@ class CoreMachine(RuleBasedStateMachine):
                 retryable=data.draw(st.booleans()),
                 unexpected=data.draw(st.booleans()),
             )
-        current = self._is_current(task, attempt, fencing)
-        bounded = _evidence_full(self.s, task)
+        current = self.is_current(task, attempt, fencing)
+        bounded = evidence_full(self.s, task)
         events = self.send(cmd)
         if bounded and not current:
             assert events is None, "past the bound a stale report is answered as ignored, not appended"
@@ -349,7 +276,7 @@ class CoreMachine(RuleBasedStateMachine):
     def duplicate_report(self) -> None:
         assert self.last_report is not None
         before = self.s
-        bounded = _evidence_full(before, self.last_report.task_id)
+        bounded = evidence_full(before, self.last_report.task_id)
         events = self.send(self.last_report)
         if bounded:
             assert events is None, "past the bound a stale report is answered as ignored, not appended"
@@ -370,7 +297,7 @@ class CoreMachine(RuleBasedStateMachine):
         if not candidates:
             return
         task, attempt, fencing = data.draw(st.sampled_from(candidates))
-        current = self._is_current(task, attempt, fencing)
+        current = self.is_current(task, attempt, fencing)
         events = self.send(
             ExpireLease(task_id=task, attempt=attempt, fencing=fencing, reason="lease expired")
         )
@@ -422,72 +349,14 @@ class CoreMachine(RuleBasedStateMachine):
     # --- invariants ---------------------------------------------------------------------------------
 
     @invariant()
-    def seq_is_contiguous(self) -> None:
-        if self.state is None:
-            return
-        assert [e.seq for e in self.events] == list(range(1, len(self.events) + 1))
-        assert self.s.seq == len(self.events)
-
-    @invariant()
-    def snapshot_equals_fold_of_events(self) -> None:
-        if self.state is None:
-            return
-        folded = fold(self.events)
-        assert folded is not None
-        assert folded.to_json() == self.s.to_json()
-        # the stored form of the events replays to the same state too
-        stored = [Event.from_json(json.loads(json.dumps(e.to_json()))) for e in self.events]
-        replayed = fold(stored)
-        assert replayed is not None
-        assert replayed.to_json() == self.s.to_json()
-
-    @invariant()
-    def snapshot_round_trips(self) -> None:
-        if self.state is None:
-            return
-        data = _jsonish(self.s)
-        back = RunState.from_json(data)
-        assert back == self.s
-        assert _jsonish(back) == data
-
-    @invariant()
-    def effects_match_state(self) -> None:
-        """Open tasks/timers by the outbox are exactly the state's active attempt and armed timers."""
-        if self.state is None:
-            return
-        open_tasks: set[str] = set()
-        open_timers: set[tuple[str, int]] = set()
-        for eff in effects_of(self.events):
-            if isinstance(eff, CreateTask):
-                open_tasks.add(eff.task_id)
-            elif isinstance(eff, CloseTask):
-                assert eff.task_id in open_tasks
-                open_tasks.discard(eff.task_id)
-            elif isinstance(eff, CreateTimer):
-                open_timers.add((eff.key, eff.generation))
-            elif isinstance(eff, CloseTimer):
-                assert (eff.key, eff.generation) in open_timers
-                open_timers.discard((eff.key, eff.generation))
-        assert len(open_tasks) <= 1, f"more than one attempt in flight: {open_tasks}"
-        assert open_tasks == ({self.s.active.task_id} if self.s.active else set())
-        assert open_timers == {(t.key, t.generation) for t in self.s.timers.values()}
-
-    @invariant()
     def status_is_consistent(self) -> None:
         if self.state is None:
             return
         s = self.s
         if s.terminal:
-            assert s.active is None
-            assert not s.timers
-            assert s.finished_at is not None
-            assert s.current_step is None
+            check_finished(s)
         else:
-            # never stuck silently: something is in flight, a timer is armed, or a human is asked
-            assert s.active is not None or s.timers or s.attention is not None, s.to_json()
-        if s.status == "waiting":
-            assert s.timers
-            assert s.active is None
+            check_not_stuck(s)  # never stuck silently; waiting means a timer and no attempt
         if s.status == "failed":
             assert s.error is not None
 
@@ -495,12 +364,8 @@ class CoreMachine(RuleBasedStateMachine):
     def explain_matches_status(self) -> None:
         if self.state is None:
             return
-        info = explain(self.s, self.now)
-        if self.s.terminal:
-            assert set(info.values()) == {None}
-        else:
-            assert info["wait_reason"]
-            assert info["next_action"]
+        info = check_explained(self.s, self.now)
+        if not self.s.terminal:
             assert "moving to the next step" not in info["wait_reason"]
             if self.s.status == "waiting":
                 assert "run failed" not in info["wait_reason"]

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from lab.faults.downstream import Downstream, LedgerReader
-from lab.faults.fleet import wait_until
+from lab.fleet import wait_until
 
 T = TypeVar("T")
 BODY = {"run_id": "r1", "step": "charge", "amount": 500}

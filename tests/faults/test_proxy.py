@@ -11,8 +11,8 @@ from typing import TypeVar
 
 import pytest
 
-from lab.faults.fleet import wait_until
 from lab.faults.proxy import Proxy
+from lab.fleet import wait_until
 
 T = TypeVar("T")
 

@@ -8,15 +8,14 @@ steers around exactly those interleavings (see `_known_bug`), so it keeps checki
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
+from invariants import RunMachine, check_explained, check_finished, check_not_stuck, evidence_full
 
 from lockstep.core.commands import (
     CancelRun,
@@ -37,15 +36,11 @@ from lockstep.core.commands import (
     SkipStep,
     StartRun,
 )
-from lockstep.core.decide import decide
 from lockstep.core.definition import Definition, DefinitionError
-from lockstep.core.effects import CloseTask, CloseTimer, CreateTask, CreateTimer, effects_of
 from lockstep.core.events import Event
-from lockstep.core.explain import explain
-from lockstep.core.limits import DEFAULT_SERVER_LIMITS
 from lockstep.core.migrate import plan_migration
 from lockstep.core.repair import RETRYABLE_ATTENTION, granted_approvals
-from lockstep.core.state import RunState, evolve, fold
+from lockstep.core.state import RunState
 from lockstep.core.timeutil import iso, parse_iso
 
 from .repairkit import T0, VERSIONS, Drive
@@ -81,10 +76,6 @@ NOT_WHILE_PAUSED = {
 }
 
 
-def _jsonish(s: RunState) -> dict[str, Any]:
-    return json.loads(json.dumps(s.to_json()))
-
-
 def _input_ok(d: Definition, value: Any) -> bool:
     try:
         d.check_input(value)
@@ -93,32 +84,12 @@ def _input_ok(d: Definition, value: Any) -> bool:
     return True
 
 
-def _evidence_full(s: RunState, task: str) -> bool:
-    """The run already records as many stale reports as HISTORY_LIMITS allow (for this task or in all)."""
-    limits = DEFAULT_SERVER_LIMITS
-    return (
-        s.ignored_by_task.get(task, 0) >= limits["max_ignored_results_per_attempt"]
-        or s.ignored_results >= limits["max_ignored_results_per_run"]
-    )
-
-
-class RepairMachine(RuleBasedStateMachine):
+class RepairMachine(RunMachine):
     def __init__(self) -> None:
         super().__init__()
         self.now = T0
-        self.state: RunState | None = None
-        self.events: list[Event] = []
-        self.leases: list[tuple[str, int, int]] = []
         self.scheduled: list[str] = []  # every task id ever scheduled (incl. withdrawn ones)
-        self.spent_timers: list[tuple[str, int]] = []
-        self.last_report: ReportSuccess | ReportFailure | None = None
-        self.task_ids: set[str] = set()
         self.accepted: Counter[str] = Counter()
-
-    @property
-    def s(self) -> RunState:
-        assert self.state is not None
-        return self.state
 
     @property
     def d(self) -> Definition:
@@ -128,45 +99,21 @@ class RepairMachine(RuleBasedStateMachine):
     # --- the one way commands reach the run ----------------------------------------------------------
 
     def send(self, command: Command) -> list[Event] | None:
-        """decide + append; None if Rejected. Checks determinism and the per-command invariants."""
+        """decide + append; None if Rejected. Checks determinism, terminal stability and effects
+        (RunMachine) and the per-command invariants of repair: pauses, resumes, reasons."""
         before = self.state
         d = VERSIONS[before.definition["version"]] if before is not None else VERSIONS[1]
-        before_json = before.to_json() if before is not None else None
         n_before = len(self.events)
-        refusal: Rejected | None = None
-        try:
-            events = decide(before, command, self.now, d)
-        except Rejected as exc:
-            refusal = exc
-        if refusal is not None:
-            with pytest.raises(Rejected) as again:  # deterministic also when refusing
-                decide(before, command, self.now, d)
-            assert again.value.code == refusal.code
-            assert refusal.reason, "a refusal always says why"
+        events = self.decide_checked(command, self.now, d)
+        if isinstance(events, Rejected):
+            assert events.reason, "a refusal always says why"
             # a refused command appends nothing and leaves the state as it was
             assert len(self.events) == n_before
-            assert (before.to_json() if before is not None else None) == before_json
             return None
-        again = decide(before, command, self.now, d)
-        assert [e.to_json() for e in again] == [e.to_json() for e in events], "decide is not deterministic"
-        assert (before.to_json() if before is not None else None) == before_json, "decide mutated state"
-
-        state = before
-        for e in events:
-            assert e.seq == len(self.events) + 1, "seq must grow by exactly one, without gaps"
-            state = evolve(state, e)
-            self.events.append(e)
-        self.state = state
+        self.scheduled += self.append(events)
         kinds = [e.type for e in events]
         if events:
             self.accepted[type(command).__name__] += 1
-
-        if before is not None and before.terminal:
-            # no command applies to a finished run: only a late result is recorded, as evidence
-            assert all(k == "ResultIgnored" for k in kinds), kinds
-            assert self.s.status == before.status
-            assert self.s.steps == before.steps
-            assert self.s.output == before.output
 
         if before is not None and before.paused is not None and self.s.paused is not None:
             bad = [k for k in kinds if k in NOT_WHILE_PAUSED]
@@ -183,16 +130,6 @@ class RepairMachine(RuleBasedStateMachine):
             if e.type in REPAIR_EVENTS or e.type == "WorkflowMigrated":
                 assert e.data["reason"].strip(), f"{e.type} without a reason"
                 assert "actor" in e.data
-        for eff in effects_of(events):
-            if isinstance(eff, CreateTask):
-                assert eff.task_id not in self.task_ids, f"task id {eff.task_id} created twice"
-                self.task_ids.add(eff.task_id)
-                self.scheduled.append(eff.task_id)
-        for e in events:
-            if e.type == "ActivityStarted":
-                self.leases.append((e.data["task_id"], e.data["attempt"], e.data["fencing"]))
-            elif e.type in ("TimerFired", "TimerCancelled"):
-                self.spent_timers.append((e.data["key"], e.data["generation"]))
         return events
 
     def _check_resumed(self, before: RunState | None, events: list[Event]) -> None:
@@ -225,15 +162,6 @@ class RepairMachine(RuleBasedStateMachine):
                 ), (item, types)
         if deferred:
             assert self.s.paused is None
-
-    def _is_current(self, task: str, attempt: int, fencing: int) -> bool:
-        a = self.s.active
-        return (
-            not self.s.terminal
-            and a is not None
-            and a.fencing is not None
-            and (a.task_id, a.attempt, a.fencing) == (task, attempt, fencing)
-        )
 
     def _steps(self, likely: str | None) -> st.SearchStrategy[str]:
         """Any step id of the current version (and a made-up one), `likely` three times as often."""
@@ -298,8 +226,8 @@ class RepairMachine(RuleBasedStateMachine):
             cmd = ReportFailure(
                 task, attempt, fencing, code, "m", data.draw(st.booleans()), data.draw(st.booleans())
             )
-        current = self._is_current(task, attempt, fencing)
-        bounded = _evidence_full(self.s, task)
+        current = self.is_current(task, attempt, fencing)
+        bounded = evidence_full(self.s, task)
         events = self.send(cmd)
         if bounded and not current:
             assert events is None, "past the bound a stale report is answered as ignored, not appended"
@@ -373,7 +301,7 @@ class RepairMachine(RuleBasedStateMachine):
     def duplicate_report(self) -> None:
         assert self.last_report is not None
         before = self.s
-        bounded = _evidence_full(before, self.last_report.task_id)
+        bounded = evidence_full(before, self.last_report.task_id)
         events = self.send(self.last_report)
         if bounded:
             assert events is None, "past the bound a stale report is answered as ignored, not appended"
@@ -391,7 +319,7 @@ class RepairMachine(RuleBasedStateMachine):
         if not candidates:
             return
         task, attempt, fencing = data.draw(st.sampled_from(candidates))
-        current = self._is_current(task, attempt, fencing)
+        current = self.is_current(task, attempt, fencing)
         events = self.send(ExpireLease(task_id=task, attempt=attempt, fencing=fencing, reason="expired"))
         assert (events is not None) == current
 
@@ -641,48 +569,6 @@ class RepairMachine(RuleBasedStateMachine):
     # --- invariants ---------------------------------------------------------------------------------
 
     @invariant()
-    def seq_is_contiguous(self) -> None:
-        if self.state is None:
-            return
-        assert [e.seq for e in self.events] == list(range(1, len(self.events) + 1))
-        assert self.s.seq == len(self.events)
-
-    @invariant()
-    def snapshot_equals_fold_of_events(self) -> None:
-        if self.state is None:
-            return
-        folded = fold(self.events)
-        assert folded is not None
-        assert folded.to_json() == self.s.to_json()
-        stored = [Event.from_json(json.loads(json.dumps(e.to_json()))) for e in self.events]
-        replayed = fold(stored)
-        assert replayed is not None
-        assert replayed.to_json() == self.s.to_json()
-        back = RunState.from_json(_jsonish(self.s))
-        assert back == self.s
-
-    @invariant()
-    def effects_match_state(self) -> None:
-        if self.state is None:
-            return
-        open_tasks: set[str] = set()
-        open_timers: set[tuple[str, int]] = set()
-        for eff in effects_of(self.events):
-            if isinstance(eff, CreateTask):
-                open_tasks.add(eff.task_id)
-            elif isinstance(eff, CloseTask):
-                assert eff.task_id in open_tasks
-                open_tasks.discard(eff.task_id)
-            elif isinstance(eff, CreateTimer):
-                open_timers.add((eff.key, eff.generation))
-            elif isinstance(eff, CloseTimer):
-                assert (eff.key, eff.generation) in open_timers
-                open_timers.discard((eff.key, eff.generation))
-        assert len(open_tasks) <= 1, f"more than one attempt in flight: {open_tasks}"
-        assert open_tasks == ({self.s.active.task_id} if self.s.active else set())
-        assert open_timers == {(t.key, t.generation) for t in self.s.timers.values()}
-
-    @invariant()
     def steps_belong_to_the_current_version(self) -> None:
         if self.state is None:
             return
@@ -703,34 +589,19 @@ class RepairMachine(RuleBasedStateMachine):
             return
         s = self.s
         if s.terminal:
-            assert s.active is None
-            assert not s.timers
-            assert s.paused is None, "a run cannot end while paused"
-            assert s.finished_at is not None
-            assert s.current_step is None
+            check_finished(s)  # incl. "a run cannot end while paused"
             return
-        assert s.active is not None or s.timers or s.attention is not None or s.paused is not None, (
-            "never stuck silently",
-            s.to_json(),
-        )
+        check_not_stuck(s)  # never stuck silently; waiting means a timer and no attempt
         if s.paused is not None:
             assert s.status in ("paused", "needs_attention")
             assert s.active is None or s.active.fencing is not None, "nothing queued while paused"
-        if s.status == "waiting":
-            assert s.timers
-            assert s.active is None
 
     @invariant()
     def explain_matches_status(self) -> None:
         if self.state is None:
             return
-        info = explain(self.s, self.now)
-        if self.s.terminal:
-            assert set(info.values()) == {None}
-            return
-        assert info["wait_reason"]
-        assert info["next_action"]
-        if self.s.paused is not None and self.s.attention is None:
+        info = check_explained(self.s, self.now)
+        if not self.s.terminal and self.s.paused is not None and self.s.attention is None:
             assert info["wait_kind"] == "paused"
             assert "resume" in info["next_action"]
 

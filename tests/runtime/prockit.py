@@ -1,6 +1,6 @@
-"""Helpers for tests with real `lockstep` processes: a downstream ledger, the test activity module,
-worker/scheduler subprocesses that are always killed, and `wait_until` (poll with a deadline, never sleep
-as synchronisation).
+"""What the crash tests add to the lab's process harness (lab/fleet.py): a downstream ledger, the test
+activity module, and their defaults for worker/scheduler subprocesses (always killed); `wait_until` (poll
+with a deadline, never sleep as synchronisation) comes from the harness.
 
 The ledger plays the downstream "payment service": a SQLite file (path in LEDGER_ENV) that records every
 call (`calls`, written first thing, so a test can poll for "started attempt N") and applies each effect
@@ -10,21 +10,17 @@ replayed the saved one.
 
 from __future__ import annotations
 
-import json
-import os
-import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable
-from contextlib import closing
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-from lab.faults.fleet import Proc, stop_quiescent, wait_until
+import lab.fleet
+from lab.fleet import Fleet, Proc, wait_until
 
-T = TypeVar("T")
+__all__ = ["BACKENDS", "Cluster", "Ledger", "sqlite_only", "wait_until"]
+
 F = TypeVar("F", bound=Callable[..., object])
 
 BACKENDS = ("sqlite", "postgresql")
@@ -119,21 +115,12 @@ def step(input, ctx):
 '''
 
 
-class Ledger:
+class Ledger(lab.fleet.Ledger):
     """The test's view of the downstream service (every query opens and closes its own connection)."""
 
     def __init__(self, path: Path) -> None:
+        super().__init__(path, LEDGER_SCHEMA)
         self.path = path
-        with closing(self._connect()) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(LEDGER_SCHEMA)
-
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=30, isolation_level=None)
-
-    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with closing(self._connect()) as conn:
-            return conn.execute(sql, params).fetchall()
 
     def calls(self, run_id: str | None = None) -> list[dict[str, Any]]:
         cols = ("run_id", "step", "attempt", "idempotency_key", "pid", "applied", "finished")
@@ -161,134 +148,26 @@ class Ledger:
         (self.path.parent / f"release-{run_id}-{attempt}").touch()
 
 
-class Cluster:
-    """Starts lockstep worker/scheduler processes on one database; `shutdown()` kills them all."""
+class Cluster(Fleet):
+    """lockstep worker/scheduler processes on one database running the test activities; `shutdown()`
+    kills them all and prints their logs (pytest shows them when a test fails)."""
+
+    WORKER_CONCURRENCY = 4
+    WORKER_LEASE_TTL = "1s"
+    WORKER_SCHEDULER = True
 
     def __init__(self, tmp_path: Path, db_url: str, ledger: Ledger) -> None:
-        self.tmp = tmp_path
-        self.db_url = db_url
-        self.backend = "sqlite" if db_url.startswith("sqlite:") else "postgresql"
-        self.db_path = Path(db_url[len("sqlite:///") :]) if self.backend == "sqlite" else None
-        self.ledger = ledger
         (tmp_path / f"{ACTIVITY_MODULE}.py").write_text(ACTIVITY_SOURCE)
-        self.env = {
-            **os.environ,
-            LEDGER_ENV: str(ledger.path),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p),
-            "PYTHONUNBUFFERED": "1",
-        }
-        self.env.pop("LOCKSTEP_DEBUG", None)
-        self.procs: list[Proc] = []
+        env = {LEDGER_ENV: str(ledger.path)}
+        super().__init__(tmp_path, db_url, activities=ACTIVITY_MODULE, env=env, pythonpath=[tmp_path])
+        self.ledger = ledger
 
-    def _spawn(self, name: str, args: list[str]) -> Proc:
-        log = self.tmp / f"{name}.log"
-        out = log.open("wb")
-        try:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "lockstep", "--db", self.db_url, *args],
-                env=self.env,
-                cwd=self.tmp,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        except BaseException:
-            out.close()
-            raise
-        proc = Proc(name, popen, out, log)
-        self.procs.append(proc)
-        return proc
-
-    def worker(
-        self,
-        name: str,
-        *,
-        scheduler: bool = True,
-        lease_ttl: str = "1s",
-        concurrency: int = 4,
-        wait_ready: bool = True,
-    ) -> Proc:
-        args = [
-            "worker",
-            "--activities",
-            ACTIVITY_MODULE,
-            "--lease-ttl",
-            lease_ttl,
-            "--poll-interval",
-            "50ms",
-            "--concurrency",
-            str(concurrency),
-            "--worker-id",
-            name,
-        ]
-        if not scheduler:
-            args.append("--no-scheduler")
-        proc = self._spawn(name, args)
-        if wait_ready:
-            self.wait_ready(proc, "serving")
-        return proc
-
-    def scheduler(self, name: str, *, wait_ready: bool = True) -> Proc:
-        proc = self._spawn(name, ["scheduler", "--poll-interval", "50ms"])
-        if wait_ready:
-            self.wait_ready(proc, "scheduler running")
-        return proc
-
-    def wait_ready(self, proc: Proc, marker: str, timeout: float = 20) -> None:
-        """Wait for the start-up line the CLI prints once the process is running (signal handlers follow)."""
-
-        def ready() -> bool:
-            if not proc.alive():
-                raise AssertionError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()}")
-            return marker in proc.log()
-
-        wait_until(ready, timeout, f"{proc.name} to print {marker!r}")
-
-    def cli(self, *args: str, expect: int | None = 0) -> subprocess.CompletedProcess[str]:
-        """Run one `lockstep` command on this database; check its exit status unless expect is None."""
-        done = subprocess.run(
-            [sys.executable, "-m", "lockstep", "--db", self.db_url, *args],
-            env=self.env,
-            cwd=self.tmp,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        if expect is not None:
-            assert done.returncode == expect, (
-                f"lockstep {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-            )
-        return done
-
-    def cli_json(self, *args: str) -> Any:
-        return json.loads(self.cli(*args).stdout)
-
-    def execute(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """Run one raw statement (`?` placeholders) on the lockstep database, past the engine, in its own
-        committed transaction; returns the rows it produced (none for a statement without a result)."""
-        if self.db_path is not None:
-            with closing(sqlite3.connect(self.db_path)) as conn:
-                rows = conn.execute(statement, params).fetchall()
-                conn.commit()
-                return rows
-        import psycopg  # only the PostgreSQL cases need it
-
-        with psycopg.connect(self.db_url, autocommit=True) as pg:
-            cur = pg.execute(statement.replace("?", "%s").encode(), params)
-            return cur.fetchall() if cur.description else []
-
-    def stop_quiescent(self, proc: Proc) -> None:
+    def stop_quiescent(self, proc: Proc) -> bool:
         """SIGSTOP `proc` at a moment it holds no lock on the database (else every writer would block on
-        the frozen process); see lab.faults.fleet.stop_quiescent."""
-        if not stop_quiescent(proc, self.db_url):
+        the frozen process); see lab.fleet.stop_quiescent."""
+        if not super().stop_quiescent(proc):
             raise AssertionError(f"could not stop {proc.name} outside a transaction")
+        return True
 
-    def shutdown(self) -> None:
-        """Kill and reap every process; print their logs (pytest shows them when a test fails)."""
-        for proc in self.procs:
-            try:
-                proc.close()
-            finally:
-                print(f"----- {proc.name} (pid {proc.pid}, exit {proc.popen.returncode}) -----")
-                print(proc.log())
+    def shutdown(self, *, show_logs: bool = True) -> None:
+        super().shutdown(show_logs=show_logs)

@@ -225,10 +225,10 @@ def test_draining_worker_renews_its_lease_at_the_normal_pace(
 ) -> None:
     """While draining after SIGTERM a worker renews its lease about every ttl/3, not in a busy loop."""
     for statement in COUNT_RENEWALS[cluster.backend]:
-        cluster.execute(statement)
+        cluster.sql(statement)
 
     def renewals() -> int:
-        return int(cluster.execute("SELECT COUNT(*) FROM test_renewals")[0][0])
+        return int(cluster.sql("SELECT COUNT(*) FROM test_renewals")[0][0])
 
     engine.publish(one_step("drain-pace"))
     w1 = cluster.worker("drainer")
@@ -254,8 +254,8 @@ def test_killed_scheduler_timer_is_fired_once_by_new_schedulers(cluster: Cluster
     assert not events(engine, run, "TimerFired"), "s1 fired the 1s timer before it was killed"
 
     # Two schedulers race for the recovered timer; the conditional claim lets only one fire it.
-    s2 = cluster.scheduler("s2", wait_ready=False)
-    s3 = cluster.scheduler("s3", wait_ready=False)
+    s2 = cluster.scheduler("s2", wait=False)
+    s3 = cluster.scheduler("s3", wait=False)
     cluster.wait_ready(s2, "scheduler running")
     cluster.wait_ready(s3, "scheduler running")
     finish(engine, run, "completed")
@@ -276,7 +276,7 @@ def test_one_unreadable_run_does_not_stop_the_scheduler_for_the_others(
     engine.publish({"name": "short-nap", "steps": [{"id": "nap", "wait": "200ms"}]})
     poisoned = engine.start("short-nap")
     healthy = engine.start("short-nap")
-    cluster.execute("UPDATE runs SET snapshot = 'not json' WHERE run_id = ?", (poisoned,))
+    cluster.sql("UPDATE runs SET snapshot = 'not json' WHERE run_id = ?", (poisoned,))
     s1 = cluster.scheduler("s1")
 
     wait_until(
@@ -314,10 +314,10 @@ def test_two_workers_two_schedulers_thirty_runs_all_complete_once(
     """2 workers + 2 schedulers, 30 runs with a flaky step: all complete, no duplicate success, one effect."""
     engine.publish(pipeline())
     procs = [
-        cluster.worker("w1", scheduler=False, wait_ready=False),
-        cluster.worker("w2", scheduler=False, wait_ready=False),
-        cluster.scheduler("s1", wait_ready=False),
-        cluster.scheduler("s2", wait_ready=False),
+        cluster.worker("w1", scheduler=False, wait=False),
+        cluster.worker("w2", scheduler=False, wait=False),
+        cluster.scheduler("s1", wait=False),
+        cluster.scheduler("s2", wait=False),
     ]
     for p in procs:
         cluster.wait_ready(p, "scheduler running" if p.name.startswith("s") else "serving")

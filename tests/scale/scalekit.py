@@ -1,8 +1,9 @@
-"""Helpers for the scale-out tests: real `lockstep` processes (serve, scheduler, worker) on one PostgreSQL
-database, a downstream ledger the test activities write to, HTTP and SQL probes, and the invariant checks
-shared by the tests (no duplicate transition, no lost work, each effect applied once per key).
+"""What the scale-out tests add to the lab's process harness (lab/fleet.py): their activity module and
+the downstream ledger it writes to, their defaults for real `lockstep` processes (serve, scheduler,
+worker) on one PostgreSQL database, HTTP and SQL probes, and the invariant checks shared by the tests (no
+duplicate transition, no lost work, each effect applied once per key).
 
-Every process writes its stdout/stderr to a file in tmp_path; `Fleet.shutdown()` SIGKILLs and reaps them
+Every process writes its output to a file in tmp_path; `ScaleFleet.shutdown()` SIGKILLs and reaps them
 all and prints their logs (pytest shows them when a test fails). Synchronisation is `wait_until`: poll
 with a deadline, never a fixed sleep.
 """
@@ -10,25 +11,27 @@ with a deadline, never a fixed sleep.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import sqlite3
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any
 
 import httpx
-import psycopg
 
-from lab.faults.fleet import wait_until
+import lab.fleet
+from lab.fleet import Fleet, free_port, sql, wait_until
 
-T = TypeVar("T")
+__all__ = [
+    "Db",
+    "Ledger",
+    "ScaleFleet",
+    "check_histories",
+    "check_ledger",
+    "free_port",
+    "publish",
+    "start_runs_http",
+    "wait_until",
+]
 
 ACTIVITY_MODULE = "scale_activities"
 LEDGER_ENV = "LOCKSTEP_SCALE_LEDGER"
@@ -127,215 +130,42 @@ def other(input, ctx):
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Db:
     """Direct SQL on a PostgreSQL database (the test's probe; a fresh connection per call)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
 
-    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
-            cur = conn.execute(sql, params or None)
-            return cur.fetchall() if cur.description else []
+    def rows(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return sql(self.url, statement, params)
 
-    def value(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
-        return self.rows(sql, params)[0][0]
+    def value(self, statement: str, params: tuple[Any, ...] = ()) -> Any:
+        return self.rows(statement, params)[0][0]
 
     def status_counts(self, tenant: str) -> dict[str, int]:
         rows = self.rows("SELECT status, count(*) FROM runs WHERE tenant = %s GROUP BY status", (tenant,))
         return {str(s): int(n) for s, n in rows}
 
 
-class Ledger:
+class Ledger(lab.fleet.Ledger):
     """The test's view of the downstream service: PostgreSQL (a URL) or SQLite (a file path)."""
 
     def __init__(self, where: str) -> None:
-        self.where = where
-        self.pg = where.startswith("postgresql://")
-        if self.pg:
-            with psycopg.connect(where, autocommit=True) as conn:
-                conn.execute(PG_LEDGER_SCHEMA.encode())
-        else:
-            with closing(sqlite3.connect(where, isolation_level=None)) as conn:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.executescript(SQLITE_LEDGER_SCHEMA)
-
-    def rows(self, sql: str) -> list[tuple[Any, ...]]:
-        if self.pg:
-            with psycopg.connect(self.where, autocommit=True) as conn:
-                return conn.execute(sql.encode()).fetchall()
-        with closing(sqlite3.connect(self.where, timeout=30, isolation_level=None)) as conn:
-            return conn.execute(sql).fetchall()
-
-    def value(self, sql: str) -> Any:
-        return self.rows(sql)[0][0]
+        pg = where.startswith("postgresql://")
+        super().__init__(where, PG_LEDGER_SCHEMA if pg else SQLITE_LEDGER_SCHEMA)
 
 
-class Proc:
-    """One lockstep subprocess with its stdout and stderr in files."""
+class ScaleFleet(Fleet):
+    """lockstep processes on one database running the scale activities, which write to `ledger`;
+    `shutdown()` kills them all and prints their logs (always call it in teardown)."""
 
-    def __init__(self, name: str, popen: subprocess.Popen[bytes], files: list[IO[bytes]], tmp: Path) -> None:
-        self.name = name
-        self.popen = popen
-        self._files = files
-        self.out_path = tmp / f"{name}.out"
-        self.err_path = tmp / f"{name}.err"
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def log(self) -> str:
-        text = ""
-        for p in (self.out_path, self.err_path):
-            if p.exists():
-                text += f"[{p.name}]\n" + p.read_text(errors="replace")
-        return text
-
-    def kill(self) -> int:
-        """SIGKILL and reap; returns the exit status."""
-        if self.alive():
-            self.popen.send_signal(signal.SIGCONT)
-            self.popen.kill()
-        return self.popen.wait(15)
-
-    def close(self) -> None:
-        try:
-            self.kill()
-        finally:
-            for f in self._files:
-                f.close()
-
-
-class Fleet:
-    """lockstep processes on one database; `shutdown()` kills them all (always call it in teardown)."""
+    WORKER_CONCURRENCY = 4
+    WORKER_LEASE_TTL = "2s"
 
     def __init__(self, tmp_path: Path, db_url: str, ledger: str) -> None:
-        self.tmp = tmp_path
-        self.db_url = db_url
         (tmp_path / f"{ACTIVITY_MODULE}.py").write_text(ACTIVITY_SOURCE)
-        self.env = {
-            **os.environ,
-            LEDGER_ENV: ledger,
-            "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p),
-            "PYTHONUNBUFFERED": "1",
-        }
-        self.env.pop("LOCKSTEP_DEBUG", None)
-        self.env.pop("LOCKSTEP_DB", None)
-        self.procs: list[Proc] = []
-
-    def _spawn(self, name: str, args: list[str]) -> Proc:
-        out = (self.tmp / f"{name}.out").open("wb")
-        err = (self.tmp / f"{name}.err").open("wb")
-        try:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "lockstep", "--db", self.db_url, *args],
-                env=self.env,
-                cwd=self.tmp,
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-            )
-        except BaseException:
-            out.close()
-            err.close()
-            raise
-        proc = Proc(name, popen, [out, err], self.tmp)
-        self.procs.append(proc)
-        return proc
-
-    def _ready(self, proc: Proc, check: Callable[[], bool], what: str, timeout: float = 30) -> None:
-        def ready() -> bool:
-            if not proc.alive():
-                raise AssertionError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()}")
-            return check()
-
-        wait_until(ready, timeout, f"{proc.name} to be {what}", interval=0.1)
-
-    def worker(
-        self,
-        name: str,
-        *,
-        concurrency: int = 4,
-        lease_ttl: str = "2s",
-        scheduler: bool = False,
-        only: Iterable[str] = (),
-        wait: bool = True,
-    ) -> Proc:
-        args = [
-            "worker",
-            "--activities",
-            ACTIVITY_MODULE,
-            "--concurrency",
-            str(concurrency),
-            "--lease-ttl",
-            lease_ttl,
-            "--poll-interval",
-            "50ms",
-            "--worker-id",
-            name,
-        ]
-        for a in only:
-            args += ["--only", a]
-        if not scheduler:
-            args.append("--no-scheduler")
-        proc = self._spawn(name, args)
-        if wait:
-            self._ready(proc, lambda: "serving" in proc.err_path.read_text(errors="replace"), "serving")
-        return proc
-
-    def scheduler(self, name: str, *, wait: bool = True) -> Proc:
-        proc = self._spawn(name, ["scheduler", "--poll-interval", "50ms"])
-        if wait:
-            self._ready(
-                proc, lambda: "scheduler running" in proc.err_path.read_text(errors="replace"), "running"
-            )
-        return proc
-
-    def serve(self, name: str, port: int) -> tuple[Proc, str]:
-        proc = self._spawn(name, ["serve", "--port", str(port), "--log-format", "console"])
-        base = f"http://127.0.0.1:{port}"
-
-        def healthy() -> bool:
-            try:
-                return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        self._ready(proc, healthy, "healthy")
-        return proc, base
-
-    def cli(
-        self, *args: str, expect: int | None = 0, tenant: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """One `lockstep` command on this database; its exit status is checked unless expect is None."""
-        pre = ["--tenant", tenant] if tenant else []
-        done = subprocess.run(
-            [sys.executable, "-m", "lockstep", "--db", self.db_url, *pre, *args],
-            env=self.env,
-            cwd=self.tmp,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if expect is not None:
-            assert done.returncode == expect, (
-                f"lockstep {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-            )
-        return done
-
-    def cli_json(self, *args: str, tenant: str | None = None) -> Any:
-        return json.loads(self.cli(*args, tenant=tenant).stdout)
+        env = {LEDGER_ENV: ledger}
+        super().__init__(tmp_path, db_url, activities=ACTIVITY_MODULE, env=env, pythonpath=[tmp_path])
 
     def tenant_with_admin(self, tenant: str, **settings: str) -> str:
         """Create `tenant` (with the given `tenants set` options) and an admin user; returns its API key."""
@@ -348,14 +178,8 @@ class Fleet:
         created = self.cli_json("users", "create", "admin", "--tenant", tenant, "--roles", "admin")
         return str(created["api_key"])
 
-    def shutdown(self) -> None:
-        """SIGKILL and reap every process; print their logs (shown by pytest when a test fails)."""
-        for proc in self.procs:
-            try:
-                proc.close()
-            finally:
-                print(f"----- {proc.name} (pid {proc.pid}, exit {proc.popen.returncode}) -----")
-                print(proc.log()[-20_000:])
+    def shutdown(self, *, show_logs: bool = True) -> None:
+        super().shutdown(show_logs=show_logs)
 
 
 def publish(base: str, key: str, document: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 
 from lockstep import Engine
 
-from .scalekit import Db, Fleet, Ledger, wait_until
+from .scalekit import Db, Ledger, ScaleFleet, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -30,16 +30,16 @@ DEFINITION = {
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, pg_url: str) -> Iterator[tuple[Fleet, Ledger]]:
+def fleet(tmp_path: Path, pg_url: str) -> Iterator[tuple[ScaleFleet, Ledger]]:
     ledger = Ledger(str(tmp_path / "ledger.db"))
-    f = Fleet(tmp_path, pg_url, ledger.where)
+    f = ScaleFleet(tmp_path, pg_url, ledger.where)
     try:
         yield f, ledger
     finally:
         f.shutdown()
 
 
-def _start(f: Fleet, pg_url: str) -> str:
+def _start(f: ScaleFleet, pg_url: str) -> str:
     f.cli("tenants", "create", TENANT)
     f.cli("tenants", "set", TENANT, "--unserved-after", "1s")
     with Engine.open(pg_url) as engine:
@@ -56,7 +56,7 @@ def _dead_lettered(db: Db, run_id: str) -> dict[str, Any] | None:
 
 
 def test_unserved_activity_dead_letters_then_retry_completes(
-    fleet: tuple[Fleet, Ledger], pg_url: str
+    fleet: tuple[ScaleFleet, Ledger], pg_url: str
 ) -> None:
     """No worker serves scale.other: dead-lettered, listed, retried once a worker serves it, completes."""
     f, ledger = fleet
@@ -101,7 +101,7 @@ def test_unserved_activity_dead_letters_then_retry_completes(
     print(f"\nDEAD LETTER: unserved_after 1s; dead-lettered {took:.1f}s after the start (sweep period 30s)")
 
 
-def test_dead_letter_honours_a_short_unserved_after(fleet: tuple[Fleet, Ledger], pg_url: str) -> None:
+def test_dead_letter_honours_a_short_unserved_after(fleet: tuple[ScaleFleet, Ledger], pg_url: str) -> None:
     """With unserved_after 1s and a scheduler running, the unserved task is dead-lettered within seconds."""
     f, _ = fleet
     db = Db(pg_url)

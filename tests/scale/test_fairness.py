@@ -14,7 +14,7 @@ import pytest
 
 from lockstep import Engine
 
-from .scalekit import Db, Fleet, Ledger, wait_until
+from .scalekit import Db, Ledger, ScaleFleet, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -42,10 +42,10 @@ def engine(pg_url: str) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, pg_url: str) -> Iterator[Fleet]:
+def fleet(tmp_path: Path, pg_url: str) -> Iterator[ScaleFleet]:
     ledger = tmp_path / "ledger.db"
     Ledger(str(ledger))
-    f = Fleet(tmp_path, pg_url, str(ledger))
+    f = ScaleFleet(tmp_path, pg_url, str(ledger))
     try:
         yield f
     finally:
@@ -64,7 +64,9 @@ def _at(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def test_small_tenant_finishes_while_hot_backlog_waits(engine: Engine, fleet: Fleet, pg_url: str) -> None:
+def test_small_tenant_finishes_while_hot_backlog_waits(
+    engine: Engine, fleet: ScaleFleet, pg_url: str
+) -> None:
     """With 2,000 hot tasks queued first, the small tenant's 10 runs finish while most hot runs still wait."""
     db = Db(pg_url)
     principals = engine.service.principals
@@ -120,7 +122,7 @@ def _small_done_vs_hot(db: Db) -> tuple[int, int]:
     return len(small_done), sum(1 for tenant, at in done if tenant == "hot" and _at(at) <= last_small)
 
 
-def test_small_tenant_not_starved_by_one_slot_claims(engine: Engine, fleet: Fleet, pg_url: str) -> None:
+def test_small_tenant_not_starved_by_one_slot_claims(engine: Engine, fleet: ScaleFleet, pg_url: str) -> None:
     """A worker claiming one task at a time must still alternate tenants (hot must not starve small)."""
     db = Db(pg_url)
     principals = engine.service.principals
@@ -138,7 +140,7 @@ def test_small_tenant_not_starved_by_one_slot_claims(engine: Engine, fleet: Flee
     assert hot_before <= 3 * SMALL_RUNS, f"{hot_before} hot runs completed before the small tenant's last"
 
 
-def test_activity_concurrency_quota_caps_leased_tasks(engine: Engine, fleet: Fleet, pg_url: str) -> None:
+def test_activity_concurrency_quota_caps_leased_tasks(engine: Engine, fleet: ScaleFleet, pg_url: str) -> None:
     """`tenants set hot --activity-concurrency 2`: hot never holds more than 2 leases across 2 workers."""
     db = Db(pg_url)
     principals = engine.service.principals

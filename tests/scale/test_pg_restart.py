@@ -16,8 +16,8 @@ from lockstep.testing import PgCluster
 
 from .scalekit import (
     Db,
-    Fleet,
     Ledger,
+    ScaleFleet,
     check_histories,
     check_ledger,
     free_port,
@@ -73,11 +73,11 @@ def cluster_restored(pg_cluster: PgCluster) -> Iterator[PgCluster]:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, pg_url: str) -> Iterator[tuple[Fleet, Ledger]]:
+def fleet(tmp_path: Path, pg_url: str) -> Iterator[tuple[ScaleFleet, Ledger]]:
     # The downstream service is not the engine's database: it stays up while PostgreSQL restarts.
     ledger_path = str(tmp_path / "ledger.db")
     ledger = Ledger(ledger_path)
-    f = Fleet(tmp_path, pg_url, ledger_path)
+    f = ScaleFleet(tmp_path, pg_url, ledger_path)
     try:
         yield f, ledger
     finally:
@@ -85,14 +85,15 @@ def fleet(tmp_path: Path, pg_url: str) -> Iterator[tuple[Fleet, Ledger]]:
 
 
 def test_postgres_restart_mid_load_loses_nothing(
-    cluster_restored: PgCluster, fleet: tuple[Fleet, Ledger], pg_url: str
+    cluster_restored: PgCluster, fleet: tuple[ScaleFleet, Ledger], pg_url: str
 ) -> None:
     """PostgreSQL stopped (immediate) under load: 503 + Retry-After meanwhile, then every run completes."""
     cluster = cluster_restored
     f, ledger = fleet
     db = Db(pg_url)
     key = f.tenant_with_admin(TENANT)
-    server, base = f.serve("serve", free_port())
+    server = f.serve("serve", free_port())
+    base = str(server.url)
     scheduler = f.scheduler("scheduler")
     # Leases far longer than the outage plus PostgreSQL's crash recovery (up to ~25s on a loaded CI
     # machine): a result finished while the database is down is still accepted, not timed out.

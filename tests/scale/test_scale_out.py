@@ -16,8 +16,8 @@ from lockstep.testing import PgCluster
 
 from .scalekit import (
     Db,
-    Fleet,
     Ledger,
+    ScaleFleet,
     check_histories,
     check_ledger,
     free_port,
@@ -45,10 +45,10 @@ DEFINITION = {
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, pg_url: str, pg_cluster: PgCluster) -> Iterator[tuple[Fleet, Ledger]]:
+def fleet(tmp_path: Path, pg_url: str, pg_cluster: PgCluster) -> Iterator[tuple[ScaleFleet, Ledger]]:
     ledger_url = pg_cluster.create_database(f"ledger_{uuid.uuid4().hex[:12]}")
     ledger = Ledger(ledger_url)
-    f = Fleet(tmp_path, pg_url, ledger_url)
+    f = ScaleFleet(tmp_path, pg_url, ledger_url)
     try:
         yield f, ledger
     finally:
@@ -56,14 +56,14 @@ def fleet(tmp_path: Path, pg_url: str, pg_cluster: PgCluster) -> Iterator[tuple[
 
 
 def test_thousand_runs_on_two_servers_two_schedulers_three_workers_with_kills(
-    fleet: tuple[Fleet, Ledger], pg_url: str
+    fleet: tuple[ScaleFleet, Ledger], pg_url: str
 ) -> None:
     """1,000 runs on 2 servers, 2 schedulers, 3 workers; a scheduler and a worker SIGKILLed; all complete."""
     f, ledger = fleet
     db = Db(pg_url)
     key = f.tenant_with_admin(TENANT)
     servers = [f.serve(f"serve-{i}", free_port()) for i in range(2)]
-    bases = [b for _, b in servers]
+    bases = [str(s.url) for s in servers]
     schedulers = [f.scheduler(f"scheduler-{i}") for i in range(2)]
     workers = [f.worker(f"worker-{i}", concurrency=4) for i in range(3)]
     assert publish(bases[0], key, DEFINITION)["version"] == 1
@@ -118,7 +118,7 @@ def test_thousand_runs_on_two_servers_two_schedulers_three_workers_with_kills(
 
     wait_until(progress, 180, "all runs to complete", interval=0.2)
     wall = time.monotonic() - t0
-    dead = [p.name for p in [*schedulers[1:], *workers[1:], *(p for p, _ in servers)] if not p.alive()]
+    dead = [p.name for p in [*schedulers[1:], *workers[1:], *servers] if not p.alive()]
     assert dead == [], f"processes died: {dead}"
 
     history = check_histories(db, TENANT, run_ids, STEPS)
