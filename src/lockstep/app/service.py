@@ -901,9 +901,7 @@ class Service:
 
     def maintain(self) -> None:
         """Slow housekeeping: create the coming months' event partitions (PostgreSQL)."""
-        ensure = getattr(self.store, "ensure_partitions", None)
-        if ensure is not None:
-            ensure()
+        self.store.ensure_partitions()
 
     def retry(
         self,
