@@ -53,7 +53,7 @@ def _events(record: dict[str, Any]) -> list[Event]:
 
 
 def _load_like_the_store(snapshot: dict[str, Any], events: list[Event]) -> RunState:
-    """The store's rule (sqltx._loaded/_state_of): the stored snapshot, or a rebuild if it is outdated."""
+    """The store's rule (sqltx/runs.py _loaded): the stored snapshot, or a rebuild if it is outdated."""
     try:
         return RunState.from_json(snapshot)
     except OutdatedSnapshot:

@@ -35,7 +35,14 @@ RETRY = {"max_attempts": 5, "initial_interval": "100ms", "max_interval": "1s"}
 
 
 def _step(sid: str) -> dict[str, object]:
-    return {"id": sid, "activity": "scale.work", "input": {"sleep_ms": 300}, "timeout": "60s", "retry": RETRY}
+    # A lease never outlives its step's timeout, so the timeout, too, is far past the outage.
+    return {
+        "id": sid,
+        "activity": "scale.work",
+        "input": {"sleep_ms": 300},
+        "timeout": "300s",
+        "retry": RETRY,
+    }
 
 
 DEFINITION = {

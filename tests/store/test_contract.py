@@ -771,6 +771,26 @@ def test_counting_login_attempts_from_threads_loses_none(store):
         assert tx.login_counters([key], 1000)[key].attempts == 20
 
 
+# --- wake-up hints and partitions: port methods on every backend ----------------------------------
+
+
+def test_listen_returns_once_stopped_and_ensure_partitions_may_always_run(store, driver: Driver):
+    """`listen` and `ensure_partitions` are on every store (no-ops where the database has no
+    notifications or partitions): a listener returns soon after its stop is set, and ensure_partitions
+    may run at any time, again and again, without changing what is stored."""
+    stop = threading.Event()
+    listener = threading.Thread(target=store.listen, args=(["lockstep_tasks"], lambda: None, stop))
+    listener.start()
+    store.ensure_partitions()
+    driver.start("r01")
+    store.ensure_partitions()
+    stop.set()
+    listener.join(timeout=10)
+    assert not listener.is_alive()
+    with store.read() as tx:
+        assert [e.type for e, _ in tx.events("r01")] == ["RunStarted", "ActivityScheduled"]
+
+
 # --- schema and migrations -----------------------------------------------------------------------
 
 

@@ -334,6 +334,27 @@ def test_a_runs_events_land_in_the_partition_of_its_run_ids_month(pg, driver):
     assert PG.fetch(pg, "SELECT count(*) FROM ONLY events")[0][0] == 0  # the parent holds no rows
 
 
+def test_listen_wakes_up_on_a_queued_task_and_returns_once_stopped(pg_store, driver):
+    """listen calls back after a commit that queued a task (NOTIFY lockstep_tasks) and returns soon
+    after its stop is set. The listener connects in its own time and a NOTIFY sent before its LISTEN
+    reaches nobody, so runs are started until one wakes it."""
+    stop, woke = threading.Event(), threading.Event()
+    listener = threading.Thread(target=pg_store.listen, args=(["lockstep_tasks"], woke.set, stop))
+    listener.start()
+    try:
+        deadline = time.monotonic() + 30
+        n = 0
+        while not woke.is_set() and time.monotonic() < deadline:
+            driver.start(f"r{n:02x}")
+            n += 1
+            woke.wait(0.2)
+        assert woke.is_set()
+    finally:
+        stop.set()
+        listener.join(timeout=10)
+    assert not listener.is_alive()
+
+
 def test_ensure_partitions_is_idempotent(pg, pg_store):
     """ensure_partitions creates the coming months once; calling it again changes nothing."""
     before = [r[0] for r in PG.fetch(pg, PARTITIONS_OF_EVENTS)]

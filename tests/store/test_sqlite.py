@@ -145,3 +145,21 @@ def test_in_memory_store_is_one_database_across_threads():
     finally:
         s.close()
     assert errors == [], errors
+
+
+def test_listen_returns_at_once_and_ensure_partitions_does_nothing(sqlite_url):
+    """SQLite has no notifications and no partitions: listen returns without waiting for its stop (the
+    worker and scheduler poll) and without calling back; ensure_partitions leaves the schema as it was."""
+    s = open_store(sqlite_url)
+    try:
+        woke: list[int] = []
+        s.listen(["lockstep_tasks"], lambda: woke.append(1), threading.Event())
+        schema = "SELECT type, name, sql FROM sqlite_master ORDER BY name"
+        with s.read() as tx:
+            before = tx.c.execute(schema).fetchall()
+        s.ensure_partitions()
+        with s.read() as tx:
+            assert tx.c.execute(schema).fetchall() == before
+    finally:
+        s.close()
+    assert woke == []

@@ -159,6 +159,4 @@ class Sweeps:
 
     def maintain(self) -> None:
         """Slow housekeeping: create the coming months' event partitions (PostgreSQL)."""
-        ensure = getattr(self.kernel.store, "ensure_partitions", None)
-        if ensure is not None:
-            ensure()
+        self.kernel.store.ensure_partitions()

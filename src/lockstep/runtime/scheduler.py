@@ -82,14 +82,13 @@ class Scheduler:
                 self.service.listeners.remove(self._on_events)
 
     def _run(self, stop: threading.Event) -> None:
-        listen = getattr(self.service.store, "listen", None)
-        if listen is not None:  # PostgreSQL: a new timer may be due before our next planned wake-up
-            threading.Thread(
-                target=listen,
-                args=(["lockstep_timers"], self.wake.set, stop),
-                name="lockstep-listen-timers",
-                daemon=True,
-            ).start()
+        # PostgreSQL: a new timer may be due before our next planned wake-up (SQLite: returns at once)
+        threading.Thread(
+            target=self.service.store.listen,
+            args=(["lockstep_timers"], self.wake.set, stop),
+            name="lockstep-listen-timers",
+            daemon=True,
+        ).start()
         backoff = self.poll
         while not stop.is_set():
             try:

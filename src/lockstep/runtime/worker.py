@@ -125,14 +125,13 @@ class Worker:
         self._spawn(self._heartbeat_loop, "lockstep-heartbeat")
         # In this process: wake up as soon as a committed command queued a task (no poll delay).
         self.service.listeners.append(self._on_events)
-        listen = getattr(self.service.store, "listen", None)
-        if listen is not None:  # PostgreSQL: wake up when a task is queued instead of at the next poll
-            threading.Thread(
-                target=listen,
-                args=(["lockstep_tasks"], self._tasks_queued, self.stop_event),
-                name="lockstep-listen",
-                daemon=True,
-            ).start()
+        # PostgreSQL: wake up when a task is queued instead of at the next poll (SQLite: returns at once)
+        threading.Thread(
+            target=self.service.store.listen,
+            args=(["lockstep_tasks"], self._tasks_queued, self.stop_event),
+            name="lockstep-listen",
+            daemon=True,
+        ).start()
         if self.scheduler is not None:
             self._spawn(
                 lambda: self.scheduler.run(self.stop_event) if self.scheduler else None, "lockstep-scheduler"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -174,6 +174,13 @@ class SqliteStore:
             conn.execute("ROLLBACK")
             raise
         return done
+
+    # --- notifications and event partitions: PostgreSQL's, no-ops here ----------------------------
+    def listen(self, channels: Sequence[str], on_notify: Callable[[], None], stop: threading.Event) -> None:
+        """SQLite has no notifications: returns at once, and waiting processes poll (the port's contract)."""
+
+    def ensure_partitions(self) -> None:
+        """SQLite's events table has no partitions: nothing to create."""
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,36 @@
+"""Opening a store from its URL: the one place that knows every adapter, so the port knows none."""
+
+from __future__ import annotations
+
+from .port import SchemaError, Store
+
+__all__ = ["open_store", "upgrade_store"]
+
+
+def open_store(
+    url: str, *, busy_timeout_s: float = 30.0, synchronous: str = "FULL", check_schema: bool = True
+) -> Store:
+    """Open a store from a URL: `sqlite:///path.db`, `sqlite://:memory:` or `postgresql://...`.
+
+    An empty database is set up on first use; one whose schema is behind is refused (see upgrade_store).
+    """
+    if url.startswith("sqlite:///") or url == "sqlite://:memory:":
+        from .sqlite.adapter import SqliteStore  # noqa: PLC0415 - adapters load only when their URL is used
+
+        return SqliteStore(
+            url, busy_timeout_s=busy_timeout_s, synchronous=synchronous, check_schema=check_schema
+        )
+    if url.startswith(("postgresql://", "postgres://")):
+        from .postgres.adapter import PgStore  # noqa: PLC0415
+
+        return PgStore(url, check_schema=check_schema)
+    raise SchemaError(f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or postgresql://...")
+
+
+def upgrade_store(url: str) -> list[str]:
+    """Apply pending migrations; returns the names applied (empty when already current)."""
+    store = open_store(url, check_schema=False)
+    try:
+        return store.upgrade()
+    finally:
+        store.close()

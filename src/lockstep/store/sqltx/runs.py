@@ -1,0 +1,205 @@
+"""RunsTx in SQL: runs, their events (a hash chain) and snapshots. `append` is every command's write: the
+events, the run row, and the outbox rows its effects imply, each written by the module of its aggregate
+(tasks by work.py, timers by scheduler.py, approvals by approvals.py, notifications by notifications.py),
+which is why this mixin builds on those."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+from ...core.canonical import compact_json, parse_json
+from ...core.effects import (
+    CloseTask,
+    CloseTimer,
+    CreateTask,
+    CreateTimer,
+    DeadLetterTask,
+    Effect,
+    LeaseTask,
+    NotifyApprovers,
+)
+from ...core.events import Event, chain_hash
+from ...core.state import OutdatedSnapshot, RunState, fold
+from ..port import ConcurrencyError, LoadedRun
+from .approvals import SqlApprovalsTx
+from .base import GENESIS
+from .notifications import SqlNotificationsTx
+from .scheduler import SqlSchedulerTx
+from .work import SqlWorkTx
+
+__all__ = ["SqlRunsTx"]
+
+
+class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx):
+    def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None:
+        """The run's snapshot. Backends with row locks lock it for this transaction; with `skip_locked`
+        they raise RowLocked instead of waiting when another transaction holds it."""
+        row = self._one("run_load", run_id=run_id)
+        return self._loaded(run_id, row)
+
+    def load_runs(self, run_ids: Sequence[str], *, skip_locked: bool = False) -> dict[str, LoadedRun]:
+        """Several runs at once, locked in run-id order where the backend locks rows (no deadlock
+        between two batches); missing ones (and, with `skip_locked`, ones another transaction holds)
+        are absent from the answer."""
+        out = {}
+        for run_id in sorted(set(run_ids)):
+            loaded = self.load_run(run_id)
+            if loaded is not None:
+                out[run_id] = loaded
+        return out
+
+    def _loaded(self, run_id: str, row: Any) -> LoadedRun | None:
+        if row is None:
+            return None
+        cached = self.states.get(run_id, row[2]) if self.states is not None else None
+        if cached is not None:
+            return LoadedRun(cached, row[2])
+        try:
+            return LoadedRun(RunState.from_json(parse_json(row[1])), row[2])
+        except OutdatedSnapshot:
+            # Written by an older lockstep: the events are the facts, so rebuild the snapshot from them.
+            state = fold([e for e, _h in self.events(run_id)])
+            if state is None:  # pragma: no cover - a run row always has its RunStarted event
+                return None
+            return LoadedRun(state, row[2])
+
+    def run_by_key(self, tenant: str, start_key: str) -> tuple[str, str | None] | None:
+        row = self._one("run_by_key", tenant=tenant, start_key=start_key)
+        return (row[0], row[1]) if row else None
+
+    def append(
+        self,
+        before: LoadedRun | None,
+        after: RunState,
+        events: Sequence[Event],
+        effects: Sequence[Effect],
+        *,
+        now_ms: int,
+        request_digest: str | None = None,
+        lease_until_ms: int | None = None,
+    ) -> None:
+        expected = before.state.seq if before else 0
+        h = before.last_hash if before else GENESIS
+        rows = []
+        for i, e in enumerate(events):
+            if e.seq != expected + i + 1:
+                raise ConcurrencyError(f"event seq {e.seq} does not follow {expected + i}")
+            h = chain_hash(h, after.run_id, e)
+            rows.append(
+                {
+                    "run_id": after.run_id,
+                    "seq": e.seq,
+                    "type": e.type,
+                    "at": e.at,
+                    "v": e.v,
+                    "data": compact_json(e.data),
+                    "hash": h,
+                }
+            )
+        row = {
+            "run_id": after.run_id,
+            "status": after.status,
+            "seq": after.seq,
+            "current_step": after.current_step,
+            "snapshot": compact_json(after.to_json(copy_values=False)),
+            "last_hash": h,
+            "updated_at": after.updated_at,
+        }
+        try:
+            # One round trip on PostgreSQL (a pipeline): none of these writes needs an answer before
+            # the next, and the run update's row count is read once they are all through (inside a
+            # batch(), once the whole batch is).
+            with nullcontext() if self._deferred is not None else self.pipeline():
+                for event_row in rows:
+                    self._write("event_insert", event_row)
+                cur = None
+                if before is None:
+                    cur = self.c.execute(
+                        self.q["run_insert"],
+                        {
+                            **row,
+                            "tenant": after.tenant,
+                            "definition": after.definition["name"],
+                            "version": after.definition["version"],
+                            "start_key": after.start_key,
+                            "request_digest": request_digest,
+                            "created_at": after.started_at,
+                        },
+                    )
+                elif self._pending is not None:
+                    self._pending.append(("run_update", {**row, "expected_seq": expected}))
+                else:
+                    cur = self.c.execute(self.q["run_update"], {**row, "expected_seq": expected})
+                self._write_effects(after, effects, now_ms, lease_until_ms)
+                self.hint(effects)
+        except self.integrity_error:
+            # A unique key said no: another writer appended these seqs, or took the start key.
+            raise ConcurrencyError(
+                f"run {after.run_id} was changed by another writer (seq {expected})"
+            ) from None
+        if cur is None:
+            pass  # a buffered run update: checked with its batch
+        elif self._deferred is not None:
+            self._deferred.append((cur, 1, f"run {after.run_id} (seq {expected})"))
+        elif cur.rowcount != 1:
+            raise ConcurrencyError(f"run {after.run_id} moved past seq {expected}")
+        if self.states is not None and after.active is not None and after.active.worker is not None:
+            # An attempt is out: its result (this process's or another's) is the run's next command.
+            # Runs that wait for days are not kept; the entry is used only while the head is still h.
+            self.states.put(after.run_id, h, after)
+
+    def _write_effects(
+        self, run: RunState, effects: Sequence[Effect], now_ms: int, lease_until_ms: int | None
+    ) -> None:
+        """The outbox rows of an append, in the order of its effects, each by its aggregate's module."""
+        leases = {fx.task_id: fx for fx in effects if isinstance(fx, LeaseTask)}
+        created = {fx.task_id for fx in effects if isinstance(fx, CreateTask)}
+        for fx in effects:
+            if isinstance(fx, (CreateTask, LeaseTask, DeadLetterTask, CloseTask)):
+                self._write_task_effect(run, fx, leases, created, now_ms, lease_until_ms)
+            elif isinstance(fx, (CreateTimer, CloseTimer)):
+                self._write_timer_effect(run, fx)
+            elif isinstance(fx, NotifyApprovers):
+                self._write_notification(run, fx, now_ms)
+            else:
+                self._write_approval_effect(run, fx)
+
+    def runs(
+        self,
+        tenant: str,
+        *,
+        status: str | None,
+        definition: str | None,
+        after: str,
+        limit: int,
+        before: str | None = None,
+    ) -> list[RunState]:
+        """Ascending after `after`, or (with `before`) descending, newest first, below `before`."""
+        params = {"tenant": tenant, "status": status, "definition": definition, "limit": limit}
+        if before is not None:
+            rows = self.c.execute(self.q["runs_list_desc"], {**params, "before": before or "~"}).fetchall()
+        else:
+            rows = self.c.execute(self.q["runs_list"], {**params, "after": after}).fetchall()
+        return [self._state_of(r[0]) for r in rows]
+
+    def _state_of(self, snapshot: str) -> RunState:
+        raw = parse_json(snapshot)
+        try:
+            return RunState.from_json(raw)
+        except OutdatedSnapshot:
+            state = fold([e for e, _h in self.events(raw["run_id"])])
+            if state is None:  # pragma: no cover
+                raise
+            return state
+
+    def run_ids(self, tenant: str | None) -> list[str]:
+        return [r[0] for r in self.c.execute(self.q["runs_all_ids"], {"tenant": tenant})]
+
+    def events(self, run_id: str) -> list[tuple[Event, str]]:
+        rows = self.c.execute(self.q["events_of_run"], {"run_id": run_id}).fetchall()
+        return [(Event(type=r[1], at=r[2], v=r[3], data=parse_json(r[4]), seq=r[0]), r[5]) for r in rows]
+
+    def active_runs(self, tenant: str) -> int:
+        return int(self._one("active_runs_count", tenant=tenant)[0])
