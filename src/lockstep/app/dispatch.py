@@ -22,7 +22,7 @@ from ..core.commands import (
     ReportFailure,
     ReportSuccess,
 )
-from ..core.events import Event
+from ..core.events import ActivityScheduled, ActivityStarted, CompensationScheduled, Event
 from ..core.flow import run_of_task
 from ..core.shape import shape_of
 from ..core.state import RunState
@@ -233,38 +233,42 @@ class _Eager:
         for e in events:
             d = e.data
             if (
-                e.type in ("ActivityScheduled", "CompensationScheduled")
-                and d["activity"] in self.activities
-                and (d.get("queue") or "default") == self.queue
+                isinstance(d, ActivityScheduled | CompensationScheduled)
+                and d.activity in self.activities
+                and (d.queue or "default") == self.queue
             ):
-                return ClaimTask(
-                    d["task_id"], self.worker, iso(now + timedelta(milliseconds=d["timeout_ms"]))
-                )
+                return ClaimTask(d.task_id, self.worker, iso(now + timedelta(milliseconds=d.timeout_ms)))
         return None
 
     def leased(self, tx: Tx, now: datetime, after: RunState, events: list[Event]) -> None:
-        started = [e for e in events if e.type == "ActivityStarted" and e.data.get("worker") == self.worker]
+        started = [
+            e.data for e in events if isinstance(e.data, ActivityStarted) and e.data.worker == self.worker
+        ]
         if not started:
             return
-        st = started[-1].data
-        sched = next(e.data for e in events if e.data.get("task_id") == st["task_id"])
+        st = started[-1]
+        sched = next(
+            d
+            for e in events
+            if isinstance(d := e.data, ActivityScheduled | CompensationScheduled) and d.task_id == st.task_id
+        )
         self.room -= 1
         self.leases.append(
             TaskLease(
-                st["task_id"],
+                st.task_id,
                 after.tenant,
                 after.run_id,
-                st["step"],
-                st["attempt"],
-                "compensation" if st.get("compensation") else "action",
-                sched["activity"],
-                sched["input"],
-                sched["idempotency_key"],
+                st.step,
+                st.attempt,
+                "compensation" if st.compensation else "action",
+                sched.activity,
+                sched.input,
+                sched.idempotency_key,
                 after.definition["name"],
                 int(after.definition["version"]),
-                sched["delivery"],
-                st["fencing"],
-                parse_iso(st["deadline"]),
+                sched.delivery,
+                st.fencing,
+                parse_iso(st.deadline),
             )
         )
 
@@ -446,7 +450,7 @@ def _claim_loaded(
         t.definition,
         t.version,
         t.delivery,
-        events[0].data["fencing"],
+        next(e.data.fencing for e in events if isinstance(e.data, ActivityStarted)),
         deadline,
     )
 

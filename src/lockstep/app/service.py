@@ -30,12 +30,13 @@ from ..core.decide import decide
 from ..core.definition import Definition, DefinitionError, Limits, parse_definition
 from ..core.effects import effects_of
 from ..core.events import Event, chain_hash
+from ..core.evolve import evolve, fold
 from ..core.explain import explain
 from ..core.exprcheck import STORED_EXPR_LIMITS, ExprLimits, expression_limits, publish_limits
 from ..core.flow import run_of_task
 from ..core.limits import DEFAULT_SERVER_LIMITS, TENANT_LIMITS, ServerLimits, tenant_limit
 from ..core.shape import Shape, for_view, measure, over_limit, shape_of
-from ..core.state import RunState, evolve, fold
+from ..core.state import RunState
 from ..core.timeutil import iso
 from ..errors import Conflict, InvalidInput, NotFound, RateLimited, Refused, Unavailable
 from ..store import ConcurrencyError, DefinitionRow, LoadedRun, Store, StoreUnavailable, TaskRow, Tx
@@ -612,11 +613,12 @@ class Service:
         out = []
         for e, _h in rows:
             item: dict[str, Any] = {"seq": e.seq, "type": e.type, "at": e.at}
-            if "step" in e.data:
-                item["step"] = e.data["step"]
-            if "attempt" in e.data:
-                item["attempt"] = e.data["attempt"]
-            item["data"] = for_view(e.data)
+            data = e.data_json()
+            if "step" in data:
+                item["step"] = data["step"]
+            if "attempt" in data:
+                item["attempt"] = data["attempt"]
+            item["data"] = for_view(data)
             out.append(item)
         return out
 

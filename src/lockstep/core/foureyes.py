@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .commands import ConfirmRepair, MigrateRun, Rejected, RejectRepair, ResolveStep, SkipStep
+from .events import RepairConfirmed, RepairProposed, RepairRejected
 from .flow import Tx
 from .migrate import migrate
 from .repair import resolve, skip
@@ -90,13 +91,14 @@ def propose_repair(tx: Tx, c: Repair) -> None:
     probe = Tx(s, tx.now, tx.d, tx.limits)
     HANDLERS[kind](probe, c)  # refused now: refused as a proposal too, with the same reason
     tx.emit(
-        "RepairProposed",
-        proposal_id=f"p{s.seq + 1}",
-        kind=kind,
-        command=_as_data(c),
-        reason=c.reason,
-        actor=actor,
-        effect=[e.type for e in probe.events],
+        RepairProposed(
+            proposal_id=f"p{s.seq + 1}",
+            kind=kind,
+            command=_as_data(c),
+            reason=c.reason,
+            actor=actor,
+            effect=[e.type for e in probe.events],
+        )
     )
 
 
@@ -123,12 +125,9 @@ def confirm_repair(tx: Tx, c: ConfirmRepair) -> None:
         )
     command = _rebuild(p, c)
     tx.emit(
-        "RepairConfirmed",
-        proposal_id=p["proposal_id"],
-        kind=p["kind"],
-        by=actor,
-        reason=c.reason,
-        proposed_by=p["actor"],
+        RepairConfirmed(
+            proposal_id=p["proposal_id"], kind=p["kind"], by=actor, reason=c.reason, proposed_by=p["actor"]
+        )
     )
     HANDLERS[p["kind"]](tx, command)  # checked again on the state as it is now
 
@@ -139,11 +138,12 @@ def reject_repair(tx: Tx, c: RejectRepair) -> None:
         raise Rejected("reason_required", "rejecting a proposal needs a reason")
     actor = _operator(c.actor, "rejecting a proposal")
     tx.emit(
-        "RepairRejected",
-        proposal_id=p["proposal_id"],
-        kind=p["kind"],
-        by=actor,
-        reason=c.reason,
-        proposed_by=p["actor"],
-        withdrawn=actor == p["actor"],
+        RepairRejected(
+            proposal_id=p["proposal_id"],
+            kind=p["kind"],
+            by=actor,
+            reason=c.reason,
+            proposed_by=p["actor"],
+            withdrawn=actor == p["actor"],
+        )
     )
