@@ -10,6 +10,7 @@ import threading
 from dataclasses import replace
 from datetime import timedelta
 
+import msgspec
 import pytest
 
 from lockstep.app.service import Service
@@ -175,7 +176,7 @@ def test_events_must_follow_the_expected_seq(store, driver: Driver):
     """Events whose seq does not follow the expected seq contiguously are refused."""
     driver.start("r01")
     before, after, events = driver.plan("r01", ClaimTask(task_of("r01"), "w1", iso(T0)))
-    gap = [replace(e, seq=e.seq + 1) for e in events]
+    gap = [msgspec.structs.replace(e, seq=e.seq + 1) for e in events]
     with pytest.raises(ConcurrencyError), store.write() as tx:
         tx.append(before, replace(after, seq=after.seq + 1), gap, [], now_ms=ms(T0))
     assert driver.load("r01").state.seq == 2

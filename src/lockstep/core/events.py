@@ -618,7 +618,7 @@ def _record(type_: str, v: int) -> type[EventData]:
     return cls
 
 
-def _fitted(cls: type[EventData], data: Any) -> EventData:
+def _fitted(cls: type[EventData], data: object) -> EventData:
     """A record from data that does not fit it: the fields it has, unchecked; the others UNSET."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{cls.type} event data is not a JSON object")

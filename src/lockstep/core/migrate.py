@@ -14,12 +14,13 @@ from .commands import MigrateRun, Rejected
 from .definition import ActivityStep, ApprovalStep, Definition, DefinitionError, WaitStep
 from .events import WorkflowMigrated
 from .flow import Tx, cancel_timers, continue_run, enter, withdraw
+from .state import RunState
 
 __all__ = ["migrate", "plan_migration"]
 
 
 def plan_migration(
-    s: Any, current: Definition, target: Definition, mapping: dict[str, str]
+    s: RunState, current: Definition, target: Definition, mapping: dict[str, str]
 ) -> dict[str, Any]:
     """What a migration would do: step mapping, added/removed steps, carried waits, problems."""
 

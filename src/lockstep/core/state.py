@@ -198,7 +198,7 @@ class RunState:
         )
 
 
-def _asdict(obj: Any, deep: bool = True) -> dict[str, Any]:
+def _asdict(obj: StepState | Attempt | Timer, deep: bool = True) -> dict[str, Any]:
     if not deep:
         return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
     return {k: copy.deepcopy(getattr(obj, k)) for k in obj.__dataclass_fields__}
