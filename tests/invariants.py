@@ -22,9 +22,10 @@ from lockstep.core.decide import decide
 from lockstep.core.definition import Definition
 from lockstep.core.effects import CloseTask, CloseTimer, CreateTask, CreateTimer, effects_of
 from lockstep.core.events import Event
+from lockstep.core.evolve import evolve, fold
 from lockstep.core.explain import explain
 from lockstep.core.limits import DEFAULT_SERVER_LIMITS
-from lockstep.core.state import RunState, evolve, fold
+from lockstep.core.state import RunState
 
 __all__ = [
     "RunMachine",
@@ -151,9 +152,9 @@ class RunMachine(RuleBasedStateMachine):
                 created.append(eff.task_id)
         for e in events:
             if e.type == "ActivityStarted":
-                self.leases.append((e.data["task_id"], e.data["attempt"], e.data["fencing"]))
+                self.leases.append((e.data.task_id, e.data.attempt, e.data.fencing))
             elif e.type in ("TimerFired", "TimerCancelled"):
-                self.spent_timers.append((e.data["key"], e.data["generation"]))
+                self.spent_timers.append((e.data.key, e.data.generation))
         return created
 
     def is_current(self, task: str, attempt: int, fencing: int) -> bool:

@@ -34,8 +34,27 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockstep.core.events import AUDIT_ONLY, Event
-from lockstep.core.state import TERMINAL, RunState, fold
+from lockstep.core.events import (
+    AUDIT_ONLY,
+    ActivityCancelled,
+    ActivityFailed,
+    ActivityScheduled,
+    ActivityStarted,
+    ActivitySucceeded,
+    ActivityTimedOut,
+    ApprovalDecisionRecorded,
+    CompensationScheduled,
+    Event,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    StepRetried,
+    TimerFired,
+    WorkflowMigrated,
+)
+from lockstep.core.evolve import fold
+from lockstep.core.state import TERMINAL, RunState
 from lockstep.engine import Engine
 
 from .downstream import LedgerReader
@@ -225,19 +244,19 @@ def _transitions(rid: str, events: list[Event], v: Verdict) -> None:
         d = e.data
         if ended is not None and e.type not in AUDIT_ONLY:
             v.flag("state_went_back", f"{rid}: {e.type} at seq {e.seq} after {ended.type} at seq {ended.seq}")
-        if e.type in ("RunCompleted", "RunFailed", "RunCancelled"):
+        if isinstance(d, RunCompleted | RunFailed | RunCancelled):
             ended = e
-        if e.type in ("ActivitySucceeded", "ActivityFailed", "ActivityTimedOut", "ActivityCancelled"):
-            outcomes[(d["task_id"], int(d["attempt"]))] += 1
-        if e.type == "ActivitySucceeded":
-            key = (d["step"], bool(d.get("compensation")))
+        if isinstance(d, ActivitySucceeded | ActivityFailed | ActivityTimedOut | ActivityCancelled):
+            outcomes[(d.task_id, int(d.attempt))] += 1
+        if isinstance(d, ActivitySucceeded):
+            key = (d.step, bool(d.compensation))
             successes[key] += 1
-            if successes[key] > 1 + retried[d["step"]]:
-                v.flag("duplicate_transitions", f"{rid}: step {d['step']} succeeded again at seq {e.seq}")
-        elif e.type == "StepRetried":
-            retried[d.get("step", "")] += 1
-        elif e.type == "TimerFired":
-            fired[(d["key"], int(d["generation"]))] += 1
+            if successes[key] > 1 + retried[d.step]:
+                v.flag("duplicate_transitions", f"{rid}: step {d.step} succeeded again at seq {e.seq}")
+        elif isinstance(d, StepRetried):
+            retried[d.step] += 1
+        elif isinstance(d, TimerFired):
+            fired[(d.key, int(d.generation))] += 1
     for (task, attempt), n in outcomes.items():
         if n > 1:
             v.flag("duplicate_transitions", f"{rid}: {task} attempt {attempt} has {n} outcomes")
@@ -251,10 +270,10 @@ def _approvals(rid: str, events: list[Event], v: Verdict) -> None:
     links: Counter[str] = Counter()
     approvers: Counter[tuple[str, str]] = Counter()
     for e in events:
-        if e.type == "ApprovalDecisionRecorded":
-            if e.data.get("link_id"):
-                links[e.data["link_id"]] += 1
-            approvers[(e.data["request_id"], e.data["approver"])] += 1
+        if isinstance(d := e.data, ApprovalDecisionRecorded):
+            if d.link_id:
+                links[d.link_id] += 1
+            approvers[(d.request_id, d.approver)] += 1
     for link, n in links.items():
         if n > 1:
             v.flag("tokens_consumed_twice", f"{rid}: link {link} decided {n} times")
@@ -267,29 +286,31 @@ def _effects(rid: str, events: list[Event], by_id: dict[str, dict[str, Any]], v:
     """Each success of an effect activity must report the effect applied for that very step."""
     activity: dict[str, str] = {}
     for e in events:
-        if e.type in ("ActivityScheduled", "CompensationScheduled"):
-            activity[e.data["task_id"]] = e.data.get("activity", "")
-        if e.type != "ActivitySucceeded" or activity.get(e.data["task_id"]) not in EFFECT_ACTIVITIES:
+        d = e.data
+        if isinstance(d, ActivityScheduled | CompensationScheduled):
+            activity[d.task_id] = d.activity
+        if not isinstance(d, ActivitySucceeded) or activity.get(d.task_id) not in EFFECT_ACTIVITIES:
             continue
-        out = e.data.get("output") or {}
-        if "attempt" in out and int(out["attempt"]) != int(e.data["attempt"]):
+        out = d.output or {}
+        if "attempt" in out and int(out["attempt"]) != int(d.attempt):
             v.flag(
                 "stale_results_accepted",
-                f"{rid}/{e.data['step']}: attempt {e.data['attempt']} got attempt {out['attempt']}'s result",
+                f"{rid}/{d.step}: attempt {d.attempt} got attempt {out['attempt']}'s result",
             )
         applied = by_id.get(str(out.get("id")))
-        if applied is None or applied["run_id"] != rid or applied["step"] != e.data["step"]:
+        if applied is None or applied["run_id"] != rid or applied["step"] != d.step:
             where = f"{applied['run_id']}/{applied['step']}" if applied else "nowhere"
-            v.flag("effects_lost", f"{rid}/{e.data['step']} succeeded with the effect of {where}")
+            v.flag("effects_lost", f"{rid}/{d.step} succeeded with the effect of {where}")
 
 
 def _versions(rid: str, events: list[Event], allowed: dict[str, set[int]], v: Verdict) -> None:
     version = 0
     for e in events:
-        if e.type in {"RunStarted", "WorkflowMigrated"}:
-            version = int(e.data["definition"]["version"])
-        elif e.type == "ActivityStarted":
-            worker = str(e.data.get("worker", ""))
+        d = e.data
+        if isinstance(d, RunStarted | WorkflowMigrated):
+            version = int(d.definition["version"])
+        elif isinstance(d, ActivityStarted):
+            worker = str(d.worker)
             if worker in allowed and version not in allowed[worker]:
                 v.flag("wrong_version", f"{rid}: {worker} ran a v{version} task at seq {e.seq}")
 

@@ -24,7 +24,8 @@ from lockstep.core.commands import (
 from lockstep.core.decide import decide
 from lockstep.core.definition import Definition, parse_definition
 from lockstep.core.events import Event
-from lockstep.core.state import RunState, evolve, fold
+from lockstep.core.evolve import evolve, fold
+from lockstep.core.state import RunState
 from lockstep.core.timeutil import iso, parse_iso
 
 T0 = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)

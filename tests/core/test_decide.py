@@ -105,9 +105,9 @@ def test_start_records_definition_and_schedules_first_activity() -> None:
     r = Run(example(), ORDER, version=3)
     assert types(r.events) == ["RunStarted", "ActivityScheduled"]
     started, scheduled = r.events
-    assert started.data["definition"] == {"name": "order-fulfilment", "version": 3, "digest": r.d.digest}
-    assert started.data["steps"] == ["reserve", "route", "cooling-off", "ship", "rejected"]
-    assert scheduled.data == {
+    assert started.data.definition == {"name": "order-fulfilment", "version": 3, "digest": r.d.digest}
+    assert started.data.steps == ["reserve", "route", "cooling-off", "ship", "rejected"]
+    assert scheduled.data_json() == {
         "step": "reserve",
         "attempt": 1,
         "task_id": "r1/reserve/a1-2",
@@ -170,7 +170,7 @@ def test_scheduled_task_id_carries_the_seq_of_its_event() -> None:
     scheduled = [e for e in r.events if e.type in ("ActivityScheduled", "CompensationScheduled")]
     for e in scheduled:
         kind = "compensation" if e.type == "CompensationScheduled" else "action"
-        assert e.data["task_id"] == task_id("r1", e.data["step"], kind, e.data["attempt"], e.seq)
+        assert e.data.task_id == task_id("r1", e.data.step, kind, e.data.attempt, e.seq)
 
 
 # --- happy path -------------------------------------------------------------------------------------
@@ -181,14 +181,14 @@ def test_happy_path_completes_with_last_output() -> None:
     r = Run(example(), ORDER)
     claim = r.claim("worker-a")
     assert types(claim) == ["ActivityStarted"]
-    assert claim[0].data["fencing"] == claim[0].seq
+    assert claim[0].data.fencing == claim[0].seq
     assert r.s.active is not None
     assert r.s.active.worker == "worker-a"
     assert r.s.status == "running"
     events = r.succeed({"reservation": "R1"})
     assert types(events) == ["ActivitySucceeded", "ChoiceEvaluated", "ActivityScheduled"]
-    assert events[1].data == {"step": "route", "branch": "else", "condition": None, "next": "ship"}
-    assert events[2].data["step"] == "ship"
+    assert events[1].data_json() == {"step": "route", "branch": "else", "condition": None, "next": "ship"}
+    assert events[2].data.step == "ship"
     events = r.run_activity({"tracking": "T1"})
     assert types(events) == ["ActivityStarted", "ActivitySucceeded", "RunCompleted"]
     s = r.s
@@ -211,11 +211,16 @@ def test_choice_branch_to_wait_then_timer_fires() -> None:
     events = r.run_activity({"reservation": "R1"})
     assert types(events)[-2:] == ["ChoiceEvaluated", "TimerScheduled"]
     choice, timer = events[-2:]
-    assert choice.data == {"step": "route", "branch": 0, "condition": "input.qty > 10", "next": "cooling-off"}
-    assert timer.data["key"] == "wait:cooling-off"
-    assert timer.data["kind"] == "wait"
-    assert timer.data["generation"] == timer.seq
-    assert timer.data["fire_at"] == iso(T0 + timedelta(seconds=2))
+    assert choice.data_json() == {
+        "step": "route",
+        "branch": 0,
+        "condition": "input.qty > 10",
+        "next": "cooling-off",
+    }
+    assert timer.data.key == "wait:cooling-off"
+    assert timer.data.kind == "wait"
+    assert timer.data.generation == timer.seq
+    assert timer.data.fire_at == iso(T0 + timedelta(seconds=2))
     assert r.s.status == "waiting"
     assert r.s.steps["cooling-off"].status == "waiting"
     r.advance(2)
@@ -312,27 +317,27 @@ def test_retry_uses_durable_timer_with_exponential_backoff() -> None:
         events = r.fail("Busy", "try later")
         assert types(events) == ["ActivityFailed", "TimerScheduled"]
         failed, timer = events
-        assert failed.data["will_retry"] is True
-        assert failed.data["attempt"] == attempt
-        assert failed.data["error"] == {
+        assert failed.data.will_retry is True
+        assert failed.data.attempt == attempt
+        assert failed.data.error == {
             "code": "Busy",
             "message": "try later",
             "step": "reserve",
             "attempt": attempt,
         }
-        assert timer.data["kind"] == "retry"
-        assert timer.data["key"] == "retry:reserve"
-        assert timer.data["attempt"] == attempt + 1
-        assert timer.data["fire_at"] == iso(r.now + timedelta(seconds=delay))
+        assert timer.data.kind == "retry"
+        assert timer.data.key == "retry:reserve"
+        assert timer.data.attempt == attempt + 1
+        assert timer.data.fire_at == iso(r.now + timedelta(seconds=delay))
         assert r.s.status == "waiting"
         assert r.s.steps["reserve"].status == "retrying"
         assert r.s.active is None
         r.advance(delay)
         events = r.fire()
         assert types(events) == ["TimerFired", "ActivityScheduled"]
-        assert events[1].data["attempt"] == attempt + 1
-        assert events[1].data["task_id"] == f"r1/reserve/a{attempt + 1}-{events[1].seq}"
-        assert events[1].data["idempotency_key"] == "reserve-42"  # stable across retries
+        assert events[1].data.attempt == attempt + 1
+        assert events[1].data.task_id == f"r1/reserve/a{attempt + 1}-{events[1].seq}"
+        assert events[1].data.idempotency_key == "reserve-42"  # stable across retries
     r.run_activity({"ok": True})
     assert r.s.steps["reserve"].attempts == 5
     assert r.s.steps["reserve"].status == "succeeded"
@@ -346,7 +351,7 @@ def test_retry_backoff_is_capped_at_max_interval() -> None:
     for _ in range(2):
         r.claim()
         timer = r.fail()[-1]
-        delays.append(timedelta(seconds=(_parse(timer.data["fire_at"]) - r.now).total_seconds()))
+        delays.append(timedelta(seconds=(_parse(timer.data.fire_at) - r.now).total_seconds()))
         r.fire()
     assert delays == [timedelta(seconds=2), timedelta(seconds=6)]
     from lockstep.core.definition import ActivityStep
@@ -373,8 +378,8 @@ def test_retries_exhausted_fails_the_step_and_compensates() -> None:
     r.claim()
     events = r.fail("Down", "503")
     assert types(events) == ["ActivityFailed", "CompensationStarted", "CompensationScheduled"]
-    assert events[0].data["will_retry"] is False
-    assert events[1].data["steps"] == ["charge", "reserve"]
+    assert events[0].data.will_retry is False
+    assert events[1].data.steps == ["charge", "reserve"]
     assert r.s.steps["ship"].status == "failed"
     assert r.s.steps["ship"].attempts == 3
     assert r.s.status == "compensating"
@@ -387,26 +392,26 @@ def test_non_retryable_failure_compensates_in_reverse_order_then_fails() -> None
     events = r.fail("NoAddress", "no address on file")
     assert types(events) == ["ActivityFailed", "CompensationStarted", "CompensationScheduled"]
     failed, started, comp = events
-    assert failed.data["will_retry"] is False
-    assert started.data == {
+    assert failed.data.will_retry is False
+    assert started.data_json() == {
         "cause": "failed",
         "error": {"code": "NoAddress", "message": "no address on file", "step": "ship", "attempt": 1},
         "steps": ["charge", "reserve"],
     }
-    assert comp.data["step"] == "charge"
-    assert comp.data["activity"] == "payments.refund"
-    assert comp.data["input"] == {"amount": 1250}
-    assert comp.data["idempotency_key"] == "charge-42:compensate"
-    assert comp.data["task_id"] == f"r1/charge/c1-{comp.seq}"
-    assert comp.data["timeout_ms"] == 60_000
+    assert comp.data.step == "charge"
+    assert comp.data.activity == "payments.refund"
+    assert comp.data.input == {"amount": 1250}
+    assert comp.data.idempotency_key == "charge-42:compensate"
+    assert comp.data.task_id == f"r1/charge/c1-{comp.seq}"
+    assert comp.data.timeout_ms == 60_000
     assert r.s.status == "compensating"
     assert r.s.compensating == ("charge", "reserve")
     events = r.run_activity({"refund": "F1"})
     assert types(events) == ["ActivityStarted", "ActivitySucceeded", "CompensationScheduled"]
-    assert events[1].data["compensation"] is True
-    assert events[2].data["step"] == "reserve"
-    assert events[2].data["input"] == {"sku": "SKU-1"}
-    assert events[2].data["idempotency_key"] == "t1:r1:reserve:compensate"
+    assert events[1].data.compensation is True
+    assert events[2].data.step == "reserve"
+    assert events[2].data.input == {"sku": "SKU-1"}
+    assert events[2].data.idempotency_key == "t1:r1:reserve:compensate"
     assert r.s.steps["charge"].compensation == {"status": "compensated", "attempts": 1, "error": None}
     assert r.s.steps["charge"].output == {"amount": 1250}  # the action's output is kept
     events = r.run_activity(None)
@@ -445,8 +450,8 @@ def test_compensation_retries_then_needs_attention_when_exhausted() -> None:
     r.claim()
     events = r.fail("BankDown", "503")
     assert types(events) == ["ActivityFailed", "TimerScheduled"]
-    assert events[1].data["key"] == "retry:charge:compensation"
-    assert events[1].data["fire_at"] == iso(r.now + timedelta(seconds=5))
+    assert events[1].data.key == "retry:charge:compensation"
+    assert events[1].data.fire_at == iso(r.now + timedelta(seconds=5))
     assert r.s.steps["charge"].compensation == {
         "status": "retrying",
         "attempts": 1,
@@ -454,12 +459,12 @@ def test_compensation_retries_then_needs_attention_when_exhausted() -> None:
     }
     events = r.fire()
     assert types(events) == ["TimerFired", "CompensationScheduled"]
-    assert events[1].data["attempt"] == 2
-    assert events[1].data["task_id"] == f"r1/charge/c2-{events[1].seq}"
+    assert events[1].data.attempt == 2
+    assert events[1].data.task_id == f"r1/charge/c2-{events[1].seq}"
     r.claim()
     events = r.fail("BankDown", "503")
     assert types(events) == ["ActivityFailed", "NeedsAttention"]
-    assert events[1].data["code"] == "compensation_failed"
+    assert events[1].data.code == "compensation_failed"
     assert r.s.status == "needs_attention"
     assert r.s.attention is not None
     assert r.s.attention["code"] == "compensation_failed"
@@ -474,7 +479,7 @@ def test_compensation_input_error_needs_attention() -> None:
     r.claim()
     events = r.fail("NoAddress", "x")
     assert types(events) == ["ActivityFailed", "CompensationStarted", "NeedsAttention"]
-    assert events[-1].data["code"] == "compensation_input_error"
+    assert events[-1].data.code == "compensation_input_error"
     assert r.s.status == "needs_attention"
 
 
@@ -487,10 +492,10 @@ def test_lease_expiry_times_out_and_retries_idempotent_step() -> None:
     r.claim()
     events = r.expire("worker vanished")
     assert types(events) == ["ActivityTimedOut", "TimerScheduled"]
-    assert events[0].data["error"]["code"] == "Timeout"
-    assert events[0].data["reason"] == "worker vanished"
-    assert events[0].data["will_retry"] is True
-    assert events[0].data["outcome_unknown"] is False
+    assert events[0].data.error["code"] == "Timeout"
+    assert events[0].data.reason == "worker vanished"
+    assert events[0].data.will_retry is True
+    assert events[0].data.outcome_unknown is False
     assert r.s.status == "waiting"
 
 
@@ -501,10 +506,10 @@ def test_lease_expiry_on_at_most_once_step_needs_attention() -> None:
     r.claim()
     events = r.expire("deadline passed")
     assert types(events) == ["ActivityTimedOut", "NeedsAttention"]
-    assert events[0].data["will_retry"] is False
-    assert events[0].data["outcome_unknown"] is True
-    assert events[1].data["code"] == "outcome_unknown"
-    assert "bank.transfer" in events[1].data["reason"]
+    assert events[0].data.will_retry is False
+    assert events[0].data.outcome_unknown is True
+    assert events[1].data.code == "outcome_unknown"
+    assert "bank.transfer" in events[1].data.reason
     s = r.s
     assert s.status == "needs_attention"
     assert s.steps["pay"].status == "unknown"
@@ -520,7 +525,7 @@ def test_unexpected_failure_on_at_most_once_step_needs_attention() -> None:
     r.claim()
     events = r.fail("ConnectionReset", "socket closed", unexpected=True)
     assert types(events) == ["ActivityFailed", "NeedsAttention"]
-    assert events[0].data["outcome_unknown"] is True
+    assert events[0].data.outcome_unknown is True
     assert r.s.status == "needs_attention"
 
 
@@ -564,9 +569,9 @@ def test_stale_fencing_token_is_ignored() -> None:
     assert a.fencing is not None
     assert_only_ignored(r, ReportSuccess(a.task_id, a.attempt, a.fencing - 1, {"x": 1}))
     ignored = r.events[-1]
-    assert "stale fencing token" in ignored.data["reason"]
-    assert ignored.data["result"] == {"outcome": "succeeded", "output": {"x": 1}}
-    assert ignored.data["step"] == "reserve"
+    assert "stale fencing token" in ignored.data.reason
+    assert ignored.data.result == {"outcome": "succeeded", "output": {"x": 1}}
+    assert ignored.data.step == "reserve"
 
 
 def test_wrong_attempt_number_is_ignored() -> None:
@@ -577,7 +582,7 @@ def test_wrong_attempt_number_is_ignored() -> None:
     assert a is not None
     assert a.fencing is not None
     assert_only_ignored(r, ReportFailure(a.task_id, a.attempt + 1, a.fencing, "Boom", "x"))
-    assert r.events[-1].data["result"] == {"outcome": "failed", "code": "Boom", "message": "x"}
+    assert r.events[-1].data.result == {"outcome": "failed", "code": "Boom", "message": "x"}
 
 
 def test_result_before_claim_is_ignored() -> None:
@@ -586,7 +591,7 @@ def test_result_before_claim_is_ignored() -> None:
     a = r.s.active
     assert a is not None
     assert_only_ignored(r, ReportSuccess(a.task_id, a.attempt, 2, None))
-    assert "not started" in r.events[-1].data["reason"]
+    assert "not started" in r.events[-1].data.reason
 
 
 def test_superseded_attempt_result_is_ignored() -> None:
@@ -600,8 +605,8 @@ def test_superseded_attempt_result_is_ignored() -> None:
     r.fire()
     r.claim()
     assert_only_ignored(r, ReportSuccess(old.task_id, old.attempt, old.fencing, {"late": True}))
-    assert r.events[-1].data["step"] == "reserve"
-    assert "not the run's current attempt" in r.events[-1].data["reason"]
+    assert r.events[-1].data.step == "reserve"
+    assert "not the run's current attempt" in r.events[-1].data.reason
     r.succeed({"fresh": True})
     assert r.s.steps["reserve"].output == {"fresh": True}
 
@@ -631,7 +636,7 @@ def test_result_after_terminal_is_ignored() -> None:
     assert r.s.status == "completed"
     assert_only_ignored(r, report)
     assert r.s.finished_at == iso(T0)
-    assert "already completed" in r.events[-1].data["reason"]
+    assert "already completed" in r.events[-1].data.reason
 
 
 @pytest.mark.parametrize("bogus", ["bogus", "r1/reserve", "other-run/reserve/a1-2", "r1/a/b/c1-2"])
@@ -639,8 +644,8 @@ def test_result_for_malformed_task_id_is_not_a_crash(bogus: str) -> None:
     """A report naming a task id that was never issued is ignored (step unknown), never an IndexError."""
     r = Run(example(), ORDER)
     assert_only_ignored(r, ReportSuccess(bogus, 1, 1, None))
-    assert r.events[-1].data["task_id"] == bogus
-    assert r.events[-1].data["step"] == "?"
+    assert r.events[-1].data.task_id == bogus
+    assert r.events[-1].data.step == "?"
 
 
 def test_claims_of_unknown_or_leased_tasks_are_rejected() -> None:
@@ -777,7 +782,7 @@ def test_choice_without_else_and_no_match_fails() -> None:
     """No branch matched and no else: StepFailed(NoBranchMatched) then RunFailed."""
     r = Run(NO_ELSE, {"qty": 5})
     assert types(r.events) == ["RunStarted", "StepFailed", "RunFailed"]
-    assert r.events[1].data["error"]["code"] == "NoBranchMatched"
+    assert r.events[1].data.error["code"] == "NoBranchMatched"
     assert r.s.status == "failed"
     assert r.s.steps["route"].status == "failed"
 
@@ -786,7 +791,7 @@ def test_runtime_expression_error_fails_step() -> None:
     """A condition reading a missing field fails the choice step with ExpressionError."""
     r = Run(NO_ELSE, {})
     assert types(r.events) == ["RunStarted", "StepFailed", "RunFailed"]
-    err = r.events[1].data["error"]
+    err = r.events[1].data.error
     assert err["code"] == "ExpressionError"
     assert err["step"] == "route"
     assert "qty" in err["message"]
@@ -826,7 +831,7 @@ steps:
         "CompensationStarted",
         "CompensationScheduled",
     ]
-    assert events[2].data["error"]["code"] == "ExpressionError"
+    assert events[2].data.error["code"] == "ExpressionError"
     assert r.s.steps["b"].status == "failed"
 
 
@@ -838,8 +843,8 @@ def test_cancel_while_queued_withdraws_the_attempt() -> None:
     r = Run(example(), ORDER)
     events = r.cancel("changed mind", actor="alice")
     assert types(events) == ["CancelRequested", "ActivityCancelled", "RunCancelled"]
-    assert events[0].data == {"reason": "changed mind", "actor": "alice"}
-    assert events[2].data == {"reason": "changed mind"}
+    assert events[0].data_json() == {"reason": "changed mind", "actor": "alice"}
+    assert events[2].data_json() == {"reason": "changed mind"}
     assert r.s.status == "cancelled"
     assert r.s.steps["reserve"].status == "cancelled"
     assert r.s.cancel == {"reason": "changed mind", "actor": "alice", "at": iso(T0)}
@@ -857,7 +862,7 @@ def test_cancel_while_queued_compensates_completed_steps() -> None:
         "CompensationStarted",
         "CompensationScheduled",
     ]
-    assert events[2].data == {"cause": "cancelled", "error": None, "steps": ["reserve"]}
+    assert events[2].data_json() == {"cause": "cancelled", "error": None, "steps": ["reserve"]}
     assert r.s.status == "compensating"
     assert r.s.steps["charge"].status == "cancelled"
     r.run_activity(None)
@@ -876,8 +881,8 @@ def test_cancel_while_running_waits_for_the_in_flight_result() -> None:
     assert r.s.active is not None
     events = r.succeed({"amount": 99})
     assert types(events) == ["ActivitySucceeded", "CompensationStarted", "CompensationScheduled"]
-    assert events[1].data["steps"] == ["charge", "reserve"]
-    assert events[2].data["input"] == {"amount": 99}
+    assert events[1].data.steps == ["charge", "reserve"]
+    assert events[2].data.input == {"amount": 99}
     r.run_activity(None)
     events = r.run_activity(None)
     assert types(events)[-1] == "RunCancelled"
@@ -892,7 +897,7 @@ def test_cancel_while_running_then_failure_does_not_retry() -> None:
     r.cancel()
     events = r.fail("Busy", "later")
     assert types(events) == ["ActivityFailed", "RunCancelled"]
-    assert events[0].data["will_retry"] is False
+    assert events[0].data.will_retry is False
     assert r.s.status == "cancelled"
 
 
@@ -916,8 +921,8 @@ def test_cancel_while_waiting_on_timer_cancels_it() -> None:
         "CompensationStarted",
         "CompensationScheduled",
     ]
-    assert events[1].data["key"] == "wait:cooling-off"
-    assert events[1].data["generation"] == t.generation
+    assert events[1].data.key == "wait:cooling-off"
+    assert events[1].data.generation == t.generation
     assert r.s.steps["cooling-off"].status == "cancelled"
     assert not r.s.timers
     with pytest.raises(Rejected) as info:
@@ -1019,7 +1024,7 @@ def test_effects_of_a_history() -> None:
         "CreateTask",
     ]
     ids = {
-        (e.data["step"], e.type, e.data["attempt"]): e.data["task_id"]
+        (e.data.step, e.type, e.data.attempt): e.data.task_id
         for e in r.events
         if e.type in ("ActivityScheduled", "CompensationScheduled")
     }

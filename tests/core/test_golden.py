@@ -20,8 +20,9 @@ import pytest
 
 from lockstep.core.definition import parse_definition
 from lockstep.core.events import EVENT_TYPES, SCHEMA_VERSION, Event, chain_hash
+from lockstep.core.evolve import evolve, fold
 from lockstep.core.explain import explain
-from lockstep.core.state import SNAPSHOT_VERSION, OutdatedSnapshot, RunState, evolve, fold
+from lockstep.core.state import SNAPSHOT_VERSION, OutdatedSnapshot, RunState
 from lockstep.core.timeutil import parse_iso
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -324,21 +324,21 @@ def test_four_eyes_skip_is_a_proposal_until_a_second_operator_confirms() -> None
     events = r.send(SkipStep("hold", "customer called", None, "ana", ("operator",)))
     assert types(events) == ["RepairProposed"]
     p = events[0].data
-    assert (p["kind"], p["actor"], p["reason"]) == ("skip", "ana", "customer called")
-    assert p["command"] == {"step": "hold", "output": None, "roles": ["operator"]}
-    assert p["effect"] == ["TimerCancelled", "StepSkipped", "ActivityScheduled"]
+    assert (p.kind, p.actor, p.reason) == ("skip", "ana", "customer called")
+    assert p.command == {"step": "hold", "output": None, "roles": ["operator"]}
+    assert p.effect == ["TimerCancelled", "StepSkipped", "ActivityScheduled"]
     assert r.s.steps["hold"].status == "waiting"
     why = explain(r.s, r.now)
-    assert f"proposal {p['proposal_id']} (skip of step hold by ana" in why["wait_reason"]
+    assert f"proposal {p.proposal_id} (skip of step hold by ana" in why["wait_reason"]
     assert "awaits a second operator" in why["wait_reason"]
-    assert f"lockstep confirm RUN {p['proposal_id']}" in why["next_action"]
-    refused(r, ConfirmRepair(p["proposal_id"], "me too", "ana", ("operator",)), "same_operator")
-    refused(r, ConfirmRepair(p["proposal_id"], "ok", None, ("operator",)), "operator_required")
-    done = r.send(ConfirmRepair(p["proposal_id"], "checked the call", "ben", ("operator",)))
+    assert f"lockstep confirm RUN {p.proposal_id}" in why["next_action"]
+    refused(r, ConfirmRepair(p.proposal_id, "me too", "ana", ("operator",)), "same_operator")
+    refused(r, ConfirmRepair(p.proposal_id, "ok", None, ("operator",)), "operator_required")
+    done = r.send(ConfirmRepair(p.proposal_id, "checked the call", "ben", ("operator",)))
     assert types(done)[:3] == ["RepairConfirmed", "TimerCancelled", "StepSkipped"]
-    assert done[0].data["by"] == "ben"
-    assert done[0].data["proposed_by"] == "ana"
-    assert done[2].data["actor"] == "ana"
+    assert done[0].data.by == "ben"
+    assert done[0].data.proposed_by == "ana"
+    assert done[2].data.actor == "ana"
     assert r.s.proposal is None
     assert r.s.steps["hold"].status == "skipped"
 
@@ -346,7 +346,7 @@ def test_four_eyes_skip_is_a_proposal_until_a_second_operator_confirms() -> None
 def test_a_proposal_goes_stale_when_the_run_moves_on() -> None:
     """A proposal made for one state cannot be confirmed after the run moved on (the timer fired)."""
     r = guarded_at_hold()
-    pid = r.send(SkipStep("hold", "customer called", None, "ana", ("operator",)))[0].data["proposal_id"]
+    pid = r.send(SkipStep("hold", "customer called", None, "ana", ("operator",)))[0].data.proposal_id
     (t,) = r.s.timers.values()
     r.advance(86400)
     r.send(FireTimer(t.key, t.generation))
@@ -358,15 +358,15 @@ def test_a_proposal_is_rejected_by_anyone_or_withdrawn_by_its_proposer() -> None
     """Rejection by another operator, withdrawal by the proposer; one open proposal at a time; bounded."""
     r = guarded_at_hold()
     skip = SkipStep("hold", "why not", None, "ana", ("operator",))
-    pid = r.send(skip)[0].data["proposal_id"]
+    pid = r.send(skip)[0].data.proposal_id
     refused(r, SkipStep("hold", "again", None, "carl", ("operator",)), "proposal_open", pid)
     rejected = r.send(RejectRepair(pid, "no", "ben"))
-    assert rejected[0].data["withdrawn"] is False
-    pid = r.send(skip)[0].data["proposal_id"]
-    assert r.send(RejectRepair(pid, "changed my mind", "ana"))[0].data["withdrawn"] is True
+    assert rejected[0].data.withdrawn is False
+    pid = r.send(skip)[0].data.proposal_id
+    assert r.send(RejectRepair(pid, "changed my mind", "ana"))[0].data.withdrawn is True
     refused(r, ConfirmRepair(pid, "ok", "ben", ("operator",)), "no_proposal")
     while r.s.proposals_made < DEFAULT_SERVER_LIMITS["max_repair_proposals"]:
-        r.send(RejectRepair(r.send(skip)[0].data["proposal_id"], "no", "ben"))
+        r.send(RejectRepair(r.send(skip)[0].data.proposal_id, "no", "ben"))
     refused(r, skip, "too_many_proposals")
 
 
@@ -380,7 +380,7 @@ def test_a_proposal_is_checked_when_made_and_again_when_confirmed() -> None:
     r2 = Run(parse_definition(doc))
     r2.claim()
     r2.succeed(None)
-    pid = r2.send(SkipStep("hold", "x", None, "ana", ("operator",)))[0].data["proposal_id"]
+    pid = r2.send(SkipStep("hold", "x", None, "ana", ("operator",)))[0].data.proposal_id
     refused(r2, ConfirmRepair(pid, "ok", "ben", ("viewer",)), "forbidden")
 
 
@@ -391,7 +391,7 @@ def test_four_eyes_resolve_and_migrate() -> None:
     r.claim()
     r.expire()
     assert r.s.attention is not None
-    pid = r.send(ResolveStep("pay", "succeeded", "bank says paid", {"ok": 1}, "ana"))[0].data["proposal_id"]
+    pid = r.send(ResolveStep("pay", "succeeded", "bank says paid", {"ok": 1}, "ana"))[0].data.proposal_id
     r.send(ConfirmRepair(pid, "checked the statement", "ben"))
     assert r.s.steps["pay"].status == "succeeded"
     v2doc = yaml.safe_load(GUARDED)
@@ -399,8 +399,8 @@ def test_four_eyes_resolve_and_migrate() -> None:
     v2 = parse_definition(v2doc)
     events = r.send(MigrateRun(v2, 2, (), "longer hold", "ana"))
     assert types(events) == ["RepairProposed"]
-    assert events[0].data["command"] == {"to_version": 2, "target_digest": v2.digest, "mapping": []}
-    pid = events[0].data["proposal_id"]
+    assert events[0].data.command == {"to_version": 2, "target_digest": v2.digest, "mapping": []}
+    pid = events[0].data.proposal_id
     refused(r, ConfirmRepair(pid, "ok", "ben", target=r.d), "wrong_target")
     done = r.send(ConfirmRepair(pid, "ok", "ben", target=v2))
     assert "WorkflowMigrated" in types(done)
@@ -435,7 +435,7 @@ def test_attack_a_worker_replaying_a_stale_report_10000_times_leaves_the_history
     nothing appended: the run stays alive under any max_history_events."""
     r = guarded_at_hold()
     first = r.events[2]  # ActivityStarted of pay
-    stale = ReportSuccess(first.data["task_id"], first.data["attempt"], first.data["fencing"], {"x": 1})
+    stale = ReportSuccess(first.data.task_id, first.data.attempt, first.data.fencing, {"x": 1})
     seq = r.s.seq
     codes = {_code(r, stale) for _ in range(10_000)}
     assert codes == {None, "result_ignored"}
@@ -485,4 +485,4 @@ def test_retry_after_a_migration_renamed_the_step_keeps_its_idempotency_key() ->
     r.d = renamed
     events = r.send(RetryStep("dispatch", "worker is back", "op"))
     (scheduled,) = [e for e in events if e.type == "ActivityScheduled"]
-    assert scheduled.data["idempotency_key"] == key
+    assert scheduled.data.idempotency_key == key

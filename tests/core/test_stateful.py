@@ -7,7 +7,6 @@ stale, duplicate and bogus commands, and checks after every step that the run is
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,8 +29,9 @@ from lockstep.core.commands import (
 )
 from lockstep.core.decide import decide
 from lockstep.core.definition import Definition, parse_definition
-from lockstep.core.events import Event, chain_hash
-from lockstep.core.state import RunState, evolve
+from lockstep.core.events import Event, chain_hash, chain_link
+from lockstep.core.evolve import evolve
+from lockstep.core.state import RunState
 from lockstep.core.timeutil import iso, parse_iso
 
 T0 = datetime(2024, 5, 1, 8, 0, 0, tzinfo=UTC)
@@ -132,7 +132,7 @@ class CoreMachine(RunMachine):
         self.append(events)
         for e in events:
             if e.type == "ActivitySucceeded":
-                k = (e.data["step"], e.data["attempt"], bool(e.data["compensation"]))
+                k = (e.data.step, e.data.attempt, bool(e.data.compensation))
                 self.successes[k] += 1
                 assert self.successes[k] == 1, f"attempt {k} succeeded twice"
         return events
@@ -415,33 +415,54 @@ def _chain(run_id: str, events: list[Event]) -> str:
     return h
 
 
+def _chain_stored(run_id: str, docs: list[dict[str, Any]]) -> str:
+    """The chain over events as stored (what a tampered database row holds)."""
+    h = ""
+    for doc in docs:
+        h = chain_link(h, run_id, doc)
+    return h
+
+
 HISTORY = _history()
+STORED = [e.to_json() for e in HISTORY]
 
 
-def _mutations(e: Event) -> list[Event]:
+def _mutations(e: dict[str, Any]) -> list[dict[str, Any]]:
+    data = e["data"]
     out = [
-        replace(e, type=e.type + "X"),
-        replace(e, at=e.at.replace("Z", "1Z")),
-        replace(e, seq=e.seq + 1),
-        replace(e, v=e.v + 1),
-        replace(e, data={**e.data, "extra": None}),
+        {**e, "type": e["type"] + "X"},
+        {**e, "at": e["at"].replace("Z", "1Z")},
+        {**e, "seq": e["seq"] + 1},
+        {**e, "v": e["v"] + 1},
+        {**e, "data": {**data, "extra": None}},
     ]
-    for k, v in e.data.items():
-        out.append(replace(e, data={**e.data, k: [v]}))
-        out.append(replace(e, data={kk: vv for kk, vv in e.data.items() if kk != k}))
+    for k, v in data.items():
+        out.append({**e, "data": {**data, k: [v]}})
+        out.append({**e, "data": {kk: vv for kk, vv in data.items() if kk != k}})
     return out
 
 
+def _read_back(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """A stored event as this build reads it and would hash it (None: refused, with a message)."""
+    try:
+        return Event.from_json(doc).to_json()
+    except ValueError:
+        return None
+
+
 def test_chain_hash_changes_when_any_event_field_changes() -> None:
-    """Changing type, time, seq, schema version or any data field of any event changes the chain head."""
+    """Changing type, time, seq, schema version or any data field of any event changes the chain head;
+    reading such an event back never hides the change (it is read exactly as stored, or refused)."""
     assert len(HISTORY) >= 5
     head = _chain("run-1", HISTORY)
     assert head == _chain("run-1", list(HISTORY))  # deterministic
-    for i, e in enumerate(HISTORY):
+    assert head == _chain_stored("run-1", STORED)  # the chain is over the stored form
+    for i, e in enumerate(STORED):
         for m in _mutations(e):
             assert m != e
-            tampered = [*HISTORY[:i], m, *HISTORY[i + 1 :]]
-            assert _chain("run-1", tampered) != head, (i, m)
+            tampered = [*STORED[:i], m, *STORED[i + 1 :]]
+            assert _chain_stored("run-1", tampered) != head, (i, m)
+            assert _read_back(m) in (m, None), (i, m)
 
 
 def test_chain_hash_detects_removal_reordering_and_other_run() -> None:
@@ -462,11 +483,13 @@ def test_chain_hash_detects_removal_reordering_and_other_run() -> None:
     value=st.none() | st.booleans() | st.integers() | st.text(max_size=10),
 )
 def test_chain_hash_detects_arbitrary_data_edits(index: int, key: str, value: Any) -> None:
-    """Any edit to an event's data (set or replace a key) that changes the event changes the chain head."""
-    e = HISTORY[index]
-    m = replace(e, data={**e.data, key: value})
-    tampered = [*HISTORY[:index], m, *HISTORY[index + 1 :]]
-    if m.to_json() == e.to_json():
-        assert _chain("run-1", tampered) == _chain("run-1", HISTORY)
+    """Any edit to an event's data (set or replace a key) that changes the event changes the chain head;
+    the edited event reads back exactly as stored."""
+    e = STORED[index]
+    m = {**e, "data": {**e["data"], key: value}}
+    tampered = [*STORED[:index], m, *STORED[index + 1 :]]
+    assert _read_back(m) == m
+    if m == e:
+        assert _chain_stored("run-1", tampered) == _chain("run-1", HISTORY)
     else:
-        assert _chain("run-1", tampered) != _chain("run-1", HISTORY)
+        assert _chain_stored("run-1", tampered) != _chain("run-1", HISTORY)

@@ -25,7 +25,12 @@ T = "2026-01-01T00:00:00Z"
 
 
 def history(*items: tuple[str, dict[str, Any]]) -> list[Event]:
-    return [Event(kind, T, data, seq=i + 1) for i, (kind, data) in enumerate(items)]
+    """Events as a store would read them, with only the fields the checker looks at."""
+    return [event(kind, data, i + 1) for i, (kind, data) in enumerate(items)]
+
+
+def event(kind: str, data: dict[str, Any], seq: int) -> Event:
+    return Event.from_json({"seq": seq, "type": kind, "at": T, "v": 1, "data": data})
 
 
 def flags(fn: Any, *args: Any) -> dict[str, int]:
@@ -94,8 +99,8 @@ def test_a_success_carrying_another_steps_effect_is_an_effect_lost() -> None:
         ok("ship", output={"id": "charge_1"}),
     )
     assert flags(checker._effects, events, by_id) == {"effects_lost": 1}
-    events[1] = Event(
-        "ActivitySucceeded", T, {**events[1].data, "step": "charge", "task_id": "run1/ship/1"}, 2
+    events[1] = event(
+        "ActivitySucceeded", {**events[1].data_json(), "step": "charge", "task_id": "run1/ship/1"}, 2
     )
     assert flags(checker._effects, events, by_id) == {}
 

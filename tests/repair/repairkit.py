@@ -22,7 +22,8 @@ from lockstep.core.decide import decide
 from lockstep.core.definition import Definition, parse_definition
 from lockstep.core.effects import CloseTask, CreateTask, effects_of
 from lockstep.core.events import Event
-from lockstep.core.state import RunState, evolve, fold
+from lockstep.core.evolve import evolve, fold
+from lockstep.core.state import RunState
 from lockstep.core.timeutil import iso, parse_iso
 
 T0 = datetime(2025, 2, 1, 9, 0, 0, tzinfo=UTC)

@@ -120,7 +120,7 @@ class RepairMachine(RunMachine):
             assert not bad, f"{type(command).__name__} on a paused run emitted {bad}"
             for e in events:
                 if e.type == "TimerScheduled":
-                    assert e.data["kind"] == "retry", "a paused run arms only retry backoffs"
+                    assert e.data.kind == "retry", "a paused run arms only retry backoffs"
         if before is not None and before.paused is not None and self.s.paused is None:
             assert isinstance(command, ResumeRun | CancelRun), type(command).__name__
         if "RunResumed" in kinds:
@@ -128,8 +128,8 @@ class RepairMachine(RunMachine):
 
         for e in events:
             if e.type in REPAIR_EVENTS or e.type == "WorkflowMigrated":
-                assert e.data["reason"].strip(), f"{e.type} without a reason"
-                assert "actor" in e.data
+                assert e.data.reason.strip(), f"{e.type} without a reason"
+                assert "actor" in e.data_json()
         return events
 
     def _check_resumed(self, before: RunState | None, events: list[Event]) -> None:
@@ -138,7 +138,7 @@ class RepairMachine(RunMachine):
         assert before.paused is not None
         i = [e.type for e in events].index("RunResumed")
         deferred = before.paused["deferred"]
-        assert events[i].data["deferred"] == deferred
+        assert events[i].data.deferred == deferred
         after = events[i + 1 :]
         assert len(after) >= len(deferred), "every deferred transition emits at least one event"
         types = [e.type for e in after]
@@ -147,8 +147,8 @@ class RepairMachine(RunMachine):
             if action == "schedule_action":
                 assert any(
                     e.type == "ActivityScheduled"
-                    and e.data["step"] == args["step"]
-                    and e.data["attempt"] == args["attempt"]
+                    and e.data.step == args["step"]
+                    and e.data.attempt == args["attempt"]
                     for e in after
                 ) or ("StepFailed" in types), (item, types)
             elif action == "next_compensation":
@@ -157,7 +157,7 @@ class RepairMachine(RunMachine):
                 assert {"CompensationStarted", "RunFailed"} & set(types)
             elif action == "enter":
                 step = args["step"]
-                assert any(e.data.get("step") == step for e in after) or (
+                assert any(getattr(e.data, "step", None) == step for e in after) or (
                     step is None and "RunCompleted" in types
                 ), (item, types)
         if deferred:
@@ -405,8 +405,8 @@ class RepairMachine(RunMachine):
         if a is not None and a.fencing is None:
             cancelled = events[1]
             assert cancelled.type == "ActivityCancelled"
-            assert cancelled.data["rescheduled"] is True
-            assert cancelled.data["task_id"] == a.task_id
+            assert cancelled.data.rescheduled is True
+            assert cancelled.data.task_id == a.task_id
             assert events[2].type == "TransitionDeferred"
 
     @rule(reason=REASONS)
@@ -455,8 +455,8 @@ class RepairMachine(RunMachine):
         if events is None:
             return
         skipped = next(e for e in events if e.type == "StepSkipped")
-        assert skipped.data["output"] == output
-        assert skipped.data["before"]["status"] == before.steps[step].status
+        assert skipped.data.output == output
+        assert skipped.data.before["status"] == before.steps[step].status
         assert self.s.attention is None
         assert self.s.steps[step].status == "skipped" or self.s.current_step == step
 
@@ -471,8 +471,8 @@ class RepairMachine(RunMachine):
         assert (events is not None) == (bool(reason.strip()) and _input_ok(self.d, value) and unapproved)
         if events is not None:
             assert [e.type for e in events] == ["InputEdited"]
-            assert events[0].data["old"] == before.input
-            assert events[0].data["new"] == value
+            assert events[0].data.old == before.input
+            assert events[0].data.new == value
             assert self.s.input == value
 
     @rule(
@@ -502,7 +502,7 @@ class RepairMachine(RunMachine):
         assert (events is not None) == wanted, (step, outcome, att)
         if events is not None:
             assert events[0].type == "StepResolved"
-            assert events[0].data["outcome"] == outcome
+            assert events[0].data.outcome == outcome
             assert self.s.attention is None
 
     @rule(data=st.data(), new_key=st.booleans(), reason=REASONS)
@@ -524,12 +524,12 @@ class RepairMachine(RunMachine):
         if events is None:
             return
         assert events[0].type == "StepRetried"
-        assert events[0].data["new_key"] is new_key
+        assert events[0].data.new_key is new_key
         scheduled = [e for e in events if e.type == "ActivityScheduled"]
         if scheduled and not new_key:
-            assert scheduled[0].data["idempotency_key"] == before.steps[step].idempotency_key
+            assert scheduled[0].data.idempotency_key == before.steps[step].idempotency_key
         if scheduled and new_key:
-            assert scheduled[0].data["idempotency_key"] != before.steps[step].idempotency_key
+            assert scheduled[0].data.idempotency_key != before.steps[step].idempotency_key
 
     @rule(data=st.data(), version=st.sampled_from([1, 2, 2, 3, 4]), reason=REASONS)
     def migrate(self, data: st.DataObject, version: int, reason: str) -> None:
@@ -554,16 +554,16 @@ class RepairMachine(RunMachine):
         if events is None:
             return
         migrated = next(e for e in events if e.type == "WorkflowMigrated")
-        assert migrated.data["previous"] == before.definition
-        assert migrated.data["definition"] == {"name": "rep", "version": version, "digest": target.digest}
-        assert migrated.data["steps_added"] == plan["steps_added"]
+        assert migrated.data.previous == before.definition
+        assert migrated.data.definition == {"name": "rep", "version": version, "digest": target.digest}
+        assert migrated.data.steps_added == plan["steps_added"]
         assert self.s.definition["version"] == version
         if version == 3:
             assert "reserve" not in before.completed, "v3 cannot undo reserve: must have been refused"
         a = before.active
         if a is not None:
             # an attempt in flight is withdrawn; its late result will be ResultIgnored
-            assert any(e.type == "ActivityCancelled" and e.data["task_id"] == a.task_id for e in events)
+            assert any(e.type == "ActivityCancelled" and e.data.task_id == a.task_id for e in events)
             assert self.s.active is None or self.s.active.task_id != a.task_id
 
     # --- invariants ---------------------------------------------------------------------------------

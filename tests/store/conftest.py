@@ -33,7 +33,7 @@ from lockstep.core.decide import decide
 from lockstep.core.definition import Definition, parse_definition
 from lockstep.core.effects import effects_of
 from lockstep.core.events import Event
-from lockstep.core.state import evolve
+from lockstep.core.evolve import evolve
 from lockstep.core.timeutil import iso
 from lockstep.store import LoadedRun, Store, open_store
 from lockstep.store.migrate import Migration, migrations
@@ -355,7 +355,7 @@ class Driver:
         events = self.command(
             run_id, ClaimTask(task, worker, iso(now + timedelta(seconds=timeout_s))), now=now
         )
-        return int(events[0].data["fencing"])
+        return int(events[0].data.fencing)
 
 
 def _definition(doc: dict[str, Any] | None) -> Definition:

@@ -10,6 +10,7 @@ import threading
 from dataclasses import replace
 from datetime import timedelta
 
+import msgspec
 import pytest
 
 from lockstep.app.service import Service
@@ -18,7 +19,8 @@ from lockstep.core.decide import decide, task_id
 from lockstep.core.definition import parse_definition
 from lockstep.core.effects import effects_of
 from lockstep.core.events import chain_hash
-from lockstep.core.state import SNAPSHOT_VERSION, fold
+from lockstep.core.evolve import fold
+from lockstep.core.state import SNAPSHOT_VERSION
 from lockstep.core.throttle import LoginCounter
 from lockstep.core.timeutil import iso
 from lockstep.store import (
@@ -174,7 +176,7 @@ def test_events_must_follow_the_expected_seq(store, driver: Driver):
     """Events whose seq does not follow the expected seq contiguously are refused."""
     driver.start("r01")
     before, after, events = driver.plan("r01", ClaimTask(task_of("r01"), "w1", iso(T0)))
-    gap = [replace(e, seq=e.seq + 1) for e in events]
+    gap = [msgspec.structs.replace(e, seq=e.seq + 1) for e in events]
     with pytest.raises(ConcurrencyError), store.write() as tx:
         tx.append(before, replace(after, seq=after.seq + 1), gap, [], now_ms=ms(T0))
     assert driver.load("r01").state.seq == 2
@@ -218,9 +220,9 @@ def test_activity_scheduled_writes_its_task_row_in_the_same_transaction(store, d
     """ActivityScheduled and its ready task row are committed together (the outbox)."""
     events = driver.start("r01")
     scheduled = events[-1].data
-    assert scheduled["task_id"] == task_of("r01") == "r01/work/a1-2"
+    assert scheduled.task_id == task_of("r01") == "r01/work/a1-2"
     with store.read() as tx:
-        t = tx.task(scheduled["task_id"])
+        t = tx.task(scheduled.task_id)
     assert t is not None
     assert (t.run_id, t.tenant, t.step, t.attempt, t.kind) == ("r01", "t1", "work", 1, "action")
     assert (t.activity, t.queue, t.status, t.fencing, t.lease_owner) == (
@@ -230,7 +232,7 @@ def test_activity_scheduled_writes_its_task_row_in_the_same_transaction(store, d
         None,
         None,
     )
-    assert t.idempotency_key == scheduled["idempotency_key"]
+    assert t.idempotency_key == scheduled.idempotency_key
     assert (t.definition, t.version, t.timeout_ms, t.delivery) == ("flow", 1, 30_000, "idempotent")
 
 
@@ -364,7 +366,7 @@ def test_a_task_created_and_leased_in_one_append_is_stored_leased(store):
         t = tx.task(task_of("r01"))
         assert tx.ready_ids("t1", ["demo.work"], "default", ms(T0), 10) == []
     assert t is not None
-    assert (t.status, t.fencing, t.lease_owner) == ("leased", claim[0].data["fencing"], "w1")
+    assert (t.status, t.fencing, t.lease_owner) == ("leased", claim[0].data.fencing, "w1")
     assert (t.deadline, t.lease_expires_at) == (
         ms(T0 + timedelta(seconds=30)),
         ms(T0 + timedelta(seconds=10)),
@@ -502,7 +504,7 @@ def test_expired_leases_lists_leases_past_their_expiry(store, driver: Driver):
 def test_due_timers_are_found_by_fire_time(store, driver: Driver):
     """A scheduled timer is due from its fire_at on, and is the next wakeup."""
     events = driver.start("r01", doc=WAIT_DOC)
-    gen = events[-1].data["generation"]
+    gen = events[-1].data.generation
     with store.read() as tx:
         assert tx.due_timers(ms(T0 + timedelta(milliseconds=9999)), 10) == []
         assert tx.due_timers(ms(T0 + timedelta(seconds=10)), 10) == [DueTimer("r01", "wait:nap", gen)]
@@ -511,7 +513,7 @@ def test_due_timers_are_found_by_fire_time(store, driver: Driver):
 
 def test_close_timer_is_conditional(store, backend, url, driver: Driver):
     """Closing a timer takes it off the due list; closing it again (any status) changes nothing."""
-    gen = driver.start("r01", doc=WAIT_DOC)[-1].data["generation"]
+    gen = driver.start("r01", doc=WAIT_DOC)[-1].data.generation
     later = ms(T0 + timedelta(minutes=1))
     with store.write() as tx:
         tx.close_timer("r01", "wait:nap", gen, "fired")
@@ -526,7 +528,7 @@ def test_close_timer_is_conditional(store, backend, url, driver: Driver):
 
 def test_firing_a_timer_closes_its_row_in_the_same_transaction(store, backend, url, driver: Driver):
     """Appending TimerFired marks the timer row fired, so it is never due again."""
-    gen = driver.start("r01", doc=WAIT_DOC)[-1].data["generation"]
+    gen = driver.start("r01", doc=WAIT_DOC)[-1].data.generation
     at = T0 + timedelta(seconds=10)
     driver.command("r01", FireTimer("wait:nap", gen), doc=WAIT_DOC, now=at)
     assert driver.load("r01").state.status == "completed"
@@ -547,18 +549,18 @@ POLL_DOC = {
 
 def test_polling_loop_gets_a_fresh_task_row_on_every_pass(store, backend, url, driver: Driver):
     """Re-entering an activity step (attempt 1 again) inserts a new ready task under the new task id."""
-    first = driver.start("r01", doc=POLL_DOC)[-1].data["task_id"]
+    first = driver.start("r01", doc=POLL_DOC)[-1].data.task_id
     deadline = iso(T0 + timedelta(seconds=30))
-    fencing = driver.command("r01", ClaimTask(first, "w1", deadline), doc=POLL_DOC)[0].data["fencing"]
+    fencing = driver.command("r01", ClaimTask(first, "w1", deadline), doc=POLL_DOC)[0].data.fencing
     events = driver.command("r01", ReportSuccess(first, 1, fencing, {"done": False}), doc=POLL_DOC)
-    gen = events[-1].data["generation"]
+    gen = events[-1].data.generation
     at = T0 + timedelta(seconds=10)
     try:
         events = driver.command("r01", FireTimer("wait:pause", gen), doc=POLL_DOC, now=at)
     except backend.error as exc:
         pytest.fail(f"the database refused the second pass: {exc}")
-    second = events[-1].data["task_id"]
-    assert (events[-1].type, events[-1].data["step"], events[-1].data["attempt"]) == (
+    second = events[-1].data.task_id
+    assert (events[-1].type, events[-1].data.step, events[-1].data.attempt) == (
         "ActivityScheduled",
         "check",
         1,
@@ -569,7 +571,7 @@ def test_polling_loop_gets_a_fresh_task_row_on_every_pass(store, backend, url, d
     )
     assert rows == [(first, 1, "done"), (second, 1, "ready")]
     claimed = driver.command("r01", ClaimTask(second, "w1", deadline), doc=POLL_DOC, now=at)
-    fencing = claimed[0].data["fencing"]
+    fencing = claimed[0].data.fencing
     driver.command("r01", ReportSuccess(second, 1, fencing, {"done": True}), doc=POLL_DOC, now=at)
     assert driver.load("r01").state.status == "completed"
 

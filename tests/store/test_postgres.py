@@ -136,7 +136,7 @@ def test_concurrent_writers_with_the_same_expected_seq_never_merge(pg, pg_store,
         assert isinstance(out1.get("error"), RuntimeError)
         assert out2 == {"result": "committed"}
         winner = "w2"
-    assert (loaded.state.active.worker, row.lease_owner, events[-1][0].data["worker"]) == (winner,) * 3
+    assert (loaded.state.active.worker, row.lease_owner, events[-1][0].data.worker) == (winner,) * 3
 
 
 def test_load_run_for_a_write_waits_for_the_holder_and_sees_its_commit(pg, pg_store, driver):

@@ -21,10 +21,11 @@ from ..core.decide import decide
 from ..core.definition import Definition, Limits, parse_definition
 from ..core.effects import effects_of
 from ..core.events import Event
+from ..core.evolve import evolve
 from ..core.exprcheck import STORED_EXPR_LIMITS
 from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from ..core.shape import Shape
-from ..core.state import RunState, evolve
+from ..core.state import RunState
 from ..errors import Conflict, InvalidInput, NotFound, Refused, Unavailable
 from ..store import ConcurrencyError, LoadedRun, RowLocked, Store, StoreUnavailable, Tx
 from . import failpoints

@@ -27,7 +27,14 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..core.definition import ActivityStep
-from ..core.events import Event
+from ..core.events import (
+    ActivityFailed,
+    ActivityStarted,
+    ActivityTimedOut,
+    Event,
+    ResultIgnored,
+    TimerFired,
+)
 from ..core.state import RunState
 from ..core.timeutil import parse_iso
 from .kernel import Kernel
@@ -190,30 +197,31 @@ class Metrics:
         t = state.tenant
         for e in events:
             d = e.data
-            if e.type == "ActivityStarted":
+            if isinstance(d, ActivityStarted):
                 self.attempts.labels(t, self._activity(state, d)).inc()
-            elif e.type in ("ActivityFailed", "ActivityTimedOut"):
+            elif isinstance(d, ActivityFailed | ActivityTimedOut):
                 self.failures.labels(t, self._activity(state, d), self._code(state, d)).inc()
-                if e.type == "ActivityTimedOut":
+                if isinstance(d, ActivityTimedOut):
                     self.lease_expiries.labels(t, self._activity(state, d)).inc()
-            elif e.type == "ResultIgnored":
+            elif isinstance(d, ResultIgnored):
                 self.ignored.labels(t).inc()
-            elif e.type == "TimerFired":
-                if "fire_at" in d:
-                    lag = (parse_iso(e.at) - parse_iso(d["fire_at"])).total_seconds()
+            elif isinstance(d, TimerFired):
+                if isinstance(d.fire_at, str):  # not recorded by the first builds
+                    lag = (parse_iso(e.at) - parse_iso(d.fire_at)).total_seconds()
                     self.timer_lag.labels(t).observe(max(0.0, lag))
             elif e.type in ("RunCompleted", "RunFailed", "RunCancelled"):
                 self.runs_finished.labels(t, e.type[3:].lower()).inc()
 
-    def _activity(self, state: RunState, data: dict[str, Any]) -> str:
-        if state.active is not None and state.active.task_id == data.get("task_id"):
+    def _activity(self, state: RunState, d: ActivityStarted | ActivityFailed | ActivityTimedOut) -> str:
+        if state.active is not None and state.active.task_id == d.task_id:
             name = state.active.activity
         else:
-            name = str(data.get("activity") or data.get("step") or "?")
+            activity = None if isinstance(d, ActivityStarted) else d.activity
+            name = str(activity or d.step or "?")
         return self.activity_label(state.tenant, name)
 
-    def _code(self, state: RunState, data: dict[str, Any]) -> str:
-        code = str(data["error"]["code"])
+    def _code(self, state: RunState, d: ActivityFailed | ActivityTimedOut) -> str:
+        code = str(d.error["code"])
         if code in ENGINE_ERROR_CODES:
             return code
         if code in self.declared_codes(state):
@@ -260,9 +268,10 @@ def log_events(state: RunState, events: list[Event]) -> None:
             "definition": state.definition["name"],
             "version": state.definition["version"],
         }
+        data = e.data_json()  # the line shows the event's fields as stored, whatever its kind
         for k in ("step", "attempt", "task_id", "fencing", "worker"):
-            if k in e.data:
-                fields[k] = e.data[k]
-        if e.data.get("error"):
-            fields["error_code"] = e.data["error"].get("code")
+            if k in data:
+                fields[k] = data[k]
+        if data.get("error"):
+            fields["error_code"] = data["error"].get("code")
         _events_log.info(e.type, **fields)

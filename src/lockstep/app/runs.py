@@ -11,9 +11,10 @@ from typing import Any
 from ..core.canonical import canonical_json, digest
 from ..core.commands import CancelRun, Rejected, RetryStep, StartRun
 from ..core.events import chain_hash
+from ..core.evolve import fold
 from ..core.explain import explain
 from ..core.shape import Shape, for_view
-from ..core.state import RunState, fold
+from ..core.state import RunState
 from ..errors import Conflict, InvalidInput, NotFound
 from ..store import ConcurrencyError, Tx
 from .kernel import Kernel, epoch_ms
@@ -235,11 +236,12 @@ class Runs:
         out = []
         for e, _h in rows:
             item: dict[str, Any] = {"seq": e.seq, "type": e.type, "at": e.at}
-            if "step" in e.data:
-                item["step"] = e.data["step"]
-            if "attempt" in e.data:
-                item["attempt"] = e.data["attempt"]
-            item["data"] = for_view(e.data)
+            data = e.data_json()
+            if "step" in data:
+                item["step"] = data["step"]
+            if "attempt" in data:
+                item["attempt"] = data["attempt"]
+            item["data"] = for_view(data)
             out.append(item)
         return out
 

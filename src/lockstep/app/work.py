@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from ..core.commands import ClaimTask, Rejected
-from ..core.events import Event
+from ..core.events import ActivityScheduled, ActivityStarted, CompensationScheduled, Event
 from ..core.flow import run_of_task
 from ..core.state import RunState
 from ..core.timeutil import iso, parse_iso
@@ -108,38 +108,42 @@ class Eager:
         for e in events:
             d = e.data
             if (
-                e.type in ("ActivityScheduled", "CompensationScheduled")
-                and d["activity"] in self.activities
-                and (d.get("queue") or "default") == self.queue
+                isinstance(d, ActivityScheduled | CompensationScheduled)
+                and d.activity in self.activities
+                and (d.queue or "default") == self.queue
             ):
-                return ClaimTask(
-                    d["task_id"], self.worker, iso(now + timedelta(milliseconds=d["timeout_ms"]))
-                )
+                return ClaimTask(d.task_id, self.worker, iso(now + timedelta(milliseconds=d.timeout_ms)))
         return None
 
     def leased(self, tx: Tx, now: datetime, after: RunState, events: list[Event]) -> None:
-        started = [e for e in events if e.type == "ActivityStarted" and e.data.get("worker") == self.worker]
+        started = [
+            e.data for e in events if isinstance(e.data, ActivityStarted) and e.data.worker == self.worker
+        ]
         if not started:
             return
-        st = started[-1].data
-        sched = next(e.data for e in events if e.data.get("task_id") == st["task_id"])
+        st = started[-1]
+        sched = next(
+            d
+            for e in events
+            if isinstance(d := e.data, ActivityScheduled | CompensationScheduled) and d.task_id == st.task_id
+        )
         self.room -= 1
         self.leases.append(
             TaskLease(
-                st["task_id"],
+                st.task_id,
                 after.tenant,
                 after.run_id,
-                st["step"],
-                st["attempt"],
-                "compensation" if st.get("compensation") else "action",
-                sched["activity"],
-                sched["input"],
-                sched["idempotency_key"],
+                st.step,
+                st.attempt,
+                "compensation" if st.compensation else "action",
+                sched.activity,
+                sched.input,
+                sched.idempotency_key,
                 after.definition["name"],
                 int(after.definition["version"]),
-                sched["delivery"],
-                st["fencing"],
-                parse_iso(st["deadline"]),
+                sched.delivery,
+                st.fencing,
+                parse_iso(st.deadline),
             )
         )
 
@@ -332,6 +336,6 @@ class Work:
             t.definition,
             t.version,
             t.delivery,
-            events[0].data["fencing"],
+            next(e.data.fencing for e in events if isinstance(e.data, ActivityStarted)),
             deadline,
         )

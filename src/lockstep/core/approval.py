@@ -11,6 +11,16 @@ from typing import Any
 
 from .commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
 from .definition import ApprovalStep
+from .events import (
+    ApprovalCancelled,
+    ApprovalDecisionRecorded,
+    ApprovalGranted,
+    ApprovalLinkIssued,
+    ApprovalLinkRevoked,
+    ApprovalRejected,
+    ApprovalTimedOut,
+    ApproverReplaced,
+)
 from .flow import Tx, advance_after, cancel_timers, enter, fail
 
 __all__ = [
@@ -67,15 +77,16 @@ def decide_approval(tx: Tx, c: DecideApproval) -> None:
         )
     _check_identity(a, c.approver, c.groups)
     tx.emit(
-        "ApprovalDecisionRecorded",
-        step=a["step"],
-        request_id=c.request_id,
-        approver=c.approver,
-        decision=c.decision,
-        comment=c.comment,
-        roles=list(c.roles),
-        groups=list(c.groups),
-        link_id=c.link_id,
+        ApprovalDecisionRecorded(
+            step=a["step"],
+            request_id=c.request_id,
+            approver=c.approver,
+            decision=c.decision,
+            comment=c.comment,
+            roles=list(c.roles),
+            groups=list(c.groups),
+            link_id=c.link_id,
+        )
     )
     decisions = (tx.s.approval or {}).get("decisions", [])
     approvals = [d["approver"] for d in decisions if d["decision"] == "approve"]
@@ -84,16 +95,17 @@ def decide_approval(tx: Tx, c: DecideApproval) -> None:
     if len(rejections) >= policy["reject_quorum"]:
         _close_timer(tx, a["step"], "approval rejected")
         tx.emit(
-            "ApprovalRejected",
-            step=a["step"],
-            request_id=c.request_id,
-            by=rejections,
-            reason=f"rejected by {', '.join(rejections)}",
+            ApprovalRejected(
+                step=a["step"],
+                request_id=c.request_id,
+                by=rejections,
+                reason=f"rejected by {', '.join(rejections)}",
+            )
         )
         _after_reject(tx, a["step"], policy, f"rejected by {', '.join(rejections)}")
     elif len(approvals) >= policy["quorum"]:
         _close_timer(tx, a["step"], "approval granted")
-        tx.emit("ApprovalGranted", step=a["step"], request_id=c.request_id, approvers=approvals)
+        tx.emit(ApprovalGranted(step=a["step"], request_id=c.request_id, approvers=approvals))
         advance_after(tx, a["step"])
 
 
@@ -117,7 +129,7 @@ def on_approval_timeout(tx: Tx, step_id: str) -> None:
     step = tx.d.step(step_id)
     if not isinstance(step, ApprovalStep):  # pragma: no cover
         raise Rejected("corrupt", f"approval timer on non-approval step {step_id}")
-    tx.emit("ApprovalTimedOut", step=step_id, request_id=a["request_id"], expires_at=a["expires_at"])
+    tx.emit(ApprovalTimedOut(step=step_id, request_id=a["request_id"], expires_at=a["expires_at"]))
     policy = a["policy"]
     if policy["on_timeout"] == "reject":
         _after_reject(tx, step_id, policy, "not decided before it expired (on_timeout: reject)")
@@ -149,13 +161,14 @@ def issue_link(tx: Tx, c: IssueApprovalLink) -> None:
             f"one and use an open one, or let {c.approver} decide from the Approvals inbox (no link needed)",
         )
     tx.emit(
-        "ApprovalLinkIssued",
-        step=a["step"],
-        request_id=c.request_id,
-        approver=c.approver,
-        link_id=c.link_id,
-        expires_at=min(c.expires_at, a["expires_at"]),
-        by=c.by,
+        ApprovalLinkIssued(
+            step=a["step"],
+            request_id=c.request_id,
+            approver=c.approver,
+            link_id=c.link_id,
+            expires_at=min(c.expires_at, a["expires_at"]),
+            by=c.by,
+        )
     )
 
 
@@ -209,13 +222,9 @@ def replace_approver(tx: Tx, c: ReplaceApprover) -> None:
     if a.get("replacements", 0) >= most:
         raise Rejected("too_many_replacements", f"this request already had {most} approver replacements")
     tx.emit(
-        "ApproverReplaced",
-        step=a["step"],
-        request_id=c.request_id,
-        old=c.old,
-        new=c.new,
-        reason=c.reason,
-        actor=c.actor,
+        ApproverReplaced(
+            step=a["step"], request_id=c.request_id, old=c.old, new=c.new, reason=c.reason, actor=c.actor
+        )
     )
 
 
@@ -224,13 +233,14 @@ def revoke_link(tx: Tx, c: RevokeApprovalLink) -> None:
     if not any(x["link_id"] == c.link_id for x in a["links"]):
         raise Rejected("unknown_link", f"link {c.link_id} is not an open link of request {c.request_id}")
     tx.emit(
-        "ApprovalLinkRevoked",
-        step=a["step"],
-        request_id=c.request_id,
-        approver=c.approver,
-        link_id=c.link_id,
-        reason=c.reason,
-        actor=c.actor,
+        ApprovalLinkRevoked(
+            step=a["step"],
+            request_id=c.request_id,
+            approver=c.approver,
+            link_id=c.link_id,
+            reason=c.reason,
+            actor=c.actor,
+        )
     )
 
 
@@ -238,4 +248,4 @@ def settle_cancel(tx: Tx) -> None:
     """On cancellation: close a pending approval request (its links are revoked with it)."""
     a = tx.s.approval
     if a is not None:
-        tx.emit("ApprovalCancelled", step=a["step"], request_id=a["request_id"], reason="run cancelled")
+        tx.emit(ApprovalCancelled(step=a["step"], request_id=a["request_id"], reason="run cancelled"))

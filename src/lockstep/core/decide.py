@@ -7,7 +7,7 @@ one command may pass through several instant steps (choice, fail, succeed) befor
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, assert_never
 
 from .approval import (
     decide_approval,
@@ -48,7 +48,18 @@ from .definition import (
     DefinitionError,
     RetryPolicy,
 )
-from .events import Event
+from .events import (
+    ActivityFailed,
+    ActivityStarted,
+    ActivitySucceeded,
+    ActivityTimedOut,
+    CancelRequested,
+    Event,
+    NeedsAttention,
+    ResultIgnored,
+    RunStarted,
+    TimerFired,
+)
 from .flow import (
     Tx,
     advance_after,
@@ -88,52 +99,7 @@ def decide(
     so a runaway loop cannot grow without bound. `limits` are the server's (HISTORY_LIMITS bound the
     events people and workers can make a run repeat)."""
     tx = Tx(state, now, definition, limits)
-    if isinstance(command, StartRun):
-        _start(tx, command)
-    elif state is None:
-        raise Rejected("no_run", "the run does not exist")
-    elif isinstance(command, ClaimTask):
-        _claim(tx, command)
-    elif isinstance(command, ReportSuccess | ReportFailure):
-        _report(tx, command)
-    elif isinstance(command, ExpireLease):
-        _expire(tx, command)
-    elif isinstance(command, FireTimer):
-        _fire(tx, command)
-    elif isinstance(command, CancelRun):
-        _cancel(tx, command)
-    elif isinstance(command, DecideApproval):
-        decide_approval(tx, command)
-    elif isinstance(command, IssueApprovalLink):
-        issue_link(tx, command)
-    elif isinstance(command, ReplaceApprover):
-        replace_approver(tx, command)
-    elif isinstance(command, RevokeApprovalLink):
-        revoke_link(tx, command)
-    elif isinstance(command, DeadLetter):
-        dead_letter(tx, command)
-    elif isinstance(command, RetryStep):
-        retry_step(tx, command)
-    elif isinstance(command, PauseRun):
-        pause(tx, command)
-    elif isinstance(command, ResumeRun):
-        resume(tx, command)
-    elif isinstance(command, SkipStep | ResolveStep | MigrateRun) and needs_second_operator(tx, command):
-        propose_repair(tx, command)
-    elif isinstance(command, SkipStep):
-        skip(tx, command)
-    elif isinstance(command, EditInput):
-        edit_input(tx, command)
-    elif isinstance(command, ResolveStep):
-        resolve(tx, command)
-    elif isinstance(command, MigrateRun):
-        migrate(tx, command)
-    elif isinstance(command, ConfirmRepair):
-        confirm_repair(tx, command)
-    elif isinstance(command, RejectRepair):
-        reject_repair(tx, command)
-    else:  # pragma: no cover - the Command union is closed
-        raise Rejected("unknown_command", f"unknown command {type(command).__name__}")
+    _dispatch(tx, command)
     s = tx.state
     if (
         max_events is not None
@@ -153,6 +119,57 @@ def decide(
     return tx.events
 
 
+def _dispatch(tx: Tx, c: Command) -> None:
+    """Every kind of command has its case (mypy checks that none is missing: assert_never)."""
+    match c:
+        case StartRun():
+            _start(tx, c)
+        case _ if tx.state is None:
+            raise Rejected("no_run", "the run does not exist")
+        case ClaimTask():
+            _claim(tx, c)
+        case ReportSuccess() | ReportFailure():
+            _report(tx, c)
+        case ExpireLease():
+            _expire(tx, c)
+        case FireTimer():
+            _fire(tx, c)
+        case CancelRun():
+            _cancel(tx, c)
+        case DecideApproval():
+            decide_approval(tx, c)
+        case IssueApprovalLink():
+            issue_link(tx, c)
+        case ReplaceApprover():
+            replace_approver(tx, c)
+        case RevokeApprovalLink():
+            revoke_link(tx, c)
+        case DeadLetter():
+            dead_letter(tx, c)
+        case RetryStep():
+            retry_step(tx, c)
+        case PauseRun():
+            pause(tx, c)
+        case ResumeRun():
+            resume(tx, c)
+        case SkipStep() | ResolveStep() | MigrateRun() if needs_second_operator(tx, c):
+            propose_repair(tx, c)
+        case SkipStep():
+            skip(tx, c)
+        case EditInput():
+            edit_input(tx, c)
+        case ResolveStep():
+            resolve(tx, c)
+        case MigrateRun():
+            migrate(tx, c)
+        case ConfirmRepair():
+            confirm_repair(tx, c)
+        case RejectRepair():
+            reject_repair(tx, c)
+        case _:
+            assert_never(c)
+
+
 # --- starting and moving through steps -------------------------------------------------------------
 
 
@@ -168,14 +185,15 @@ def _start(tx: Tx, c: StartRun) -> None:
     except DefinitionError as exc:
         raise Rejected("invalid_input", str(exc)) from None
     tx.emit(
-        "RunStarted",
-        run_id=c.run_id,
-        tenant=c.tenant,
-        definition={"name": tx.d.name, "version": c.version, "digest": tx.d.digest},
-        input=c.input,
-        start_key=c.start_key,
-        actor=c.actor,
-        steps=[s.id for s in tx.d.steps],
+        RunStarted(
+            run_id=c.run_id,
+            tenant=c.tenant,
+            definition={"name": tx.d.name, "version": c.version, "digest": tx.d.digest},
+            input=c.input,
+            start_key=c.start_key,
+            actor=c.actor,
+            steps=[s.id for s in tx.d.steps],
+        )
     )
     if c.max_run_ms is not None:
         timer(tx, "deadline", "deadline", "(run)", now_plus(tx, c.max_run_ms))
@@ -188,14 +206,15 @@ def _start(tx: Tx, c: StartRun) -> None:
 def _claim(tx: Tx, c: ClaimTask) -> None:
     a = queued_attempt(tx, c.task_id)
     tx.emit(
-        "ActivityStarted",
-        step=a.step,
-        task_id=a.task_id,
-        attempt=a.attempt,
-        fencing=tx.s.seq + 1,
-        worker=c.worker,
-        deadline=c.deadline,
-        compensation=a.kind == "compensation",
+        ActivityStarted(
+            step=a.step,
+            task_id=a.task_id,
+            attempt=a.attempt,
+            fencing=tx.s.seq + 1,
+            worker=c.worker,
+            deadline=c.deadline,
+            compensation=a.kind == "compensation",
+        )
     )
 
 
@@ -243,13 +262,14 @@ def _report(tx: Tx, c: ReportSuccess | ReportFailure) -> None:
             else (parts[1] if len(parts) == 3 and parts[0] == tx.s.run_id else "?")
         )
         tx.emit(
-            "ResultIgnored",
-            step=step,
-            task_id=c.task_id,
-            attempt=c.attempt,
-            fencing=c.fencing,
-            reason=stale,
-            result=result,
+            ResultIgnored(
+                step=step,
+                task_id=c.task_id,
+                attempt=c.attempt,
+                fencing=c.fencing,
+                reason=stale,
+                result=result,
+            )
         )
         return
     a = tx.s.active
@@ -260,20 +280,21 @@ def _report(tx: Tx, c: ReportSuccess | ReportFailure) -> None:
         spec = tx.d.step(a.step)
         compensable = isinstance(spec, ActivityStep) and spec.compensate is not None
         tx.emit(
-            "ActivitySucceeded",
-            step=a.step,
-            task_id=a.task_id,
-            attempt=a.attempt,
-            fencing=c.fencing,
-            output=c.output,
-            compensation=comp,
-            compensable=compensable and not comp,
+            ActivitySucceeded(
+                step=a.step,
+                task_id=a.task_id,
+                attempt=a.attempt,
+                fencing=c.fencing,
+                output=c.output,
+                compensation=comp,
+                compensable=compensable and not comp,
+            )
         )
         _after_success(tx, a)
         return
     error = {"code": c.code, "message": c.message, "step": a.step, "attempt": a.attempt}
     unknown = a.delivery == "at_most_once" and c.unexpected and not comp
-    _after_failure(tx, a, "ActivityFailed", error, c.retryable and not unknown, unknown)
+    _after_failure(tx, a, error, c.retryable and not unknown, unknown)
 
 
 def _after_success(tx: Tx, a: Attempt) -> None:
@@ -295,9 +316,10 @@ def _policy(tx: Tx, a: Attempt) -> RetryPolicy:
 
 
 def _after_failure(
-    tx: Tx, a: Attempt, etype: str, error: dict[str, Any], retryable: bool, unknown: bool, **extra: Any
+    tx: Tx, a: Attempt, error: dict[str, Any], retryable: bool, unknown: bool, timed_out: str | None = None
 ) -> None:
-    """Shared by reported failures and timeouts: retry on a durable timer, escalate, or fail the step."""
+    """Shared by reported failures and timeouts (`timed_out`: why the lease expired): retry on a durable
+    timer, escalate, or fail the step."""
     policy = _policy(tx, a)
     comp = a.kind == "compensation"
     cancelling = tx.s.cancel is not None and not comp
@@ -308,48 +330,66 @@ def _after_failure(
         and error["code"] not in policy.non_retryable
         and a.attempt < policy.max_attempts
     )
-    tx.emit(
-        etype,
-        step=a.step,
-        task_id=a.task_id,
-        attempt=a.attempt,
-        activity=a.activity,
-        error=error,
-        will_retry=will_retry,
-        outcome_unknown=unknown,
-        compensation=comp,
-        **extra,
-    )
+    if timed_out is None:
+        tx.emit(
+            ActivityFailed(
+                step=a.step,
+                task_id=a.task_id,
+                attempt=a.attempt,
+                activity=a.activity,
+                error=error,
+                will_retry=will_retry,
+                outcome_unknown=unknown,
+                compensation=comp,
+            )
+        )
+    else:
+        tx.emit(
+            ActivityTimedOut(
+                step=a.step,
+                task_id=a.task_id,
+                attempt=a.attempt,
+                activity=a.activity,
+                error=error,
+                will_retry=will_retry,
+                outcome_unknown=unknown,
+                compensation=comp,
+                reason=timed_out,
+            )
+        )
     if will_retry:
         delay = policy.delay(a.attempt)
         key = f"retry:{a.step}" + (":compensation" if comp else "")
         timer(tx, key, "retry", a.step, tx.now + delay, attempt=a.attempt + 1, compensation=comp)
     elif unknown:
         tx.emit(
-            "NeedsAttention",
-            step=a.step,
-            code="outcome_unknown",
-            reason=f"at-most-once activity {a.activity} (step {a.step}, attempt {a.attempt}) may or may "
-            f"not have taken effect ({error['code']}: {error['message']}); it will not be retried "
-            f"blindly: check the downstream system, then resolve the step or cancel the run",
+            NeedsAttention(
+                step=a.step,
+                code="outcome_unknown",
+                reason=f"at-most-once activity {a.activity} (step {a.step}, attempt {a.attempt}) may or "
+                f"may not have taken effect ({error['code']}: {error['message']}); it will not be retried "
+                f"blindly: check the downstream system, then resolve the step or cancel the run",
+            )
         )
     elif comp:
         tx.emit(
-            "NeedsAttention",
-            step=a.step,
-            code="compensation_failed",
-            reason=f"compensation {a.activity} of step {a.step} failed for good after {a.attempt} "
-            f"attempt(s) ({error['code']}: {error['message']})",
+            NeedsAttention(
+                step=a.step,
+                code="compensation_failed",
+                reason=f"compensation {a.activity} of step {a.step} failed for good after {a.attempt} "
+                f"attempt(s) ({error['code']}: {error['message']})",
+            )
         )
     elif cancelling:
         begin_cancel(tx)
     elif policy.on_exhausted == "dead_letter" and retryable and error["code"] not in policy.non_retryable:
         tx.emit(
-            "NeedsAttention",
-            step=a.step,
-            code="dead_letter",
-            reason=f"activity {a.activity} (step {a.step}) exhausted its {a.attempt} attempt(s) "
-            f"({error['code']}: {error['message']}); the step waits in the dead-letter state",
+            NeedsAttention(
+                step=a.step,
+                code="dead_letter",
+                reason=f"activity {a.activity} (step {a.step}) exhausted its {a.attempt} attempt(s) "
+                f"({error['code']}: {error['message']}); the step waits in the dead-letter state",
+            )
         )
     else:
         fail(tx, error)
@@ -361,7 +401,7 @@ def _expire(tx: Tx, c: ExpireLease) -> None:
         raise Rejected("stale_lease", f"task {c.task_id} attempt {c.attempt} is no longer in flight")
     error = {"code": "Timeout", "message": c.reason, "step": a.step, "attempt": a.attempt}
     unknown = a.delivery == "at_most_once" and a.kind == "action"
-    _after_failure(tx, a, "ActivityTimedOut", error, True, unknown, reason=c.reason)
+    _after_failure(tx, a, error, True, unknown, timed_out=c.reason)
 
 
 def _fire(tx: Tx, c: FireTimer) -> None:
@@ -370,7 +410,7 @@ def _fire(tx: Tx, c: FireTimer) -> None:
         raise Rejected("stale_timer", f"timer {c.key} generation {c.generation} is no longer armed")
     if parse_iso(t.fire_at) > tx.now:
         raise Rejected("not_due", f"timer {c.key} is due at {t.fire_at}, not yet")
-    tx.emit("TimerFired", key=t.key, generation=t.generation, kind=t.kind, step=t.step, fire_at=t.fire_at)
+    tx.emit(TimerFired(key=t.key, generation=t.generation, kind=t.kind, step=t.step, fire_at=t.fire_at))
     if t.kind == "wait":
         advance_after(tx, t.step)
         return
@@ -402,7 +442,7 @@ def _cancel(tx: Tx, c: CancelRun) -> None:
         if s.attention is not None:
             raise Rejected("compensating", f"the run waits for an operator: {s.attention['reason']}")
         raise Rejected("compensating", "the run is already compensating after a failure and will end failed")
-    tx.emit("CancelRequested", reason=c.reason, actor=c.actor)
+    tx.emit(CancelRequested(reason=c.reason, actor=c.actor))
     cancel_timers(tx, "run cancelled")
     settle_cancel(tx)
     a = tx.s.active

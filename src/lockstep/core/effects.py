@@ -5,7 +5,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .events import Event
+from .events import (
+    ActivityCancelled,
+    ActivityDeadLettered,
+    ActivityFailed,
+    ActivityScheduled,
+    ActivityStarted,
+    ActivitySucceeded,
+    ActivityTimedOut,
+    ApprovalCancelled,
+    ApprovalDecisionRecorded,
+    ApprovalGranted,
+    ApprovalLinkRevoked,
+    ApprovalRejected,
+    ApprovalRequested,
+    ApprovalTimedOut,
+    ApproverReplaced,
+    CompensationScheduled,
+    Event,
+    TimerCancelled,
+    TimerFired,
+    TimerScheduled,
+)
 
 __all__ = [
     "CloseApprovalRequest",
@@ -138,72 +159,77 @@ Effect = (
     | RevokeLinks
     | NotifyApprovers
 )
-CLOSING = {
-    "ApprovalGranted": "approved",
-    "ApprovalRejected": "rejected",
-    "ApprovalTimedOut": "timed_out",
-    "ApprovalCancelled": "cancelled",
+CLOSING: dict[type[ApprovalGranted | ApprovalRejected | ApprovalTimedOut | ApprovalCancelled], str] = {
+    ApprovalGranted: "approved",
+    ApprovalRejected: "rejected",
+    ApprovalTimedOut: "timed_out",
+    ApprovalCancelled: "cancelled",
 }
+
+
+def _task(d: ActivityScheduled | CompensationScheduled, kind: str, priority: int) -> CreateTask:
+    return CreateTask(
+        d.task_id,
+        d.step,
+        d.attempt,
+        kind,
+        d.activity,
+        d.queue,
+        d.input,
+        d.idempotency_key,
+        d.timeout_ms,
+        d.delivery,
+        priority,
+    )
 
 
 def effects_of(events: list[Event]) -> list[Effect]:
     out: list[Effect] = []
     for e in events:
-        d = e.data
-        if e.type in ("ActivityScheduled", "CompensationScheduled"):
-            out.append(
-                CreateTask(
-                    d["task_id"],
-                    d["step"],
-                    d["attempt"],
-                    "compensation" if e.type == "CompensationScheduled" else "action",
-                    d["activity"],
-                    d.get("queue"),
-                    d["input"],
-                    d["idempotency_key"],
-                    d["timeout_ms"],
-                    d["delivery"],
-                    d.get("priority", 0),
+        match d := e.data:
+            case ActivityScheduled():
+                priority = d.priority if isinstance(d.priority, int) else 0  # unset in older histories
+                out.append(_task(d, "action", priority))
+            case CompensationScheduled():
+                out.append(_task(d, "compensation", 0))
+            case ActivityStarted():
+                out.append(LeaseTask(d.task_id, d.fencing, d.worker, d.deadline))
+            case ActivitySucceeded() | ActivityFailed() | ActivityTimedOut():
+                out.append(CloseTask(d.task_id, "done"))
+            case ActivityDeadLettered():
+                out.append(DeadLetterTask(d.task_id, d.reason))
+            case ActivityCancelled():
+                out.append(CloseTask(d.task_id, "cancelled"))
+            case TimerScheduled():
+                out.append(CreateTimer(d.key, d.generation, d.fire_at))
+            case TimerFired():
+                out.append(CloseTimer(d.key, d.generation, "fired"))
+            case TimerCancelled():
+                out.append(CloseTimer(d.key, d.generation, "cancelled"))
+            case ApprovalRequested():
+                p = d.policy
+                out.append(
+                    OpenApprovalRequest(
+                        d.request_id,
+                        d.step,
+                        tuple(p["users"]),
+                        tuple(p["groups"]),
+                        d.initiator,
+                        bool(p["allow_initiator"]),
+                        d.expires_at,
+                    )
                 )
-            )
-        elif e.type == "ActivityStarted":
-            out.append(LeaseTask(d["task_id"], d["fencing"], d["worker"], d["deadline"]))
-        elif e.type in ("ActivitySucceeded", "ActivityFailed", "ActivityTimedOut"):
-            out.append(CloseTask(d["task_id"], "done"))
-        elif e.type == "ActivityDeadLettered":
-            out.append(DeadLetterTask(d["task_id"], d["reason"]))
-        elif e.type == "ActivityCancelled":
-            out.append(CloseTask(d["task_id"], "cancelled"))
-        elif e.type == "TimerScheduled":
-            out.append(CreateTimer(d["key"], d["generation"], d["fire_at"]))
-        elif e.type == "TimerFired":
-            out.append(CloseTimer(d["key"], d["generation"], "fired"))
-        elif e.type == "TimerCancelled":
-            out.append(CloseTimer(d["key"], d["generation"], "cancelled"))
-        elif e.type == "ApprovalRequested":
-            p = d["policy"]
-            out.append(
-                OpenApprovalRequest(
-                    d["request_id"],
-                    d["step"],
-                    tuple(p["users"]),
-                    tuple(p["groups"]),
-                    d.get("initiator"),
-                    bool(p["allow_initiator"]),
-                    d["expires_at"],
-                )
-            )
-            out.append(NotifyApprovers(d["request_id"], None))
-        elif e.type == "ApproverReplaced":
-            out.append(UpdateApprovers(d["request_id"], d["old"], d["new"]))
-            out.append(RevokeLinks(d["request_id"], d["old"]))
-            out.append(NotifyApprovers(d["request_id"], d["new"]))
-        elif e.type == "ApprovalDecisionRecorded":
-            out.append(
-                RecordApprovalDecision(d["request_id"], d["approver"], d["decision"], d.get("link_id"), e.at)
-            )
-        elif e.type == "ApprovalLinkRevoked":
-            out.append(RevokeLinks(d["request_id"], d["approver"], d["link_id"]))
-        elif e.type in CLOSING:
-            out.append(CloseApprovalRequest(d["request_id"], CLOSING[e.type]))
+                out.append(NotifyApprovers(d.request_id, None))
+            case ApproverReplaced():
+                out.append(UpdateApprovers(d.request_id, d.old, d.new))
+                out.append(RevokeLinks(d.request_id, d.old))
+                out.append(NotifyApprovers(d.request_id, d.new))
+            case ApprovalDecisionRecorded():
+                out.append(RecordApprovalDecision(d.request_id, d.approver, d.decision, d.link_id, e.at))
+            case ApprovalLinkRevoked():
+                out.append(RevokeLinks(d.request_id, d.approver, d.link_id))
+            case ApprovalGranted() | ApprovalRejected() | ApprovalTimedOut() | ApprovalCancelled():
+                out.append(CloseApprovalRequest(d.request_id, CLOSING[type(d)]))
+            case _:
+                pass  # the other events ask nothing of the outside world
     return out

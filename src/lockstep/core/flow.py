@@ -17,10 +17,30 @@ from .definition import (
     SucceedStep,
     WaitStep,
 )
-from .events import Event
+from .events import (
+    UNSET,
+    ActivityCancelled,
+    ActivityScheduled,
+    ApprovalRequested,
+    ChoiceEvaluated,
+    CompensationScheduled,
+    CompensationStarted,
+    Event,
+    EventData,
+    NeedsAttention,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    StepFailed,
+    TimerCancelled,
+    TimerScheduled,
+    TransitionDeferred,
+    UnsetType,
+)
+from .evolve import evolve
 from .expr import ExprError, evaluate
 from .limits import DEFAULT_SERVER_LIMITS, ServerLimits
-from .state import Attempt, RunState, evolve
+from .state import Attempt, RunState
 from .timeutil import iso, parse_iso
 
 __all__ = [
@@ -98,9 +118,9 @@ class Tx:
             raise Rejected("no_run", "the run does not exist")
         return self.state
 
-    def emit(self, type_: str, **data: Any) -> None:
+    def emit(self, data: EventData) -> None:
         seq = (self.state.seq if self.state else 0) + 1
-        e = Event(type=type_, at=self.at, data=data, seq=seq)
+        e = Event(data, self.at, seq)
         self.state = evolve(self.state, e)
         self.events.append(e)
 
@@ -110,13 +130,27 @@ def cancel_timers(tx: Tx, reason: str, step: str | None = None) -> None:
     for t in sorted(tx.s.timers.values(), key=lambda t: t.key):
         if step is None or t.step == step:
             tx.emit(
-                "TimerCancelled", key=t.key, generation=t.generation, kind=t.kind, step=t.step, reason=reason
+                TimerCancelled(key=t.key, generation=t.generation, kind=t.kind, step=t.step, reason=reason)
             )
 
 
-def withdraw(tx: Tx, a: Attempt, reason: str, **extra: Any) -> None:
-    """Record that an attempt is no longer wanted (ActivityCancelled); its task row is closed."""
-    tx.emit("ActivityCancelled", step=a.step, task_id=a.task_id, attempt=a.attempt, reason=reason, **extra)
+def withdraw(tx: Tx, a: Attempt, reason: str, rescheduled: bool = False) -> None:
+    """Record that an attempt is no longer wanted (ActivityCancelled); its task row is closed.
+    `rescheduled`: a pause withdraws it, to schedule it again on resume."""
+    if rescheduled:
+        comp = a.kind == "compensation"
+        tx.emit(
+            ActivityCancelled(
+                step=a.step,
+                task_id=a.task_id,
+                attempt=a.attempt,
+                reason=reason,
+                rescheduled=True,
+                compensation=comp,
+            )
+        )
+    else:
+        tx.emit(ActivityCancelled(step=a.step, task_id=a.task_id, attempt=a.attempt, reason=reason))
 
 
 def queued_attempt(tx: Tx, task: str) -> Attempt:
@@ -136,7 +170,7 @@ def defer(tx: Tx, action: str, **args: Any) -> bool:
     carried out by RunResumed instead. Returns True if deferred."""
     if tx.s.paused is None:
         return False
-    tx.emit("TransitionDeferred", action=action, args=args)
+    tx.emit(TransitionDeferred(action=action, args=args))
     return True
 
 
@@ -224,7 +258,7 @@ def _choose(tx: Tx, step: ChoiceStep, ctx: dict[str, Any]) -> str | None:
             )
             return None
         if hit:
-            tx.emit("ChoiceEvaluated", step=step.id, branch=i, condition=cond.source, next=target)
+            tx.emit(ChoiceEvaluated(step=step.id, branch=i, condition=cond.source, next=target))
             return target
     if step.default is None:
         step_failed(
@@ -237,7 +271,7 @@ def _choose(tx: Tx, step: ChoiceStep, ctx: dict[str, Any]) -> str | None:
             },
         )
         return None
-    tx.emit("ChoiceEvaluated", step=step.id, branch="else", condition=None, next=step.default)
+    tx.emit(ChoiceEvaluated(step=step.id, branch="else", condition=None, next=step.default))
     return step.default
 
 
@@ -261,7 +295,7 @@ def complete(tx: Tx, succeed: SucceedStep | None) -> None:
             {"code": "ExpressionError", "message": f"run output: {exc}", "step": None},
         )
         return
-    tx.emit("RunCompleted", output=output)
+    tx.emit(RunCompleted(output=output))
 
 
 def schedule_action(
@@ -284,18 +318,19 @@ def schedule_action(
         step_failed(tx, step.id, {"code": "ExpressionError", "message": str(exc), "step": step.id})
         return
     tx.emit(
-        "ActivityScheduled",
-        step=step.id,
-        attempt=attempt,
-        task_id=task_id(tx.s.run_id, step.id, "action", attempt, tx.s.seq + 1),
-        activity=step.activity,
-        input=payload,
-        idempotency_key=key,
-        delivery=step.delivery,
-        timeout_ms=int(step.timeout.total_seconds() * 1000),
-        queue=step.queue,
-        priority=step.priority,
-        max_attempts=step.retry.max_attempts,
+        ActivityScheduled(
+            step=step.id,
+            attempt=attempt,
+            task_id=task_id(tx.s.run_id, step.id, "action", attempt, tx.s.seq + 1),
+            activity=step.activity,
+            input=payload,
+            idempotency_key=key,
+            delivery=step.delivery,
+            timeout_ms=int(step.timeout.total_seconds() * 1000),
+            queue=step.queue,
+            priority=step.priority,
+            max_attempts=step.retry.max_attempts,
+        )
     )
 
 
@@ -321,10 +356,27 @@ def schedule_wait(tx: Tx, step: WaitStep, ctx: dict[str, Any]) -> None:
     timer(tx, f"wait:{step.id}", "wait", step.id, fire_at)
 
 
-def timer(tx: Tx, key: str, kind: str, step: str, fire_at: datetime, **extra: Any) -> None:
+def timer(
+    tx: Tx,
+    key: str,
+    kind: str,
+    step: str,
+    fire_at: datetime,
+    attempt: int | UnsetType = UNSET,
+    compensation: bool | UnsetType = UNSET,
+) -> None:
+    """Arm a durable timer; a retry timer (only) records the attempt it starts and whose it is."""
     generation = tx.s.seq + 1  # the seq of the TimerScheduled event: unique and increasing per run
     tx.emit(
-        "TimerScheduled", key=key, generation=generation, kind=kind, step=step, fire_at=iso(fire_at), **extra
+        TimerScheduled(
+            key=key,
+            generation=generation,
+            kind=kind,
+            step=step,
+            fire_at=iso(fire_at),
+            attempt=attempt,
+            compensation=compensation,
+        )
     )
 
 
@@ -332,7 +384,7 @@ def timer(tx: Tx, key: str, kind: str, step: str, fire_at: datetime, **extra: An
 
 
 def step_failed(tx: Tx, step_id: str, error: dict[str, Any]) -> None:
-    tx.emit("StepFailed", step=step_id, error=error)
+    tx.emit(StepFailed(step=step_id, error=error))
     fail(tx, error)
 
 
@@ -341,19 +393,19 @@ def fail(tx: Tx, error: dict[str, Any]) -> None:
     if defer(tx, "fail", error=error):
         return
     if tx.s.completed:
-        tx.emit("CompensationStarted", cause="failed", error=error, steps=list(reversed(tx.s.completed)))
+        tx.emit(CompensationStarted(cause="failed", error=error, steps=list(reversed(tx.s.completed))))
         next_compensation(tx)
     else:
-        tx.emit("RunFailed", error=error)
+        tx.emit(RunFailed(error=error))
 
 
 def begin_cancel(tx: Tx) -> None:
     if tx.s.completed:
-        tx.emit("CompensationStarted", cause="cancelled", error=None, steps=list(reversed(tx.s.completed)))
+        tx.emit(CompensationStarted(cause="cancelled", error=None, steps=list(reversed(tx.s.completed))))
         next_compensation(tx)
     else:
         cancel = tx.s.cancel or {}
-        tx.emit("RunCancelled", reason=cancel.get("reason"))
+        tx.emit(RunCancelled(reason=cancel.get("reason")))
 
 
 def next_compensation(tx: Tx, attempt: int = 1) -> None:
@@ -362,9 +414,9 @@ def next_compensation(tx: Tx, attempt: int = 1) -> None:
     remaining = tx.s.compensating or ()
     if not remaining:
         if tx.s.compensation_cause == "cancelled":
-            tx.emit("RunCancelled", reason=(tx.s.cancel or {}).get("reason"))
+            tx.emit(RunCancelled(reason=(tx.s.cancel or {}).get("reason")))
         else:
-            tx.emit("RunFailed", error=tx.s.error)
+            tx.emit(RunFailed(error=tx.s.error))
         return
     step_id = remaining[0]
     step = tx.d.step(step_id)
@@ -376,26 +428,28 @@ def next_compensation(tx: Tx, attempt: int = 1) -> None:
         payload = comp.input.render(ctx)
     except ExprError as exc:
         tx.emit(
-            "NeedsAttention",
-            step=step_id,
-            code="compensation_input_error",
-            reason=f"the compensation input of step {step_id} cannot be built: {exc}",
+            NeedsAttention(
+                step=step_id,
+                code="compensation_input_error",
+                reason=f"the compensation input of step {step_id} cannot be built: {exc}",
+            )
         )
         return
     base_key = tx.s.steps[step_id].idempotency_key or f"{tx.s.tenant}:{tx.s.run_id}:{step_id}"
     tx.emit(
-        "CompensationScheduled",
-        step=step_id,
-        attempt=attempt,
-        compensation=True,
-        task_id=task_id(tx.s.run_id, step_id, "compensation", attempt, tx.s.seq + 1),
-        activity=comp.activity,
-        input=payload,
-        idempotency_key=f"{base_key}:compensate",
-        delivery="idempotent",
-        timeout_ms=int(comp.timeout.total_seconds() * 1000),
-        queue=comp.queue,
-        max_attempts=comp.retry.max_attempts,
+        CompensationScheduled(
+            step=step_id,
+            attempt=attempt,
+            compensation=True,
+            task_id=task_id(tx.s.run_id, step_id, "compensation", attempt, tx.s.seq + 1),
+            activity=comp.activity,
+            input=payload,
+            idempotency_key=f"{base_key}:compensate",
+            delivery="idempotent",
+            timeout_ms=int(comp.timeout.total_seconds() * 1000),
+            queue=comp.queue,
+            max_attempts=comp.retry.max_attempts,
+        )
     )
 
 
@@ -412,13 +466,14 @@ def request_approval(tx: Tx, step: ApprovalStep, ctx: dict[str, Any]) -> None:
     policy = step.policy()
     expires = tx.now + step.timeout
     tx.emit(
-        "ApprovalRequested",
-        step=step.id,
-        request_id=f"{tx.s.run_id}/{step.id}/r{n}",
-        policy=policy,
-        policy_digest=digest({"definition": tx.s.definition, "step": step.id, "policy": policy}),
-        details=details if isinstance(details, str) else str(details),
-        expires_at=iso(expires),
-        initiator=tx.s.actor,
+        ApprovalRequested(
+            step=step.id,
+            request_id=f"{tx.s.run_id}/{step.id}/r{n}",
+            policy=policy,
+            policy_digest=digest({"definition": tx.s.definition, "step": step.id, "policy": policy}),
+            details=details if isinstance(details, str) else str(details),
+            expires_at=iso(expires),
+            initiator=tx.s.actor,
+        )
     )
     timer(tx, f"approval:{step.id}", "approval", step.id, expires)

@@ -10,10 +10,10 @@ confirmation never runs a command on a state other than the one its proposer loo
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 from .commands import ConfirmRepair, MigrateRun, Rejected, RejectRepair, ResolveStep, SkipStep
+from .events import RepairConfirmed, RepairProposed, RepairRejected
 from .flow import Tx
 from .migrate import migrate
 from .repair import resolve, skip
@@ -21,11 +21,23 @@ from .repair import resolve, skip
 __all__ = ["confirm_repair", "needs_second_operator", "propose_repair", "reject_repair"]
 
 Repair = SkipStep | ResolveStep | MigrateRun
-HANDLERS: dict[str, Callable[[Tx, Any], None]] = {"skip": skip, "resolve": resolve, "migrate": migrate}
 
 
 def _kind(c: Repair) -> str:
     return "skip" if isinstance(c, SkipStep) else "resolve" if isinstance(c, ResolveStep) else "migrate"
+
+
+def _run(tx: Tx, c: Repair) -> None:
+    """The repair command itself (mypy checks that every kind has its case: assert_never)."""
+    match c:
+        case SkipStep():
+            skip(tx, c)
+        case ResolveStep():
+            resolve(tx, c)
+        case MigrateRun():
+            migrate(tx, c)
+        case _:
+            assert_never(c)
 
 
 def needs_second_operator(tx: Tx, c: Repair) -> bool:
@@ -88,15 +100,16 @@ def propose_repair(tx: Tx, c: Repair) -> None:
     if s.proposals_made >= most:
         raise Rejected("too_many_proposals", f"this run already had {most} repair proposals (the limit)")
     probe = Tx(s, tx.now, tx.d, tx.limits)
-    HANDLERS[kind](probe, c)  # refused now: refused as a proposal too, with the same reason
+    _run(probe, c)  # refused now: refused as a proposal too, with the same reason
     tx.emit(
-        "RepairProposed",
-        proposal_id=f"p{s.seq + 1}",
-        kind=kind,
-        command=_as_data(c),
-        reason=c.reason,
-        actor=actor,
-        effect=[e.type for e in probe.events],
+        RepairProposed(
+            proposal_id=f"p{s.seq + 1}",
+            kind=kind,
+            command=_as_data(c),
+            reason=c.reason,
+            actor=actor,
+            effect=[e.type for e in probe.events],
+        )
     )
 
 
@@ -123,14 +136,11 @@ def confirm_repair(tx: Tx, c: ConfirmRepair) -> None:
         )
     command = _rebuild(p, c)
     tx.emit(
-        "RepairConfirmed",
-        proposal_id=p["proposal_id"],
-        kind=p["kind"],
-        by=actor,
-        reason=c.reason,
-        proposed_by=p["actor"],
+        RepairConfirmed(
+            proposal_id=p["proposal_id"], kind=p["kind"], by=actor, reason=c.reason, proposed_by=p["actor"]
+        )
     )
-    HANDLERS[p["kind"]](tx, command)  # checked again on the state as it is now
+    _run(tx, command)  # checked again on the state as it is now
 
 
 def reject_repair(tx: Tx, c: RejectRepair) -> None:
@@ -139,11 +149,12 @@ def reject_repair(tx: Tx, c: RejectRepair) -> None:
         raise Rejected("reason_required", "rejecting a proposal needs a reason")
     actor = _operator(c.actor, "rejecting a proposal")
     tx.emit(
-        "RepairRejected",
-        proposal_id=p["proposal_id"],
-        kind=p["kind"],
-        by=actor,
-        reason=c.reason,
-        proposed_by=p["actor"],
-        withdrawn=actor == p["actor"],
+        RepairRejected(
+            proposal_id=p["proposal_id"],
+            kind=p["kind"],
+            by=actor,
+            reason=c.reason,
+            proposed_by=p["actor"],
+            withdrawn=actor == p["actor"],
+        )
     )

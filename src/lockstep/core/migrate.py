@@ -12,13 +12,15 @@ from typing import Any
 
 from .commands import MigrateRun, Rejected
 from .definition import ActivityStep, ApprovalStep, Definition, DefinitionError, WaitStep
+from .events import WorkflowMigrated
 from .flow import Tx, cancel_timers, continue_run, enter, withdraw
+from .state import RunState
 
 __all__ = ["migrate", "plan_migration"]
 
 
 def plan_migration(
-    s: Any, current: Definition, target: Definition, mapping: dict[str, str]
+    s: RunState, current: Definition, target: Definition, mapping: dict[str, str]
 ) -> dict[str, Any]:
     """What a migration would do: step mapping, added/removed steps, carried waits, problems."""
 
@@ -137,17 +139,18 @@ def migrate(tx: Tx, c: MigrateRun) -> None:
         cancel_timers(tx, f"run migrated to version {c.target_version}", cur)
     held = list(s.paused["deferred"]) if s.paused is not None else []
     tx.emit(
-        "WorkflowMigrated",
-        previous=dict(s.definition),
-        superseded=held,
-        definition={"name": target.name, "version": c.target_version, "digest": target.digest},
-        mapping=plan["mapping"],
-        steps=[st.id for st in target.steps],
-        carried=plan["carried"],
-        steps_added=plan["steps_added"],
-        steps_removed=plan["steps_removed"],
-        reason=c.reason,
-        actor=c.actor,
+        WorkflowMigrated(
+            previous=dict(s.definition),
+            superseded=held,
+            definition={"name": target.name, "version": c.target_version, "digest": target.digest},
+            mapping=plan["mapping"],
+            steps=[st.id for st in target.steps],
+            carried=plan["carried"],
+            steps_added=plan["steps_added"],
+            steps_removed=plan["steps_removed"],
+            reason=c.reason,
+            actor=c.actor,
+        )
     )
     tx.d = target
     if restart is not None:

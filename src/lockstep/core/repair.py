@@ -7,6 +7,16 @@ from typing import Any
 
 from .commands import DeadLetter, EditInput, PauseRun, Rejected, ResolveStep, ResumeRun, RetryStep, SkipStep
 from .definition import ActivityStep, DefinitionError
+from .events import (
+    ActivityDeadLettered,
+    InputEdited,
+    NeedsAttention,
+    RunPaused,
+    RunResumed,
+    StepResolved,
+    StepRetried,
+    StepSkipped,
+)
 from .flow import (
     Tx,
     advance_after,
@@ -39,20 +49,22 @@ RETRYABLE_ATTENTION = ("dead_letter", "outcome_unknown", "compensation_failed")
 def dead_letter(tx: Tx, c: DeadLetter) -> None:
     a = queued_attempt(tx, c.task_id)
     tx.emit(
-        "ActivityDeadLettered",
-        step=a.step,
-        task_id=a.task_id,
-        attempt=a.attempt,
-        activity=a.activity,
-        reason=c.reason,
-        compensation=a.kind == "compensation",
+        ActivityDeadLettered(
+            step=a.step,
+            task_id=a.task_id,
+            attempt=a.attempt,
+            activity=a.activity,
+            reason=c.reason,
+            compensation=a.kind == "compensation",
+        )
     )
     tx.emit(
-        "NeedsAttention",
-        step=a.step,
-        code="dead_letter",
-        reason=f"task of {a.activity} (step {a.step}, attempt {a.attempt}) went to the dead-letter state: "
-        f"{c.reason}",
+        NeedsAttention(
+            step=a.step,
+            code="dead_letter",
+            reason=f"task of {a.activity} (step {a.step}, attempt {a.attempt}) went to the dead-letter "
+            f"state: {c.reason}",
+        )
     )
 
 
@@ -77,15 +89,16 @@ def retry_step(tx: Tx, c: RetryStep) -> None:
     comp = att["code"] == "compensation_failed"
     attempt = ((prev.compensation or {}).get("attempts", 0) if comp else prev.attempts) + 1
     tx.emit(
-        "StepRetried",
-        step=c.step,
-        reason=c.reason,
-        actor=c.actor,
-        new_key=c.new_key,
-        code=att["code"],
-        attempt=attempt,
-        compensation=comp,
-        superseded=_held(s),
+        StepRetried(
+            step=c.step,
+            reason=c.reason,
+            actor=c.actor,
+            new_key=c.new_key,
+            code=att["code"],
+            attempt=attempt,
+            compensation=comp,
+            superseded=_held(s),
+        )
     )
     if comp:
         next_compensation(tx, attempt=attempt)
@@ -107,17 +120,11 @@ def pause(tx: Tx, c: PauseRun) -> None:
         raise Rejected("already_paused", f"the run is already paused since {s.paused['at']}")
     if s.cancel is not None or s.compensating is not None:
         raise Rejected("not_pausable", "the run is being cancelled or compensated; let it finish")
-    tx.emit("RunPaused", reason=c.reason, actor=c.actor)
+    tx.emit(RunPaused(reason=c.reason, actor=c.actor))
     a = tx.s.active
     if a is not None and a.fencing is None:
         # Nobody started this attempt yet: withdraw it now and schedule it again on resume.
-        withdraw(
-            tx,
-            a,
-            "run paused; scheduled again on resume",
-            rescheduled=True,
-            compensation=a.kind == "compensation",
-        )
+        withdraw(tx, a, "run paused; scheduled again on resume", rescheduled=True)
         if a.kind == "compensation":
             defer(tx, "next_compensation", attempt=a.attempt)
         else:
@@ -130,7 +137,7 @@ def resume(tx: Tx, c: ResumeRun) -> None:
     if s.paused is None:
         raise Rejected("not_paused", "the run is not paused")
     deferred = list(s.paused["deferred"])
-    tx.emit("RunResumed", reason=c.reason, actor=c.actor, deferred=deferred)
+    tx.emit(RunResumed(reason=c.reason, actor=c.actor, deferred=deferred))
     for d in deferred:
         resume_deferred(tx, d["action"], d["args"])
 
@@ -188,13 +195,14 @@ def skip(tx: Tx, c: SkipStep) -> None:
     cancel_timers(tx, "step skipped", c.step)
     before = s.steps[c.step]
     tx.emit(
-        "StepSkipped",
-        step=c.step,
-        output=c.output,
-        reason=c.reason,
-        actor=c.actor,
-        before={"status": before.status, "attempts": before.attempts, "output": before.output},
-        superseded=_held(s),
+        StepSkipped(
+            step=c.step,
+            output=c.output,
+            reason=c.reason,
+            actor=c.actor,
+            before={"status": before.status, "attempts": before.attempts, "output": before.output},
+            superseded=_held(s),
+        )
     )
     advance_after(tx, c.step)
 
@@ -224,7 +232,7 @@ def edit_input(tx: Tx, c: EditInput) -> None:
         tx.d.check_input(c.input)
     except DefinitionError as exc:
         raise Rejected("invalid_input", str(exc)) from None
-    tx.emit("InputEdited", old=s.input, new=c.input, reason=c.reason, actor=c.actor)
+    tx.emit(InputEdited(old=s.input, new=c.input, reason=c.reason, actor=c.actor))
 
 
 def granted_approvals(s: RunState) -> list[str]:
@@ -258,16 +266,17 @@ def resolve(tx: Tx, c: ResolveStep) -> None:
     step = tx.d.step(c.step)
     compensable = isinstance(step, ActivityStep) and step.compensate is not None and not comp
     tx.emit(
-        "StepResolved",
-        step=c.step,
-        outcome=c.outcome,
-        output=c.output,
-        reason=c.reason,
-        actor=c.actor,
-        code=att["code"],
-        compensation=comp,
-        compensable=compensable and c.outcome == "succeeded",
-        superseded=_held(s),
+        StepResolved(
+            step=c.step,
+            outcome=c.outcome,
+            output=c.output,
+            reason=c.reason,
+            actor=c.actor,
+            code=att["code"],
+            compensation=comp,
+            compensable=compensable and c.outcome == "succeeded",
+            superseded=_held(s),
+        )
     )
     if comp:
         next_compensation(tx)

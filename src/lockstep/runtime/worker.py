@@ -28,6 +28,7 @@ from typing import Any
 from ..app import failpoints
 from ..app.service import Service, TaskLease
 from ..core.commands import ReportFailure, ReportSuccess
+from ..core.events import ActivityScheduled, ActivityStarted, CompensationScheduled
 from ..errors import LockstepError
 from .activity import REGISTRY, ActivityContext, ActivityError, LeaseLost, Registry
 from .scheduler import Scheduler
@@ -146,10 +147,10 @@ class Worker:
 
     def _on_events(self, _state: Any, events: list[Any]) -> None:
         scheduled = {
-            e.data["task_id"] for e in events if e.type in ("ActivityScheduled", "CompensationScheduled")
+            e.data.task_id for e in events if isinstance(e.data, ActivityScheduled | CompensationScheduled)
         }
         # A task leased in the very transition that scheduled it (eager dispatch) is nothing to look for.
-        if scheduled - {e.data["task_id"] for e in events if e.type == "ActivityStarted"}:
+        if scheduled - {e.data.task_id for e in events if isinstance(e.data, ActivityStarted)}:
             self._tasks_queued()
 
     def _tasks_queued(self) -> None:

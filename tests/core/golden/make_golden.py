@@ -43,7 +43,8 @@ from lockstep.core.commands import (
 from lockstep.core.decide import decide
 from lockstep.core.definition import Definition, parse_definition
 from lockstep.core.events import Event, chain_hash
-from lockstep.core.state import RunState, evolve
+from lockstep.core.evolve import evolve
+from lockstep.core.state import RunState
 from lockstep.core.timeutil import iso
 
 HERE = Path(__file__).resolve().parent

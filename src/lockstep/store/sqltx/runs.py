@@ -20,8 +20,9 @@ from ...core.effects import (
     LeaseTask,
     NotifyApprovers,
 )
-from ...core.events import Event, chain_hash
-from ...core.state import OutdatedSnapshot, RunState, fold
+from ...core.events import Event, chain_link
+from ...core.evolve import fold
+from ...core.state import OutdatedSnapshot, RunState
 from ..port import ConcurrencyError, LoadedRun
 from .approvals import SqlApprovalsTx
 from .base import GENESIS
@@ -86,7 +87,8 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx):
         for i, e in enumerate(events):
             if e.seq != expected + i + 1:
                 raise ConcurrencyError(f"event seq {e.seq} does not follow {expected + i}")
-            h = chain_hash(h, after.run_id, e)
+            doc = e.to_json()
+            h = chain_link(h, after.run_id, doc)
             rows.append(
                 {
                     "run_id": after.run_id,
@@ -94,7 +96,7 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx):
                     "type": e.type,
                     "at": e.at,
                     "v": e.v,
-                    "data": compact_json(e.data),
+                    "data": compact_json(doc["data"]),
                     "hash": h,
                 }
             )
@@ -199,7 +201,7 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx):
 
     def events(self, run_id: str) -> list[tuple[Event, str]]:
         rows = self.c.execute(self.q["events_of_run"], {"run_id": run_id}).fetchall()
-        return [(Event(type=r[1], at=r[2], v=r[3], data=parse_json(r[4]), seq=r[0]), r[5]) for r in rows]
+        return [(Event.from_row(r[0], r[1], r[2], r[3], r[4]), r[5]) for r in rows]
 
     def active_runs(self, tenant: str) -> int:
         return int(self._one("active_runs_count", tenant=tenant)[0])
