@@ -125,20 +125,20 @@ def test_a_run_keeps_its_pinned_version_after_a_new_one_is_published(svc: Servic
     assert svc.publish("acme", v2).version == 2
 
     shown = svc.show("acme", old_run)
-    assert shown.definition == {"name": "order", "version": 1, "digest": published.digest}
+    assert shown.definition.plain() == {"name": "order", "version": 1, "digest": published.digest}
     (lease,) = svc.claim("w1", ["inventory.reserve", "inventory.reserve-v2"], limit=10, lease_ttl=TTL)
     assert (lease.run_id, lease.activity, lease.version) == (old_run, "inventory.reserve", 1)
     svc.complete(lease.task_id, lease.attempt, lease.fencing, {})
     clock.advance(seconds=10)
     assert svc.fire_due_timers() == 1
-    assert svc.show("acme", old_run).definition["version"] == 1
+    assert svc.show("acme", old_run).definition.version == 1
 
     new_run = start_order(svc, 2)
-    assert svc.show("acme", new_run).definition["version"] == 2
+    assert svc.show("acme", new_run).definition.version == 2
     (lease2,) = svc.claim("w1", ["inventory.reserve", "inventory.reserve-v2"], limit=10, lease_ttl=TTL)
     assert (lease2.run_id, lease2.activity, lease2.version) == (new_run, "inventory.reserve-v2", 2)
     pinned = start_order(svc, 3, version=1)
-    assert svc.show("acme", pinned).definition["version"] == 1
+    assert svc.show("acme", pinned).definition.version == 1
 
 
 # --- starting runs -------------------------------------------------------------------------------
@@ -494,7 +494,7 @@ def test_show_explains_the_run(svc: Service, published):
     ):
         assert key in shown.plain(), key
     assert (shown.run_id, shown.tenant, shown.status) == (run, "acme", "running")
-    assert shown.definition == {"name": "order", "version": 1, "digest": published.digest}
+    assert shown.definition.plain() == {"name": "order", "version": 1, "digest": published.digest}
     assert shown.current_step == "reserve"
     assert "inventory.reserve" in shown.wait_reason
     assert "queued" in shown.wait_reason

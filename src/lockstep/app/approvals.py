@@ -28,6 +28,7 @@ from .runs import Runs
 from .views import (
     ApprovalPage,
     DecisionResult,
+    DefinitionRef,
     InboxItem,
     LinkRef,
     LinkView,
@@ -36,7 +37,7 @@ from .views import (
     RevokedLink,
     RunStatus,
 )
-from .views.recorded import ApprovalRequest, Decision, DefinitionRef
+from .views.recorded import ApprovalRequest, Decision
 
 __all__ = ["TOKEN_RE", "Approvals"]
 
@@ -437,7 +438,7 @@ class Approvals:
                     request_id=r["request_id"],
                     run_id=r["run_id"],
                     step=r["step"],
-                    definition=cast(DefinitionRef, state.definition),
+                    definition=DefinitionRef.model_validate(state.definition),
                     details=for_view(state.approval["details"]),
                     quorum=state.approval["policy"]["quorum"],
                     decisions=state.approval["decisions"],

@@ -183,8 +183,7 @@ class Repairs:
         runs = [
             r
             for r in self.runs.runs(tenant, definition=definition, status=status, limit=limit)
-            if r.definition["version"] == from_version
-            and r.status not in ("completed", "failed", "cancelled")
+            if r.definition.version == from_version and r.status not in ("completed", "failed", "cancelled")
         ]
         report = []
         for r in runs:

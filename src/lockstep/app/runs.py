@@ -21,6 +21,7 @@ from .quotas import admit, check_input
 from .views import (
     CancelResult,
     DeadLetter,
+    DefinitionRef,
     EventView,
     RetryResult,
     RunStatus,
@@ -30,7 +31,7 @@ from .views import (
     VerifyResult,
     WaitKind,
 )
-from .views.recorded import Attention, CancelInfo, DefinitionRef
+from .views.recorded import Attention, CancelInfo
 from .work import Eager, Work
 
 __all__ = ["Runs", "new_run_id"]
@@ -222,7 +223,7 @@ class Runs:
             run_id=s.run_id,
             tenant=s.tenant,
             status=_status(s),
-            definition=cast(DefinitionRef, s.definition),
+            definition=DefinitionRef.model_validate(s.definition),
             current_step=s.current_step,
             wait_kind=cast(WaitKind | None, why["wait_kind"]),
             wait_reason=why["wait_reason"],

@@ -53,8 +53,7 @@ def print_run(s: RunView) -> None:
     style = STATUS_STYLE.get(s.status, "")
     d = s.definition
     out.print(
-        f"[bold]{s.run_id}[/bold]  [{style}]{s.status}[/{style}]  "
-        f"{d['name']} v{d['version']}  tenant {s.tenant}"
+        f"[bold]{s.run_id}[/bold]  [{style}]{s.status}[/{style}]  {d.name} v{d.version}  tenant {s.tenant}"
     )
     if s.current_step:
         out.print(f"current step: {s.current_step}")

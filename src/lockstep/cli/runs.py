@@ -84,7 +84,7 @@ def runs(c: Ctx, status: str | None, definition: str | None, limit: int, after: 
         t.add_row(
             r.run_id,
             f"[{style}]{r.status}[/{style}]",
-            f"{r.definition['name']} v{r.definition['version']}",
+            f"{r.definition.name} v{r.definition.version}",
             r.current_step or "",
             r.wait_reason or "",
         )

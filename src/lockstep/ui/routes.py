@@ -331,7 +331,7 @@ def _describe_plan(plan: MigrationPlan) -> str:
     head = "Dry run: " if plan.dry_run else "Migrated: "
     if plan.problems:
         return head + "refused — " + "; ".join(plan.problems)
-    parts = [f"v{plan.from_['version']} -> v{plan.to['version']}"]
+    parts = [f"v{plan.from_.version} -> v{plan.to['version']}"]
     if plan.steps_added:
         parts.append("steps added: " + ", ".join(plan.steps_added))
     if plan.steps_removed:

@@ -36,6 +36,7 @@ from .principals import (
 from .runs import (
     CancelResult,
     DeadLetter,
+    DefinitionRef,
     EventView,
     RetryResult,
     RunStatus,
@@ -55,6 +56,7 @@ __all__ = [
     "DeadLetter",
     "DecisionResult",
     "DefinitionDocument",
+    "DefinitionRef",
     "DefinitionVersion",
     "EmailSet",
     "EventView",

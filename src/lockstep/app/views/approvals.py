@@ -8,8 +8,8 @@ from typing import Literal
 from pydantic import Field
 
 from .base import Marker, Recorded, TenantJson, View
-from .recorded import ApprovalRequest, Decision, DefinitionRef
-from .runs import RunStatus, RunView
+from .recorded import ApprovalRequest, Decision
+from .runs import DefinitionRef, RunStatus, RunView
 
 __all__ = [
     "ApprovalPage",
@@ -85,7 +85,7 @@ class InboxItem(View):
     request_id: str
     run_id: str
     step: str
-    definition: Recorded[DefinitionRef]
+    definition: DefinitionRef
     details: TenantJson | Marker = Field(
         description="what the approver is asked, as the definition renders it"
     )

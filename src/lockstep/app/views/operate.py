@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import MISSING, ConfigDict, Field
 
 from .base import Recorded, View
-from .recorded import DefinitionRef, Proposal, StepChange, VersionRef
-from .runs import RunStatus
+from .recorded import Proposal, StepChange, VersionRef
+from .runs import DefinitionRef, RunStatus
 
 __all__ = [
     "BulkMigration",
@@ -62,7 +62,7 @@ class MigrationPlan(View):
 
     model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True)
 
-    from_: Recorded[DefinitionRef] = Field(alias="from")
+    from_: DefinitionRef = Field(alias="from")
     to: Recorded[VersionRef]
     mapping: dict[str, str] = Field(description="step ids of the current version -> the target's")
     steps_added: list[str]

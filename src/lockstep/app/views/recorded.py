@@ -18,7 +18,6 @@ __all__ = [
     "CancelInfo",
     "Compensation",
     "Decision",
-    "DefinitionRef",
     "ErrorInfo",
     "IssuedLink",
     "MigrateCommand",
@@ -31,14 +30,6 @@ __all__ = [
 
 # Records the core may extend: a key added later is allowed in the schema (and shown).
 _OPEN = with_config(ConfigDict(extra="allow"))
-
-
-class DefinitionRef(TypedDict):
-    """The definition version a run follows."""
-
-    name: str
-    version: int
-    digest: str
 
 
 @_OPEN

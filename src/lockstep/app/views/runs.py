@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import Any, Literal, cast
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from ..work import TaskLease
 from .base import Marker, Recorded, TenantJson, View
-from .recorded import Attention, CancelInfo, Compensation, DefinitionRef, ErrorInfo
+from .recorded import Attention, CancelInfo, Compensation, ErrorInfo
 
 __all__ = [
     "CancelResult",
     "DeadLetter",
+    "DefinitionRef",
     "EventView",
     "RetryResult",
     "RunStatus",
@@ -60,6 +61,17 @@ def _is_none(value: Any) -> bool:
     return value is None
 
 
+class DefinitionRef(View):
+    """The definition version a run follows."""
+
+    # As the HTTP API always showed it: these three fields, in this order (a key the core might add is
+    # not shown).
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    version: int
+    digest: str
+
+
 class StepView(View):
     """One step of a run, as far as it got."""
 
@@ -87,7 +99,7 @@ class RunView(View):
     run_id: str
     tenant: str
     status: RunStatus
-    definition: Recorded[DefinitionRef]
+    definition: DefinitionRef
     current_step: str | None
     wait_kind: WaitKind | None = Field(description="what the run waits for; null once it finished")
     wait_reason: str | None
@@ -113,7 +125,7 @@ class RunSummary(View):
 
     run_id: str
     status: RunStatus
-    definition: Recorded[DefinitionRef]
+    definition: DefinitionRef
     current_step: str | None
     wait_reason: str | None
     started_at: str
@@ -174,7 +186,7 @@ class DeadLetter(View):
     step: str
     reason: str
     since: str
-    definition: Recorded[DefinitionRef]
+    definition: DefinitionRef
 
 
 class VerifyResult(View):
