@@ -284,8 +284,8 @@ def approval_round_trip(url: str, workdir: Path, n: int, timeout: float) -> dict
     with lab(url, workdir) as lb:
         pr = lb.engine.service.principals
         pr.create_tenant("default")
-        alice = pr.create_user("default", "alice", ["approver"], [])["api_key"]
-        op = pr.create_user("default", "op", ["operator"], [])["api_key"]
+        alice = pr.create_user("default", "alice", ["approver"], []).api_key
+        op = pr.create_user("default", "op", ["operator"], []).api_key
         lb.engine.publish(
             {
                 "name": "bench-approve",

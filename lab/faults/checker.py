@@ -177,8 +177,8 @@ def check(
         run_ids = tx.run_ids(expect.tenant)
     states: dict[str, RunState] = {}
     for report in svc.verify(tenant=expect.tenant):
-        rid = report["run_id"]
-        for problem in report["problems"]:
+        rid = report.run_id
+        for problem in report.problems:
             kind = (
                 "seq_gaps"
                 if problem.startswith("sequence gap")

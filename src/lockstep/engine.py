@@ -99,7 +99,7 @@ class Engine:
     def publish(self, source: str | Path | dict[str, Any], *, tenant: str = "default") -> dict[str, Any]:
         """Publish a definition; identical content returns the existing version."""
         out = self.service.publish(tenant, load_document(source, self.service.server_limits))
-        return {"name": out["name"], "version": out["version"], "digest": out["digest"]}
+        return {"name": out.name, "version": out.version, "digest": out.digest}
 
     def start(
         self,
@@ -112,28 +112,27 @@ class Engine:
         actor: str | None = None,
     ) -> str:
         """Start a run and return its id; the same `key` returns the same run."""
-        return str(
-            self.service.start(tenant, name, input=input, key=key, version=version, actor=actor)["run_id"]
-        )
+        return self.service.start(tenant, name, input=input, key=key, version=version, actor=actor).run_id
 
+    # The calls below answer with the views' plain JSON (app/views): dicts, as `lockstep ... --json`.
     def show(self, run_id: str, *, tenant: str = "default") -> dict[str, Any]:
-        return self.service.show(tenant, run_id)
+        return self.service.show(tenant, run_id).plain()
 
     def events(self, run_id: str, *, tenant: str = "default") -> list[dict[str, Any]]:
-        return self.service.events(tenant, run_id)
+        return [e.plain() for e in self.service.events(tenant, run_id)]
 
     def runs(
         self, *, status: str | None = None, tenant: str = "default", limit: int = 100
     ) -> list[dict[str, Any]]:
-        return self.service.runs(tenant, status=status, limit=limit)
+        return [r.plain() for r in self.service.runs(tenant, status=status, limit=limit)]
 
     def cancel(
         self, run_id: str, *, reason: str, tenant: str = "default", actor: str | None = None
     ) -> dict[str, Any]:
-        return self.service.cancel(tenant, run_id, reason, actor)
+        return self.service.cancel(tenant, run_id, reason, actor).plain()
 
     def verify(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        return self.service.verify(run_id)
+        return [v.plain() for v in self.service.verify(run_id)]
 
     # --- running work in-process ---------------------------------------------------------------
     def worker(

@@ -110,7 +110,7 @@ def principals(engine: Engine) -> Principals:
 
 def make_tenant(principals: Principals, name: str) -> Tenant:
     principals.create_tenant(name)
-    keys = {role: principals.create_user(name, role, [role], [])["api_key"] for role in ROLES}
+    keys = {role: principals.create_user(name, role, [role], []).api_key for role in ROLES}
     return Tenant(name, keys)
 
 

@@ -80,7 +80,7 @@ async def test_disabled_user_is_401_on_the_next_request(api: Api, acme: Tenant, 
 
 async def test_rotated_key_replaces_the_old_one(api: Api, acme: Tenant, principals: Principals):
     """After a key rotation the old key is a 401 and the new key works."""
-    new = principals.rotate_key("acme", "viewer")["api_key"]
+    new = principals.rotate_key("acme", "viewer").api_key
     assert_problem(await api.list_runs(), 401)
     r = await api.c.get("/v1/runs", headers={"Authorization": f"Bearer {new}"})
     assert r.status_code == 200
@@ -137,7 +137,7 @@ async def test_allowed_roles_reach_the_operation(api: Api):
 
 async def test_user_with_several_roles_gets_the_union(api: Api, principals: Principals):
     """A user holding viewer and worker may both read runs and poll tasks."""
-    key = principals.create_user("acme", "both", ["viewer", "worker"], ["ops"])["api_key"]
+    key = principals.create_user("acme", "both", ["viewer", "worker"], ["ops"]).api_key
     h = {"Authorization": f"Bearer {key}"}
     assert (await api.c.get("/v1/runs", headers=h)).status_code == 200
     r = await api.c.post("/v1/tasks/poll", json={"activities": ["a"], "wait_seconds": 0}, headers=h)

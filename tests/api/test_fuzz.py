@@ -55,17 +55,17 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
         principals.create_tenant("acme")
         key = principals.create_user(
             "acme", "fuzzer", ["admin", "operator", "worker", "approver", "viewer"], []
-        )["api_key"]
+        ).api_key
         principals.create_tenant("globex")
         svc = engine.service
         svc.publish("acme", ORDER_DOC)
         svc.publish("acme", NAP)
         svc.publish("acme", SIGNOFF)
         svc.publish("globex", NAP)
-        runs = [svc.start("acme", "order-fulfilment", input=order_input(i))["run_id"] for i in range(4)]
-        runs.append(svc.start("acme", "nap", input={})["run_id"])
-        runs.append(svc.start("globex", "nap", input={})["run_id"])
-        runs.append(svc.start("acme", "signoff", input={})["run_id"])
+        runs = [svc.start("acme", "order-fulfilment", input=order_input(i)).run_id for i in range(4)]
+        runs.append(svc.start("acme", "nap", input={}).run_id)
+        runs.append(svc.start("globex", "nap", input={}).run_id)
+        runs.append(svc.start("acme", "signoff", input={}).run_id)
         svc.cancel("acme", runs[3], "seeded")
         leases = svc.claim(
             "seed", ["inventory.reserve"], limit=2, lease_ttl=timedelta(hours=1), tenant="acme"

@@ -337,7 +337,7 @@ async def test_a_stored_500_deep_input_still_lists_shows_and_streams(
     assert events[0]["type"] == "RunStarted"
     assert _leaf(events[0]["data"]["input"]["x"])[1] == MARKER
     # The stored history is untouched: only the views clip.
-    assert engine.service.verify(run_id)[0]["ok"]
+    assert engine.service.verify(run_id)[0].ok
     assert _leaf(engine.service.state("acme", run_id).input["x"]) == (500, 1)
 
 

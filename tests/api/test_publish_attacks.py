@@ -109,7 +109,7 @@ def test_the_segfaulting_chain_is_refused_over_http(tmp_path: Any) -> None:
         from lockstep.app.principals import Principals
         engine = Engine.open("sqlite:///{tmp_path}/db.sqlite")
         engine.service.principals.create_tenant("acme")
-        key = engine.service.principals.create_user("acme", "admin", ["admin"], [])["api_key"]
+        key = engine.service.principals.create_user("acme", "admin", ["admin"], []).api_key
         cond = " + ".join(["1"] * 30000) + " > 0"
         doc = "name: route\\nsteps:\\n  - id: route\\n    choice:\\n"
         doc += "      - {{if: '" + cond + "', next: done}}\\n  - id: done\\n    succeed: true\\n"

@@ -48,7 +48,7 @@ def users(principals: Principals) -> dict[str, str]:
     principals.create_tenant("acme")
     keys = {}
     for name in ("alice", "bob"):
-        keys[name] = principals.create_user("acme", name, ["viewer"], [])["api_key"]
+        keys[name] = principals.create_user("acme", name, ["viewer"], []).api_key
         principals.set_password("acme", name, PASSWORD)
     return keys
 

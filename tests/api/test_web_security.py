@@ -259,8 +259,8 @@ async def make_walk(engine: Engine, principals: Principals, acme: Tenant, *, ui:
     svc.publish("acme", WALKER_DEFINITION)
     # Stored text is hostile too: it comes back on the run, events and approval pages.
     run = svc.start("acme", "walk", input={"po": XSS_SCRIPT + XSS_ATTR}, actor="operator")
-    run_id = run["run_id"]
-    token = app.state.approvals.mint("acme", run_id, "sign-off", "walker", by=XSS_ATTR)["token"]
+    run_id = run.run_id
+    token = app.state.approvals.mint("acme", run_id, "sign-off", "walker", by=XSS_ATTR).token
     real = {"run_id": run_id, "token": token, "code": "not-found", "/ui/static": "style.css"}
     return Walk(app, acme.keys["admin"], principals, walker, real)
 

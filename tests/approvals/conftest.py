@@ -332,8 +332,7 @@ def open_world(
     if keys is None:
         principals.create_tenant(TENANT)
         keys = {
-            name: principals.create_user(TENANT, name, roles, groups)["api_key"]
-            for name, roles, groups in USERS
+            name: principals.create_user(TENANT, name, roles, groups).api_key for name, roles, groups in USERS
         }
     app = create_app(engine.service, public_url="http://test")
     http = open_http(app, stack)
@@ -353,5 +352,5 @@ def world(tmp_path: Path, clock: FakeClock) -> Iterator[World]:
         w.publish(po_definition())
         yield w
         # Whatever a test did, every run's snapshot still equals the replay of its events.
-        bad = [v for v in w.service.verify() if not v["ok"]]
+        bad = [v for v in w.service.verify() if not v.ok]
         assert not bad, bad

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lockstep.app.views import DecisionResult
 from lockstep.core.timeutil import iso
 from lockstep.errors import Conflict, Forbidden
 
@@ -77,7 +78,7 @@ def test_double_click_through_the_service_decides_once(world: World) -> None:
     link = world.mint(run, "carol")
     carol = world.principal("carol")
     results = race(8, lambda _i: world.approvals.decide(carol, link["token"], "approve", channel="api"))
-    ok = [r for r in results if isinstance(r, dict)]
+    ok = [r for r in results if isinstance(r, DecisionResult)]
     refused = [r for r in results if isinstance(r, Conflict)]
     assert len(ok) == 1, results
     assert len(refused) == 7, results
@@ -333,7 +334,7 @@ def test_unknown_and_malformed_tokens_get_the_same_404(world: World) -> None:
     world.mint(run, "alice")
     world.principals.create_tenant("globex")
     # Another tenant's user with the very same name as the approver the link is bound to.
-    foreign_key = world.principals.create_user("globex", "bob", ["approver"], ["finance"])["api_key"]
+    foreign_key = world.principals.create_user("globex", "bob", ["approver"], ["finance"]).api_key
     before = world.totals()
     answers = [world.decide(secrets.token_urlsafe(32), "alice")]
     answers += [world.decide(token, "alice") for token in MALFORMED]

@@ -204,7 +204,7 @@ def test_restart_between_request_and_decision(tmp_path: Path, clock: FakeClock) 
         assert r.json()["request_status"] == "pending"
         assert_problem(second.decide(link["token"], "alice"), 409, "already_decided")
         assert [d["approver"] for d in second.decisions(run)] == ["alice"]
-        assert [v["ok"] for v in second.service.verify(run)] == [True]  # snapshot equals the replay
+        assert [v.ok for v in second.service.verify(run)] == [True]  # snapshot equals the replay
 
 
 # --- reassignment ------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ def _v2(world: World) -> None:
 
 
 def _user(world: World, name: str, roles: list[str], groups: list[str]) -> str:
-    key: str = world.principals.create_user(TENANT, name, roles, groups)["api_key"]
+    key: str = world.principals.create_user(TENANT, name, roles, groups).api_key
     world.keys[name] = key
     return key
 

@@ -251,7 +251,7 @@ def _http() -> tuple[Any, str]:
         atexit.register(engine.close)
         principals = engine.service.principals
         principals.create_tenant("acme")
-        key = principals.create_user("acme", "admin", ["admin"], [])["api_key"]
+        key = principals.create_user("acme", "admin", ["admin"], []).api_key
         _HTTP.extend([TestClient(create_app(engine.service, ui=False)), key])
     return _HTTP[0], _HTTP[1]
 

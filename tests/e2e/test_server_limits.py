@@ -47,7 +47,7 @@ def acme(url: str) -> str:
     with Engine.open(url) as engine:
         principals = engine.service.principals
         principals.create_tenant("acme")
-        key = str(principals.create_user("acme", "admin", ["admin", "operator"], [])["api_key"])
+        key = str(principals.create_user("acme", "admin", ["admin", "operator"], []).api_key)
         principals.create_user("acme", "alice", ["viewer"], [])
         principals.set_password("acme", "alice", PASSWORD)
     return key

@@ -102,7 +102,7 @@ class World:
     def verify_ok(self) -> None:
         report = self.svc.verify()
         assert report, "verify checked no run"
-        assert all(r["ok"] for r in report), report
+        assert all(r.ok for r in report), report
 
     @contextmanager
     def worker(self, registry: Registry, **kw: Any) -> Iterator[Worker]:

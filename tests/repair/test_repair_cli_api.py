@@ -360,7 +360,7 @@ class Api:
         for tenant in ("acme", "globex"):
             p.create_tenant(tenant)
             for role in ("admin", "operator", "viewer", "worker"):
-                self.keys[tenant, role] = p.create_user(tenant, f"{role}-{tenant[0]}", [role], [])["api_key"]
+                self.keys[tenant, role] = p.create_user(tenant, f"{role}-{tenant[0]}", [role], []).api_key
         self.principals = p
         self.app: FastAPI = create_app(self.engine.service)
 

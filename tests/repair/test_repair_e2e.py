@@ -111,7 +111,7 @@ def test_resolve_succeeded_after_an_expired_at_most_once_lease_completes_the_run
                 TENANT, run, "charge", "succeeded", "  checked the card processor: paid  ",
                 output={"receipt": "R-1"}, actor="op",
             )  # fmt: skip
-            assert out["events"][0] == "StepResolved"
+            assert out.events[0] == "StepResolved"
             assert world.types(run)[: len(before)] == before
             done = world.wait_for(run)
             assert done["steps"]["charge"]["output"] == {"receipt": "R-1"}
@@ -213,7 +213,7 @@ def test_a_paused_run_does_not_move_when_its_timer_falls_due_and_moves_on_after_
         assert live.task_rows(run) == []
         assert calls.log == []
         resumed = live.repairs.resume(TENANT, run, "audit done", actor="op")
-        assert resumed["events"][:2] == ["RunResumed", "ActivityScheduled"]
+        assert resumed.events[:2] == ["RunResumed", "ActivityScheduled"]
         live.wait_for(run)
     assert calls.names() == ["done"]
     [paused] = live.of_type(run, "RunPaused")
@@ -274,7 +274,7 @@ def test_an_attempt_in_flight_when_paused_finishes_and_is_recorded_but_nothing_n
         with world.worker(reg):
             assert calls.entered.wait(10)
             out = world.repairs.pause(TENANT, run, "incident", actor="op")
-            assert out["events"] == ["RunPaused"], "a started attempt is not withdrawn"
+            assert out.events == ["RunPaused"], "a started attempt is not withdrawn"
             calls.release.set()
             world.wait_until("the reserve result", lambda: "ActivitySucceeded" in world.types(run))
             held = world.show(run)
@@ -326,7 +326,7 @@ def test_skip_of_a_skippable_wait_uses_the_given_output_downstream(world: World)
     out = world.repairs.skip(
         TENANT, run, "cool", "customer waived it", output={"note": "by hand"}, actor="op"
     )
-    assert out["events"] == ["TimerCancelled", "StepSkipped", "ActivityScheduled"]
+    assert out.events == ["TimerCancelled", "StepSkipped", "ActivityScheduled"]
     calls = Calls()
     with world.worker(calls.registry(note_use=calls.echo("use"))):
         done = world.wait_for(run)
@@ -454,23 +454,23 @@ def test_migrate_a_run_waiting_for_approval_from_v1_to_v2_and_finish_on_v2(world
     assert world.show(run)["wait_kind"] == "approval"
     v1_digest = world.show(run)["definition"]["digest"]
     assert world.publish(PO_V2) == 2
-    v2_digest = world.svc.definition_document(TENANT, "po", 2)["digest"]
+    v2_digest = world.svc.definition_document(TENANT, "po", 2).digest
     before = world.totals()
 
     plan = world.repairs.migrate(TENANT, run, 2, "add the notification", dry_run=True, actor="op")
-    assert plan["ok"] is True
-    assert plan["dry_run"] is True
-    assert plan["steps_added"] == ["notify"]
-    assert plan["steps_removed"] == []
-    assert plan["current_step"] == {"from": "approve", "to": "approve"}
-    assert plan["carried"] == [f"approval request {run}/approve/r1 of approve"]
-    assert plan["restart"] is None
-    assert plan["problems"] == []
+    assert plan.ok is True
+    assert plan.dry_run is True
+    assert plan.steps_added == ["notify"]
+    assert plan.steps_removed == []
+    assert plan.current_step == {"from": "approve", "to": "approve"}
+    assert plan.carried == [f"approval request {run}/approve/r1 of approve"]
+    assert plan.restart is None
+    assert plan.problems == []
     assert world.totals() == before, "a dry run changes nothing"
 
     out = world.repairs.migrate(TENANT, run, 2, "add the notification", actor="op")
-    assert out["dry_run"] is False
-    assert out["events"] == ["WorkflowMigrated"]
+    assert out.dry_run is False
+    assert out.events == ["WorkflowMigrated"]
     [migrated] = world.of_type(run, "WorkflowMigrated")
     assert migrated["previous"] == {"name": "po", "version": 1, "digest": v1_digest}
     assert migrated["definition"] == {"name": "po", "version": 2, "digest": v2_digest}
@@ -486,8 +486,8 @@ def test_migrate_a_run_waiting_for_approval_from_v1_to_v2_and_finish_on_v2(world
         link = world.approvals.mint(TENANT, run, "approve", "alice", by="op")
         alice = world.principals.principal(TENANT, "alice")
         assert alice is not None
-        decided = world.approvals.decide(alice, link["token"], "approve", "fine")
-        assert decided["request_status"] == "approved"
+        decided = world.approvals.decide(alice, link.token, "approve", "fine")
+        assert decided.request_status == "approved"
         done = world.wait_for(run)
     assert calls.names() == ["notify", "pay"]
     assert {v for _, _, v, _ in calls.log} == {2}, "the tasks carry the run's new version"
@@ -542,9 +542,9 @@ def test_a_v1_workers_late_result_after_a_migration_restart_is_ignored(world: Wo
         with world.worker(reg, concurrency=2):
             assert calls.entered.wait(10)
             plan = world.repairs.migrate(TENANT, run, 2, "add report", dry_run=True, actor="op")
-            assert plan["restart"] == "crunch"
+            assert plan.restart == "crunch"
             out = world.repairs.migrate(TENANT, run, 2, "add report", actor="op")
-            assert out["events"] == ["ActivityCancelled", "WorkflowMigrated", "ActivityScheduled"]
+            assert out.events == ["ActivityCancelled", "WorkflowMigrated", "ActivityScheduled"]
             done = world.wait_for(run)
             calls.release.set()
     finally:
@@ -566,7 +566,7 @@ def test_a_dry_run_agrees_with_the_real_migration_about_the_same_version(world: 
     with pytest.raises(Refused) as real:
         world.repairs.migrate(TENANT, run, 1, "no-op", actor="op")
     assert real.value.code == "same_version"
-    assert plan["ok"] is False, plan
+    assert plan.ok is False, plan
 
 
 SAGA_V1: dict[str, Any] = {
@@ -617,8 +617,8 @@ def test_incompatible_migrations_are_refused_with_the_reasons_and_write_nothing(
     }
     for version, problem in cases.items():
         plan = world.repairs.migrate(TENANT, run, version, "try", dry_run=True, actor="op")
-        assert plan["ok"] is False
-        assert any(problem in p for p in plan["problems"]), plan["problems"]
+        assert plan.ok is False
+        assert any(problem in p for p in plan.problems), plan.problems
         with pytest.raises(Refused, match="migration refused") as refused:
             world.repairs.migrate(TENANT, run, version, "try", actor="op")
         assert refused.value.code == "incompatible"
@@ -633,8 +633,8 @@ def test_incompatible_migrations_are_refused_with_the_reasons_and_write_nothing(
     assert world.totals() == before
 
     out = world.repairs.migrate(TENANT, run, 4, "renamed the wait", mapping={"hold": "pause"}, actor="op")
-    assert out["carried"] == []
-    assert out["restart"] == "pause"
+    assert out.carried == []
+    assert out.restart == "pause"
     assert world.show(run)["current_step"] == "pause"
     world.verify_ok()
 
@@ -655,16 +655,16 @@ def test_bulk_migration_reports_per_run_and_a_refusal_does_not_stop_the_others(w
     before = world.totals()
 
     dry = world.repairs.migrate_many(TENANT, "saga", 1, 2, "customer field", status="waiting", dry_run=True)
-    assert (dry["runs"], dry["migrated"], dry["dry_run"]) == (3, 2, True)
+    assert (dry.runs, dry.migrated, dry.dry_run) == (3, 2, True)
     assert world.totals() == before
     real = world.repairs.migrate_many(TENANT, "saga", 1, 2, "customer field", status="waiting", actor="op")
-    assert (real["runs"], real["migrated"], real["dry_run"]) == (3, 2, False)
-    by_run = {r["run_id"]: r for r in real["report"]}
+    assert (real.runs, real.migrated, real.dry_run) == (3, 2, False)
+    by_run = {r.run_id: r for r in real.report}
     assert set(by_run) == {*good, bad}
-    assert all(by_run[r]["ok"] and by_run[r]["problems"] == [] for r in good)
-    assert by_run[bad]["ok"] is False
-    assert any("input_schema" in p for p in by_run[bad]["problems"])
+    assert all(by_run[r].ok and by_run[r].problems == [] for r in good)
+    assert by_run[bad].ok is False
+    assert any("input_schema" in p for p in by_run[bad].problems)
     assert [world.show(r)["definition"]["version"] for r in [*good, bad, stay]] == [2, 2, 1, 1]
     again = world.repairs.migrate_many(TENANT, "saga", 1, 2, "customer field", status="waiting", actor="op")
-    assert [r["run_id"] for r in again["report"]] == [bad], "migrated runs are no longer on v1"
+    assert [r.run_id for r in again.report] == [bad], "migrated runs are no longer on v1"
     world.verify_ok()

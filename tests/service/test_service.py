@@ -24,11 +24,11 @@ TTL = timedelta(seconds=5)
 
 
 def types(svc: Service, run_id: str, tenant: str = "acme") -> list[str]:
-    return [e["type"] for e in svc.events(tenant, run_id)]
+    return [e.type for e in svc.events(tenant, run_id)]
 
 
 def start_order(svc: Service, order: int = 1, tenant: str = "acme", **kw: Any) -> str:
-    return svc.start(tenant, "order", input={"order": order}, **kw)["run_id"]
+    return svc.start(tenant, "order", input={"order": order}, **kw).run_id
 
 
 @pytest.fixture
@@ -50,24 +50,24 @@ def test_show_gives_each_step_the_idempotency_key_it_was_sent_with(svc: Service,
     operator looks the effect up with downstream before resolving an unknown outcome."""
     run = start_order(svc)
     (lease,) = svc.claim("w1", ["inventory.reserve"], limit=10, lease_ttl=TTL)
-    shown = svc.show("acme", run)["steps"]
-    assert shown["reserve"]["idempotency_key"] == lease.idempotency_key
+    shown = svc.show("acme", run).steps
+    assert shown["reserve"].idempotency_key == lease.idempotency_key
     assert lease.idempotency_key  # the default key, tenant:run:step
-    assert all(st["idempotency_key"] is None for sid, st in shown.items() if st["status"] == "pending")
+    assert all(st.idempotency_key is None for sid, st in shown.items() if st.status == "pending")
 
 
 def test_publish_returns_the_same_version_for_the_same_content(svc: Service):
     """Identical content (any key order, any YAML layout) is one version; changed content is the next."""
     first = svc.publish("acme", ORDER)
-    assert (first["version"], first["created"]) == (1, True)
-    assert first["digest"].startswith("sha256:")
+    assert (first.version, first.created) == (1, True)
+    assert first.digest.startswith("sha256:")
 
     again = svc.publish("acme", copy.deepcopy(ORDER))
-    assert (again["version"], again["created"], again["digest"]) == (1, False, first["digest"])
+    assert (again.version, again.created, again.digest) == (1, False, first.digest)
 
     reordered = dict(reversed(list(copy.deepcopy(ORDER).items())))
     reordered["steps"] = [dict(reversed(list(s.items()))) for s in reordered["steps"]]
-    assert svc.publish("acme", reordered)["version"] == 1
+    assert svc.publish("acme", reordered).version == 1
 
     yaml_text = """
 name: order
@@ -88,24 +88,24 @@ input_schema:
   required: [order]
   type: object
 """
-    assert svc.publish("acme", load_document(yaml_text))["version"] == 1
+    assert svc.publish("acme", load_document(yaml_text)).version == 1
 
     changed = copy.deepcopy(ORDER)
     changed["steps"][1]["wait"] = "20s"
     second = svc.publish("acme", changed)
-    assert (second["version"], second["created"]) == (2, True)
-    assert second["digest"] != first["digest"]
-    assert svc.publish("acme", ORDER)["version"] == 1
-    assert [(d["name"], d["version"]) for d in svc.definitions("acme")] == [("order", 1), ("order", 2)]
+    assert (second.version, second.created) == (2, True)
+    assert second.digest != first.digest
+    assert svc.publish("acme", ORDER).version == 1
+    assert [(d.name, d.version) for d in svc.definitions("acme")] == [("order", 1), ("order", 2)]
 
 
 def test_versions_are_counted_per_tenant(svc: Service):
     """Each tenant has its own version sequence, even for identical documents."""
     svc.publish("acme", ORDER)
     svc.publish("acme", {**ORDER, "description": "v2"})
-    assert svc.publish("globex", ORDER)["version"] == 1
+    assert svc.publish("globex", ORDER).version == 1
     (row,) = svc.definitions("globex")
-    assert (row["name"], row["version"], row["digest"]) == ("order", 1, svc.definitions("acme")[0]["digest"])
+    assert (row.name, row.version, row.digest) == ("order", 1, svc.definitions("acme")[0].digest)
 
 
 def test_invalid_definition_is_refused_and_not_stored(svc: Service):
@@ -122,23 +122,23 @@ def test_a_run_keeps_its_pinned_version_after_a_new_one_is_published(svc: Servic
     old_run = start_order(svc)
     v2 = copy.deepcopy(ORDER)
     v2["steps"][0]["activity"] = "inventory.reserve-v2"
-    assert svc.publish("acme", v2)["version"] == 2
+    assert svc.publish("acme", v2).version == 2
 
     shown = svc.show("acme", old_run)
-    assert shown["definition"] == {"name": "order", "version": 1, "digest": published["digest"]}
+    assert shown.definition.plain() == {"name": "order", "version": 1, "digest": published.digest}
     (lease,) = svc.claim("w1", ["inventory.reserve", "inventory.reserve-v2"], limit=10, lease_ttl=TTL)
     assert (lease.run_id, lease.activity, lease.version) == (old_run, "inventory.reserve", 1)
     svc.complete(lease.task_id, lease.attempt, lease.fencing, {})
     clock.advance(seconds=10)
     assert svc.fire_due_timers() == 1
-    assert svc.show("acme", old_run)["definition"]["version"] == 1
+    assert svc.show("acme", old_run).definition.version == 1
 
     new_run = start_order(svc, 2)
-    assert svc.show("acme", new_run)["definition"]["version"] == 2
+    assert svc.show("acme", new_run).definition.version == 2
     (lease2,) = svc.claim("w1", ["inventory.reserve", "inventory.reserve-v2"], limit=10, lease_ttl=TTL)
     assert (lease2.run_id, lease2.activity, lease2.version) == (new_run, "inventory.reserve-v2", 2)
     pinned = start_order(svc, 3, version=1)
-    assert svc.show("acme", pinned)["definition"]["version"] == 1
+    assert svc.show("acme", pinned).definition.version == 1
 
 
 # --- starting runs -------------------------------------------------------------------------------
@@ -149,15 +149,15 @@ def test_start_with_the_same_key_returns_the_same_run(svc: Service, raw, publish
     first = svc.start("acme", "order", input={"order": 1}, key="order-1")
     events = raw.count("events")
     again = svc.start("acme", "order", input={"order": 1}, key="order-1")
-    assert first["created"] is True
-    assert again == {"run_id": first["run_id"], "created": False}
+    assert first.created is True
+    assert again.plain() == {"run_id": first.run_id, "created": False}
     assert raw.count("runs") == 1
     assert raw.count("events") == events
 
 
 def test_same_key_with_a_different_input_is_a_conflict(svc: Service, raw, published):
     """Reusing a start key for a different request raises Conflict(key_reused) and writes nothing."""
-    first = svc.start("acme", "order", input={"order": 1}, key="order-1")["run_id"]
+    first = svc.start("acme", "order", input={"order": 1}, key="order-1").run_id
     with pytest.raises(Conflict) as info:
         svc.start("acme", "order", input={"order": 2}, key="order-1")
     assert info.value.code == "key_reused"
@@ -170,8 +170,8 @@ def test_the_same_key_in_another_tenant_is_a_different_run(svc: Service, publish
     svc.publish("globex", ORDER)
     a = svc.start("acme", "order", input={"order": 1}, key="k")
     b = svc.start("globex", "order", input={"order": 1}, key="k")
-    assert b["created"] is True
-    assert a["run_id"] != b["run_id"]
+    assert b.created is True
+    assert a.run_id != b.run_id
 
 
 def test_input_failing_the_schema_is_refused_and_writes_nothing(svc: Service, raw, published):
@@ -184,7 +184,7 @@ def test_input_failing_the_schema_is_refused_and_writes_nothing(svc: Service, ra
     assert (raw.count("runs"), raw.count("events"), raw.count("tasks"), raw.count("timers")) == (0, 0, 0, 0)
     assert svc.runs("acme") == []
     # the key was not consumed by the refused request
-    assert svc.start("acme", "order", input={"order": 1}, key="k")["created"] is True
+    assert svc.start("acme", "order", input={"order": 1}, key="k").created is True
 
 
 def test_unknown_definition_is_not_found_with_a_hint(svc: Service, published):
@@ -204,7 +204,7 @@ def test_unknown_definition_is_not_found_with_a_hint(svc: Service, published):
 def test_tenants_cannot_see_or_touch_each_others_runs(svc: Service, published):
     """show, events, cancel and verify of another tenant's run are NotFound; runs() lists only one's own."""
     run = start_order(svc)
-    seq = svc.show("acme", run)["seq"]
+    seq = svc.show("acme", run).seq
     with pytest.raises(NotFound):
         svc.show("globex", run)
     with pytest.raises(NotFound):
@@ -214,9 +214,9 @@ def test_tenants_cannot_see_or_touch_each_others_runs(svc: Service, published):
     with pytest.raises(NotFound):
         svc.verify(run, tenant="globex")
     assert svc.runs("globex") == []
-    assert [r["run_id"] for r in svc.runs("acme")] == [run]
-    assert svc.show("acme", run)["seq"] == seq
-    assert svc.show(None, run)["tenant"] == "acme"  # operators (no tenant) see every run
+    assert [r.run_id for r in svc.runs("acme")] == [run]
+    assert svc.show("acme", run).seq == seq
+    assert svc.show(None, run).tenant == "acme"  # operators (no tenant) see every run
 
 
 def test_tenant_scoped_workers_only_see_their_tenant(svc: Service, published):
@@ -224,10 +224,10 @@ def test_tenant_scoped_workers_only_see_their_tenant(svc: Service, published):
     run = start_order(svc)
     assert svc.claim("wb", ["inventory.reserve"], limit=10, lease_ttl=TTL, tenant="globex") == []
     (lease,) = svc.claim("wa", ["inventory.reserve"], limit=10, lease_ttl=TTL, tenant="acme")
-    seq = svc.show("acme", run)["seq"]
+    seq = svc.show("acme", run).seq
     with pytest.raises(NotFound):
         svc.complete(lease.task_id, lease.attempt, lease.fencing, {}, tenant="globex")
-    assert svc.show("acme", run)["seq"] == seq
+    assert svc.show("acme", run).seq == seq
     assert svc.complete(lease.task_id, lease.attempt, lease.fencing, {}, tenant="acme") == "accepted"
 
 
@@ -239,10 +239,10 @@ def test_runs_filters_by_status_and_pages(svc: Service, clock, published):
         clock.advance(milliseconds=1)
         ids.append(start_order(svc, i))
     clock.advance(milliseconds=1)
-    nap = svc.start("acme", "nap")["run_id"]
-    assert [r["run_id"] for r in svc.runs("acme")] == [*ids, nap]
-    assert [r["run_id"] for r in svc.runs("acme", status="waiting")] == [nap]
-    assert [r["run_id"] for r in svc.runs("acme", definition="order", after=ids[0], limit=1)] == [ids[1]]
+    nap = svc.start("acme", "nap").run_id
+    assert [r.run_id for r in svc.runs("acme")] == [*ids, nap]
+    assert [r.run_id for r in svc.runs("acme", status="waiting")] == [nap]
+    assert [r.run_id for r in svc.runs("acme", definition="order", after=ids[0], limit=1)] == [ids[1]]
 
 
 # --- workers: claim, report, fencing -------------------------------------------------------------
@@ -262,10 +262,10 @@ def test_claim_then_complete_moves_the_run_on(svc: Service, raw, published):
 
     assert svc.complete(lease.task_id, lease.attempt, lease.fencing, {"reserved": 42}) == "accepted"
     shown = svc.show("acme", run)
-    assert shown["status"] == "waiting"
-    assert shown["current_step"] == "pause"
-    assert shown["steps"]["reserve"]["status"] == "succeeded"
-    assert shown["steps"]["reserve"]["output"] == {"reserved": 42}
+    assert shown.status == "waiting"
+    assert shown.current_step == "pause"
+    assert shown.steps["reserve"].status == "succeeded"
+    assert shown.steps["reserve"].output == {"reserved": 42}
     assert types(svc, run)[:4] == ["RunStarted", "ActivityScheduled", "ActivityStarted", "ActivitySucceeded"]
     assert raw.fetch("SELECT status FROM tasks") == [("done",)]
 
@@ -286,15 +286,15 @@ def test_a_stale_fencing_token_is_ignored_and_recorded(svc: Service, published):
     assert svc.complete(lease.task_id, lease.attempt, lease.fencing - 1, {"late": True}) == "ignored"
     after = svc.show("acme", run)
     last = svc.events("acme", run)[-1]
-    assert last["type"] == "ResultIgnored"
-    assert "stale fencing token" in last["data"]["reason"]
-    assert last["data"]["result"] == {"outcome": "succeeded", "output": {"late": True}}
-    assert after["seq"] == before["seq"] + 1
-    assert after["ignored_results"] == 1
-    assert (after["status"], after["steps"], after["current_step"]) == (
-        before["status"],
-        before["steps"],
-        before["current_step"],
+    assert last.type == "ResultIgnored"
+    assert "stale fencing token" in last.data["reason"]
+    assert last.data["result"] == {"outcome": "succeeded", "output": {"late": True}}
+    assert after.seq == before.seq + 1
+    assert after.ignored_results == 1
+    assert (after.status, after.steps, after.current_step) == (
+        before.status,
+        before.steps,
+        before.current_step,
     )
     assert svc.complete(lease.task_id, lease.attempt, lease.fencing, {"ok": True}) == "accepted"
 
@@ -304,10 +304,10 @@ def test_a_duplicate_report_is_ignored(svc: Service, published):
     run = start_order(svc)
     (lease,) = svc.claim("w1", ["inventory.reserve"], limit=10, lease_ttl=TTL)
     assert svc.complete(lease.task_id, lease.attempt, lease.fencing, {}) == "accepted"
-    status = svc.show("acme", run)["status"]
+    status = svc.show("acme", run).status
     assert svc.fail(lease.task_id, lease.attempt, lease.fencing, "Boom", "late failure") == "ignored"
     assert svc.complete(lease.task_id, lease.attempt, lease.fencing, {}) == "ignored"
-    assert svc.show("acme", run)["status"] == status
+    assert svc.show("acme", run).status == status
     assert types(svc, run)[-2:] == ["ResultIgnored", "ResultIgnored"]
 
 
@@ -323,8 +323,8 @@ def test_a_retryable_failure_retries_on_a_durable_timer(svc: Service, clock, pub
     (lease,) = svc.claim("w1", ["inventory.reserve"], limit=10, lease_ttl=TTL)
     assert svc.fail(lease.task_id, 1, lease.fencing, "Busy", "try later") == "accepted"
     shown = svc.show("acme", run)
-    assert shown["steps"]["reserve"]["status"] == "retrying"
-    assert shown["waiting_until"] == "2025-01-01T00:00:01.000Z"
+    assert shown.steps["reserve"].status == "retrying"
+    assert shown.waiting_until == "2025-01-01T00:00:01.000Z"
     assert svc.claim("w1", ["inventory.reserve"], limit=10, lease_ttl=TTL) == []
     clock.advance(seconds=1)
     assert svc.fire_due_timers() == 1
@@ -332,7 +332,7 @@ def test_a_retryable_failure_retries_on_a_durable_timer(svc: Service, clock, pub
     assert lease2.attempt == 2
     assert lease2.idempotency_key == lease.idempotency_key
     assert svc.complete(lease2.task_id, 2, lease2.fencing, {}) == "accepted"
-    assert svc.show("acme", run)["steps"]["reserve"]["attempts"] == 2
+    assert svc.show("acme", run).steps["reserve"].attempts == 2
 
 
 def test_output_that_is_not_json_fails_the_attempt_for_good(svc: Service, published):
@@ -341,8 +341,8 @@ def test_output_that_is_not_json_fails_the_attempt_for_good(svc: Service, publis
     (lease,) = svc.claim("w1", ["inventory.reserve"], limit=10, lease_ttl=TTL)
     assert svc.complete(lease.task_id, 1, lease.fencing, {"not json": {1, 2}}) == "accepted"
     shown = svc.show("acme", run)
-    assert shown["status"] == "failed"
-    assert shown["error"]["code"] == "InvalidOutput"
+    assert shown.status == "failed"
+    assert shown.error["code"] == "InvalidOutput"
 
 
 def test_heartbeat_needs_the_current_fencing_token(svc: Service, clock, published):
@@ -372,10 +372,10 @@ def test_a_due_timer_fires_once_even_when_called_twice(svc: Service, clock, raw,
     events = svc.events("acme", run)
     assert svc.fire_due_timers() == 0
     assert svc.events("acme", run) == events
-    assert [e["type"] for e in events].count("TimerFired") == 1
+    assert [e.type for e in events].count("TimerFired") == 1
     shown = svc.show("acme", run)
-    assert (shown["status"], shown["current_step"]) == ("running", "charge")
-    assert shown["steps"]["pause"]["status"] == "succeeded"
+    assert (shown.status, shown.current_step) == ("running", "charge")
+    assert shown.steps["pause"].status == "succeeded"
     assert raw.fetch("SELECT key, status FROM timers") == [("wait:pause", "fired")]
 
 
@@ -410,11 +410,11 @@ def test_an_expired_lease_times_out_the_attempt_then_retries(svc: Service, clock
     assert svc.expire_leases() == 1
     assert svc.expire_leases() == 0
     events = svc.events("acme", run)
-    assert [e["type"] for e in events[-2:]] == ["ActivityTimedOut", "TimerScheduled"]
-    timed_out = events[-2]["data"]
+    assert [e.type for e in events[-2:]] == ["ActivityTimedOut", "TimerScheduled"]
+    timed_out = events[-2].data
     assert timed_out["will_retry"] is True
     assert "w1 stopped renewing its lease" in timed_out["error"]["message"]
-    assert events[-1]["data"]["kind"] == "retry"
+    assert events[-1].data["kind"] == "retry"
     assert raw.fetch("SELECT status FROM tasks") == [("done",)]
 
     assert svc.complete(lease.task_id, 1, lease.fencing, {"late": True}) == "ignored"
@@ -436,8 +436,8 @@ def test_a_lease_kept_alive_past_the_deadline_times_out(svc: Service, clock, pub
     clock.advance(seconds=2)  # 30s: the attempt's deadline
     assert svc.expire_leases() == 1
     timed_out = svc.events("acme", run)[-2]
-    assert timed_out["type"] == "ActivityTimedOut"
-    assert "did not finish within its timeout" in timed_out["data"]["error"]["message"]
+    assert timed_out.type == "ActivityTimedOut"
+    assert "did not finish within its timeout" in timed_out.data["error"]["message"]
 
 
 # --- cancellation --------------------------------------------------------------------------------
@@ -447,23 +447,23 @@ def test_a_lease_kept_alive_past_the_deadline_times_out(svc: Service, clock, pub
 def test_cancel_requires_a_reason(svc: Service, reason: str):
     """Cancelling without a non-empty reason is refused before anything is written."""
     svc.publish("acme", NAP)
-    run = svc.start("acme", "nap")["run_id"]
-    seq = svc.show("acme", run)["seq"]
+    run = svc.start("acme", "nap").run_id
+    seq = svc.show("acme", run).seq
     with pytest.raises(InvalidInput, match="reason"):
         svc.cancel("acme", run, reason)
-    assert svc.show("acme", run)["seq"] == seq
+    assert svc.show("acme", run).seq == seq
 
 
 def test_cancel_stops_a_waiting_run_and_its_timer(svc: Service, clock, raw):
     """Cancelling records the reason, cancels the timer (row too), ends cancelled; again is Refused."""
     svc.publish("acme", NAP)
-    run = svc.start("acme", "nap")["run_id"]
+    run = svc.start("acme", "nap").run_id
     out = svc.cancel("acme", run, "  customer changed their mind ", actor="ops@acme")
-    assert out == {"run_id": run, "status": "cancelled", "accepted": True}
+    assert out.plain() == {"run_id": run, "status": "cancelled", "accepted": True}
     assert types(svc, run)[-3:] == ["CancelRequested", "TimerCancelled", "RunCancelled"]
     shown = svc.show("acme", run)
-    assert shown["cancel"]["reason"] == "customer changed their mind"
-    assert shown["cancel"]["actor"] == "ops@acme"
+    assert shown.cancel["reason"] == "customer changed their mind"
+    assert shown.cancel["actor"] == "ops@acme"
     assert raw.fetch("SELECT status FROM timers") == [("cancelled",)]
     clock.advance(hours=2)
     assert svc.fire_due_timers() == 0
@@ -492,17 +492,17 @@ def test_show_explains_the_run(svc: Service, published):
         "error",
         "steps",
     ):
-        assert key in shown, key
-    assert (shown["run_id"], shown["tenant"], shown["status"]) == (run, "acme", "running")
-    assert shown["definition"] == {"name": "order", "version": 1, "digest": published["digest"]}
-    assert shown["current_step"] == "reserve"
-    assert "inventory.reserve" in shown["wait_reason"]
-    assert "queued" in shown["wait_reason"]
-    assert shown["next_action"]
-    assert (shown["input"], shown["output"], shown["error"]) == ({"order": 7}, None, None)
-    assert shown["steps"]["reserve"]["status"] == "scheduled"
-    assert shown["steps"]["reserve"]["attempts"] == 1
-    assert shown["steps"]["charge"] == {
+        assert key in shown.plain(), key
+    assert (shown.run_id, shown.tenant, shown.status) == (run, "acme", "running")
+    assert shown.definition.plain() == {"name": "order", "version": 1, "digest": published.digest}
+    assert shown.current_step == "reserve"
+    assert "inventory.reserve" in shown.wait_reason
+    assert "queued" in shown.wait_reason
+    assert shown.next_action
+    assert (shown.input, shown.output, shown.error) == ({"order": 7}, None, None)
+    assert shown.steps["reserve"].status == "scheduled"
+    assert shown.steps["reserve"].attempts == 1
+    assert shown.steps["charge"].plain() == {
         "status": "pending",
         "attempts": 0,
         "output": None,
@@ -511,7 +511,7 @@ def test_show_explains_the_run(svc: Service, published):
         "started_at": None,
         "finished_at": None,
     }
-    json.dumps(shown)  # everything show() returns is JSON
+    json.dumps(shown.plain())  # everything show() returns is JSON
 
 
 # --- verification --------------------------------------------------------------------------------
@@ -524,7 +524,7 @@ def runs_for_verify(svc: Service, clock, published) -> list[str]:
     first = start_order(svc, 1)
     finish_reserve(svc)
     second = start_order(svc, 2)
-    nap = svc.start("globex", "nap")["run_id"]
+    nap = svc.start("globex", "nap").run_id
     svc.cancel("globex", nap, "test")
     return [first, second, nap]
 
@@ -532,16 +532,16 @@ def runs_for_verify(svc: Service, clock, published) -> list[str]:
 def test_verify_is_ok_for_untouched_runs(svc: Service, runs_for_verify):
     """verify replays every run, checks seq and hash chain, and finds nothing wrong."""
     report = svc.verify()
-    assert sorted(r["run_id"] for r in report) == sorted(runs_for_verify)
-    assert all(r["ok"] and r["problems"] == [] for r in report), report
-    assert [r["run_id"] for r in svc.verify(tenant="globex")] == [runs_for_verify[2]]
-    assert svc.verify(runs_for_verify[0])[0]["events"] == len(svc.events("acme", runs_for_verify[0]))
+    assert sorted(r.run_id for r in report) == sorted(runs_for_verify)
+    assert all(r.ok and r.problems == [] for r in report), report
+    assert [r.run_id for r in svc.verify(tenant="globex")] == [runs_for_verify[2]]
+    assert svc.verify(runs_for_verify[0])[0].events == len(svc.events("acme", runs_for_verify[0]))
 
 
 def _problems(svc: Service, run: str) -> list[str]:
     (r,) = svc.verify(run)
-    assert r["ok"] is False
-    return r["problems"]
+    assert r.ok is False
+    return r.problems
 
 
 def test_verify_detects_an_edited_event(svc: Service, raw, runs_for_verify):
@@ -554,8 +554,8 @@ def test_verify_detects_an_edited_event(svc: Service, raw, runs_for_verify):
     (data,) = raw.fetch("SELECT data FROM events WHERE run_id = ? AND seq = 2", run)[0]
     assert json.loads(data)["input"] == {"order": 999}
     assert any("hash chain broken at seq 2" in p for p in _problems(svc, run))
-    others = [r for r in svc.verify() if r["run_id"] != run]
-    assert all(r["ok"] for r in others)
+    others = [r for r in svc.verify() if r.run_id != run]
+    assert all(r.ok for r in others)
 
 
 def test_verify_detects_an_edited_snapshot(svc: Service, raw, runs_for_verify):
@@ -597,7 +597,7 @@ def test_concurrent_duplicate_reports_are_accepted_once(svc: Service, published)
     kinds = types(svc, run)
     assert (kinds.count("ActivitySucceeded"), kinds.count("ResultIgnored")) == (1, 3)
     assert kinds.count("TimerScheduled") == 1
-    assert svc.verify(run)[0]["ok"] is True
+    assert svc.verify(run)[0].ok is True
 
 
 # --- SQLite only ---------------------------------------------------------------------------------
@@ -613,7 +613,7 @@ def test_a_locked_database_is_reported_as_unavailable(db_path, clock):
         with pytest.raises(Unavailable, match="busy"):
             svc.publish("acme", NAP)
         blocker.execute("ROLLBACK")
-        assert svc.publish("acme", NAP)["version"] == 1
+        assert svc.publish("acme", NAP).version == 1
     finally:
         blocker.close()
         store.close()
@@ -626,12 +626,12 @@ def test_a_definition_published_under_raised_limits_can_be_started(store, clock)
     """A definition valid under the tenant's (raised) limits at publish time can be started and run."""
     svc = Service(store, clock=clock, limits=Limits(max_timeout=timedelta(days=30)))
     long_doc = {"name": "slow", "steps": [{"id": "a", "activity": "batch.run", "timeout": "10d"}]}
-    assert svc.publish("acme", long_doc)["version"] == 1
+    assert svc.publish("acme", long_doc).version == 1
     try:
-        run = svc.start("acme", "slow")["run_id"]
+        run = svc.start("acme", "slow").run_id
     except Exception as exc:
         raise AssertionError(f"{type(exc).__name__}: {exc}") from None
-    assert svc.show("acme", run)["status"] == "running"  # pragma: no cover
+    assert svc.show("acme", run).status == "running"  # pragma: no cover
 
 
 def test_default_output_is_the_last_step_output(svc: Service):
@@ -646,13 +646,13 @@ def test_default_output_is_the_last_step_output(svc: Service):
             ],
         },
     )
-    run = svc.start("acme", "calc")["run_id"]
+    run = svc.start("acme", "calc").run_id
     for activity, output in (("calc.double", {"value": 40}), ("calc.add", {"value": 41})):
         (lease,) = svc.claim("w1", [activity], limit=1, lease_ttl=TTL)
         assert svc.complete(lease.task_id, lease.attempt, lease.fencing, output) == "accepted"
     shown = svc.show("acme", run)
-    assert shown["status"] == "completed"
-    assert shown["output"] == {"value": 41}
+    assert shown.status == "completed"
+    assert shown.output == {"value": 41}
 
 
 def test_concurrent_starts_never_exceed_the_active_run_limit(svc: Service, published: dict[str, Any]) -> None:
@@ -699,7 +699,7 @@ def test_report_and_claim_records_results_and_leases_the_next_tasks_in_one_call(
     assert verdicts == ["accepted", "accepted", "ignored", "not_found"]
     assert [x.run_id for x in new] == [third]
     for run in runs:
-        assert svc.show("acme", run)["wait_kind"] == "timer"
+        assert svc.show("acme", run).wait_kind == "timer"
     assert "ResultIgnored" in types(svc, leases[0].run_id)
 
 
@@ -709,7 +709,7 @@ def test_start_many_starts_every_run_or_none(svc: Service, published: dict[str, 
 
     ids = svc.start_many("acme", "order", [{"order": i} for i in range(3)])
     assert len(set(ids)) == 3
-    assert [svc.show("acme", r)["status"] for r in ids] == ["running"] * 3
+    assert [svc.show("acme", r).status for r in ids] == ["running"] * 3
     svc.principals.create_tenant("acme")
     svc.principals.set_tenant("acme", max_active_runs=4)
     with pytest.raises(RateLimited):

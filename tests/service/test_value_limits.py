@@ -71,7 +71,7 @@ def test_start_over_a_limit_is_refused_naming_it_and_writes_nothing(
         svc.start_many(T, "nap", [{"fine": 1}, value])
     assert batch.value.code == code
     assert totals(raw) == before
-    assert svc.start(T, "nap", input={"fine": 1}, key="k1")["created"]  # the key was not consumed
+    assert svc.start(T, "nap", input={"fine": 1}, key="k1").created  # the key was not consumed
 
 
 def test_a_raised_limit_takes_effect_and_ceilings_hold(svc: Service, tenant: Principals) -> None:
@@ -79,7 +79,7 @@ def test_a_raised_limit_takes_effect_and_ceilings_hold(svc: Service, tenant: Pri
     with pytest.raises(InvalidInput):
         svc.start(T, "nap", input={"x": nested(40)})
     tenant.set_tenant(T, max_json_depth=48)
-    assert svc.start(T, "nap", input={"x": nested(40)})["created"]
+    assert svc.start(T, "nap", input={"x": nested(40)}).created
     for bad in ({"max_json_depth": 65}, {"max_list_items": 10_001}, {"max_input_bytes": 1.5}):
         with pytest.raises(InvalidInput, match="at most"):
             tenant.set_tenant(T, **bad)
@@ -95,16 +95,16 @@ def _leased(svc: Service, activity: str = "inventory.reserve") -> Any:
 
 def test_in_process_huge_output_fails_the_attempt_without_retry(svc: Service, tenant: Principals) -> None:
     """An in-process worker's 300 KB output (report_and_claim): attempt failed output_too_large, no retry."""
-    run_id = svc.start(T, "order", input={"order": 1})["run_id"]
+    run_id = svc.start(T, "order", input={"order": 1}).run_id
     lease = _leased(svc)
     report = svc.success_report(lease.task_id, lease.attempt, lease.fencing, {"blob": "x" * 300_000})
     verdicts, _ = svc.report_and_claim([report], "w1", [], limit=0, lease_ttl=LEASE)
     assert verdicts == ["accepted"]
     shown = svc.show(T, run_id)
-    assert shown["steps"]["reserve"]["attempts"] == 1
-    assert shown["steps"]["reserve"]["error"]["code"] == "output_too_large"
-    assert "max_output_bytes" in shown["steps"]["reserve"]["error"]["message"]
-    assert shown["status"] in ("failed", "compensating")
+    assert shown.steps["reserve"].attempts == 1
+    assert shown.steps["reserve"].error["code"] == "output_too_large"
+    assert "max_output_bytes" in shown.steps["reserve"].error["message"]
+    assert shown.status in ("failed", "compensating")
     assert svc.claim("w1", ["inventory.reserve"], limit=5, lease_ttl=LEASE) == []
 
 
@@ -112,22 +112,22 @@ def test_python_api_complete_with_a_deep_output_is_told_and_recorded(
     svc: Service, tenant: Principals
 ) -> None:
     """Service.complete with a 40-deep output records the failure and raises output_too_large."""
-    run_id = svc.start(T, "order", input={"order": 1})["run_id"]
+    run_id = svc.start(T, "order", input={"order": 1}).run_id
     lease = _leased(svc)
     with pytest.raises(InvalidInput) as told:
         svc.complete(lease.task_id, lease.attempt, lease.fencing, nested(40), tenant=T)
     assert told.value.code == "output_too_large"
     assert "max_json_depth" in str(told.value)
-    assert svc.show(T, run_id)["steps"]["reserve"]["error"]["code"] == "output_too_large"
+    assert svc.show(T, run_id).steps["reserve"].error["code"] == "output_too_large"
 
 
 def test_an_error_message_is_cut_to_fit_max_output_bytes(svc: Service, tenant: Principals) -> None:
     """A failure's message longer than max_output_bytes allows is cut (a failure is always recordable)."""
     tenant.set_tenant(T, max_output_bytes=300)
-    run_id = svc.start(T, "order", input={"order": 1})["run_id"]
+    run_id = svc.start(T, "order", input={"order": 1}).run_id
     lease = _leased(svc)
     assert svc.fail(lease.task_id, lease.attempt, lease.fencing, "Boom", "é" * 1900, tenant=T) == "accepted"
-    error = svc.show(T, run_id)["steps"]["reserve"]["error"]
+    error = svc.show(T, run_id).steps["reserve"].error
     assert error["code"] == "Boom"
     assert error["message"].endswith("(cut to fit max_output_bytes)")
     assert len(json.dumps(error, ensure_ascii=False, separators=(",", ":")).encode()) <= 300
@@ -136,7 +136,7 @@ def test_an_error_message_is_cut_to_fit_max_output_bytes(svc: Service, tenant: P
 def test_operator_and_approver_payloads_are_bounded(svc: Service, tenant: Principals, raw: Raw) -> None:
     """edit-input over max_list_items, a reason over max_payload_bytes and an approval comment over it
     are refused naming the limit, and write nothing to the run."""
-    run_id = svc.start(T, "nap", input={"a": 1})["run_id"]
+    run_id = svc.start(T, "nap", input={"a": 1}).run_id
     before = totals(raw)
     repairs = svc.repairs
     with pytest.raises(InvalidInput, match="max_list_items"):
@@ -149,7 +149,7 @@ def test_operator_and_approver_payloads_are_bounded(svc: Service, tenant: Princi
     with pytest.raises(InvalidInput, match="max_payload_bytes"):
         svc.approvals.decide(approver, "t" * 43, "approve", "z" * 70_000)
     assert totals(raw) == before
-    assert svc.show(T, run_id)["status"] == "waiting"
+    assert svc.show(T, run_id).status == "waiting"
 
 
 def legacy_run(svc: Service, input: Any) -> str:
@@ -175,11 +175,11 @@ def test_a_stored_deep_run_still_shows_everywhere(svc: Service, tenant: Principa
     """A run stored 700 deep lists, shows and streams its events (service and CLI), clipped at 64 levels."""
     run_id = legacy_run(svc, {"x": nested(700)})
     marker = "[not shown: nested deeper than 64 levels]"
-    assert _depth(svc.show(T, run_id)["input"]["x"]) == (63, marker)
-    [listed] = [r for r in svc.runs(T, before="") if r["run_id"] == run_id]
-    assert _depth(listed["input"]["x"]) == (63, marker)
-    assert _depth(svc.events(T, run_id)[0]["data"]["input"]["x"])[1] == marker
-    assert svc.verify(run_id)[0]["ok"]
+    assert _depth(svc.show(T, run_id).input["x"]) == (63, marker)
+    [listed] = [r for r in svc.runs(T, before="") if r.run_id == run_id]
+    assert _depth(listed.input["x"]) == (63, marker)
+    assert _depth(svc.events(T, run_id)[0].data["input"]["x"])[1] == marker
+    assert svc.verify(run_id)[0].ok
     base = [sys.executable, "-m", "lockstep", "--db", svc.store.url, "--tenant", T]
     for args in (["show", run_id], ["events", run_id], ["runs"]):
         for fmt in ([], ["--json"]):

@@ -617,7 +617,7 @@ def test_outdated_snapshot_is_rebuilt_from_the_events(store, backend, url, drive
     assert loaded["r01"].state.status == "completed"
 
     report = Service(store, clock=lambda: T0).verify()
-    assert [(r["run_id"], r["ok"], r["problems"]) for r in report] == [("r01", True, []), ("r02", True, [])]
+    assert [(r.run_id, r.ok, r.problems) for r in report] == [("r01", True, []), ("r02", True, [])]
 
     # An in-flight run goes on from the rebuilt state; its next append stores the current version.
     gen = loaded["r02"].state.timers["wait:nap"].generation

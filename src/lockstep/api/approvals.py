@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..app.approvals import Approvals
 from ..app.principals import Principal
+from ..app.views import DecisionResult, InboxItem, LinkView, MintedLink, Reassigned, RevokedLink
 from ..core.timeutil import parse_duration
 from ..errors import InvalidInput
 from .deps import audited, need
@@ -71,12 +72,12 @@ class RevokeRequest(BaseModel):
 )
 def decide(
     body: DecideRequest, appr: Appr, p: Annotated[Principal, Depends(audited("approve", "approval.decide"))]
-) -> dict[str, Any]:
+) -> DecisionResult:
     return appr.decide(p, body.token, body.decision, body.comment, channel="api")
 
 
 @router.get("/approvals/inbox", summary="Pending requests the caller may decide")
-def inbox(appr: Appr, p: Annotated[Principal, Depends(need("approve"))]) -> list[dict[str, Any]]:
+def inbox(appr: Appr, p: Annotated[Principal, Depends(need("approve"))]) -> list[InboxItem]:
     return appr.inbox(p)
 
 
@@ -88,7 +89,7 @@ def inbox(appr: Appr, p: Annotated[Principal, Depends(need("approve"))]) -> list
 )
 def mint(
     run_id: str, step: str, body: LinkRequest, appr: Appr, p: Annotated[Principal, Depends(need("operate"))]
-) -> dict[str, Any]:
+) -> MintedLink:
     expires: timedelta | None = None
     if body.expires_in:
         try:
@@ -103,7 +104,7 @@ def mint(
     responses=OPERATE_ERRORS,
     summary="Links of the run's pending request (never the tokens)",
 )
-def links(run_id: str, appr: Appr, p: Annotated[Principal, Depends(need("operate"))]) -> list[dict[str, Any]]:
+def links(run_id: str, appr: Appr, p: Annotated[Principal, Depends(need("operate"))]) -> list[LinkView]:
     return appr.links(p.tenant, run_id)
 
 
@@ -118,12 +119,12 @@ def reassign(
     body: ReassignRequest,
     appr: Appr,
     p: Annotated[Principal, Depends(need("operate"))],
-) -> dict[str, Any]:
+) -> Reassigned:
     return appr.reassign(p.tenant, run_id, step, body.old, body.new, body.reason, actor=p.name)
 
 
 @router.post("/approvals/links/{link_id}/revoke", responses=OPERATE_ERRORS, summary="Revoke a pending link")
 def revoke(
     link_id: str, body: RevokeRequest, appr: Appr, p: Annotated[Principal, Depends(need("operate"))]
-) -> dict[str, Any]:
+) -> RevokedLink:
     return appr.revoke(p.tenant, link_id, body.reason, actor=p.name)

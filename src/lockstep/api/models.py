@@ -1,4 +1,5 @@
-"""Request and response models: they are what the OpenAPI document at /openapi.json describes."""
+"""Request models, and the envelopes of the responses: they are what the OpenAPI document at /openapi.json
+describes. What a response carries is a read model of the application layer (app/views)."""
 
 from __future__ import annotations
 
@@ -6,41 +7,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..app.views import RunView, TaskView
+
 __all__ = [
     "CancelRequest",
-    "CancelResult",
     "CompleteRequest",
-    "DefinitionVersion",
-    "EventView",
     "FailRequest",
     "HeartbeatRequest",
     "HeartbeatResult",
     "PollRequest",
     "PollResult",
-    "PublishResult",
     "ReportResult",
     "RunList",
-    "RunView",
     "StartRequest",
-    "StartResult",
-    "TaskView",
 ]
 
 MAX_INT = 2**53
-
-
-class DefinitionVersion(BaseModel):
-    name: str
-    version: int
-    digest: str
-    created_at: str | None = None
-
-
-class PublishResult(BaseModel):
-    name: str
-    version: int
-    digest: str
-    created: bool = Field(description="False when identical content was already published as this version")
 
 
 class StartRequest(BaseModel):
@@ -50,78 +32,14 @@ class StartRequest(BaseModel):
     input: Any = Field(default=None, description="The run input (checked against the input_schema)")
 
 
-class StartResult(BaseModel):
-    run_id: str
-    created: bool
-
-
-class DefinitionRef(BaseModel):
-    name: str
-    version: int
-    digest: str
-
-
-class StepView(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    status: str
-    attempts: int
-    output: Any = None
-    error: dict[str, Any] | None = None
-    idempotency_key: str | None = Field(
-        default=None, description="the key of the step's last attempt, as sent to the activity"
-    )
-    started_at: str | None = None
-    finished_at: str | None = None
-
-
-class RunView(BaseModel):
-    """Exactly what `lockstep show RUN --json` prints."""
-
-    model_config = ConfigDict(extra="allow")
-    run_id: str
-    tenant: str
-    status: str
-    definition: DefinitionRef
-    current_step: str | None
-    wait_kind: str | None = Field(
-        description="queued, running, timer, retry, attention, cancelling, compensating"
-    )
-    wait_reason: str | None
-    waiting_since: str | None
-    waiting_until: str | None
-    next_action: str | None
-    input: Any
-    output: Any
-    error: dict[str, Any] | None
-    steps: dict[str, StepView]
-    started_at: str
-    updated_at: str
-    finished_at: str | None
-
-
 class RunList(BaseModel):
     items: list[RunView]
     next_cursor: str | None = Field(description="Pass as `cursor` to get the next (older) page")
 
 
-class EventView(BaseModel):
-    seq: int
-    type: str
-    at: str
-    step: str | None = None
-    attempt: int | None = None
-    data: dict[str, Any]
-
-
 class CancelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field(min_length=1, max_length=2000, description="Why; recorded in the audit trail")
-
-
-class CancelResult(BaseModel):
-    run_id: str
-    status: str
-    accepted: bool = Field(description="False when the run was already cancelling (nothing new recorded)")
 
 
 class PollRequest(BaseModel):
@@ -135,22 +53,6 @@ class PollRequest(BaseModel):
     versions: list[str] | None = Field(
         default=None, max_length=100, description='Only tasks of these definition versions, e.g. ["orders:2"]'
     )
-
-
-class TaskView(BaseModel):
-    task_id: str
-    run_id: str
-    step: str
-    attempt: int
-    kind: Literal["action", "compensation"]
-    activity: str
-    input: Any
-    idempotency_key: str
-    definition: str
-    version: int
-    delivery: str
-    fencing_token: int
-    deadline: str
 
 
 class PollResult(BaseModel):

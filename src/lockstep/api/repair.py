@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..app.principals import Principal
 from ..app.service import Service
+from ..app.views import MigrationPlan, RepairResult
 from .deps import get_service, need
 from .problems import PROBLEM_RESPONSES, error_response
 
@@ -54,31 +55,31 @@ class MigrateRequest(Reason):
 
 
 @router.post("/{run_id}/pause", responses=ERRORS, summary="Pause: nothing new starts until resumed")
-def pause(run_id: str, body: Reason, svc: Svc, p: Operator) -> dict[str, Any]:
+def pause(run_id: str, body: Reason, svc: Svc, p: Operator) -> RepairResult:
     return svc.repairs.pause(p.tenant, run_id, body.reason, actor=p.name)
 
 
 @router.post("/{run_id}/resume", responses=ERRORS, summary="Resume: held-back transitions happen now")
-def resume(run_id: str, body: Reason, svc: Svc, p: Operator) -> dict[str, Any]:
+def resume(run_id: str, body: Reason, svc: Svc, p: Operator) -> RepairResult:
     return svc.repairs.resume(p.tenant, run_id, body.reason, actor=p.name)
 
 
 @router.post(
     "/{run_id}/skip", responses=ERRORS, summary="Skip the current step where the definition allows it"
 )
-def skip(run_id: str, body: SkipRequest, svc: Svc, p: Operator) -> dict[str, Any]:
+def skip(run_id: str, body: SkipRequest, svc: Svc, p: Operator) -> RepairResult:
     return svc.repairs.skip(
         p.tenant, run_id, body.step, body.reason, output=body.output, actor=p.name, roles=p.roles
     )
 
 
 @router.post("/{run_id}/edit-input", responses=ERRORS, summary="Replace the input for steps not yet started")
-def edit_input(run_id: str, body: EditInputRequest, svc: Svc, p: Operator) -> dict[str, Any]:
+def edit_input(run_id: str, body: EditInputRequest, svc: Svc, p: Operator) -> RepairResult:
     return svc.repairs.edit_input(p.tenant, run_id, body.input, body.reason, actor=p.name)
 
 
 @router.post("/{run_id}/resolve", responses=ERRORS, summary="Settle a step whose outcome was unknown")
-def resolve(run_id: str, body: ResolveRequest, svc: Svc, p: Operator) -> dict[str, Any]:
+def resolve(run_id: str, body: ResolveRequest, svc: Svc, p: Operator) -> RepairResult:
     return svc.repairs.resolve(
         p.tenant, run_id, body.step, body.outcome, body.reason, output=body.output, actor=p.name
     )
@@ -89,7 +90,7 @@ def resolve(run_id: str, body: ResolveRequest, svc: Svc, p: Operator) -> dict[st
     responses=ERRORS,
     summary="Move the run to another version (dry_run explains what would happen)",
 )
-def migrate(run_id: str, body: MigrateRequest, svc: Svc, p: Operator) -> dict[str, Any]:
+def migrate(run_id: str, body: MigrateRequest, svc: Svc, p: Operator) -> MigrationPlan:
     return svc.repairs.migrate(
         p.tenant, run_id, body.to_version, body.reason, mapping=body.map, dry_run=body.dry_run, actor=p.name
     )
@@ -100,7 +101,7 @@ def migrate(run_id: str, body: MigrateRequest, svc: Svc, p: Operator) -> dict[st
     responses=ERRORS,
     summary="Four-eyes: a second operator confirms a proposed skip, migrate or resolve (it runs now)",
 )
-def confirm(run_id: str, proposal_id: str, body: Reason, svc: Svc, p: Operator) -> dict[str, Any]:
+def confirm(run_id: str, proposal_id: str, body: Reason, svc: Svc, p: Operator) -> RepairResult:
     return svc.repairs.confirm(p.tenant, run_id, proposal_id, body.reason, actor=p.name, roles=p.roles)
 
 
@@ -109,5 +110,5 @@ def confirm(run_id: str, proposal_id: str, body: Reason, svc: Svc, p: Operator) 
     responses=ERRORS,
     summary="Four-eyes: reject a proposal (the proposer's own rejection withdraws it)",
 )
-def reject(run_id: str, proposal_id: str, body: Reason, svc: Svc, p: Operator) -> dict[str, Any]:
+def reject(run_id: str, proposal_id: str, body: Reason, svc: Svc, p: Operator) -> RepairResult:
     return svc.repairs.reject(p.tenant, run_id, proposal_id, body.reason, actor=p.name)

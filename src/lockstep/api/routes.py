@@ -11,22 +11,24 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..app.documents import parse_json_document
 from ..app.principals import Principal
 from ..app.service import Service
+from ..app.views import (
+    CancelResult,
+    DeadLetter,
+    DefinitionDocument,
+    DefinitionVersion,
+    EventView,
+    PublishResult,
+    RetryResult,
+    RunView,
+    StartResult,
+    VerifyResult,
+)
 from ..core.explain import WAIT_KINDS
 from ..core.state import STATUSES
 from ..engine import check_definition_size, load_document
 from ..errors import InvalidInput
 from .deps import get_service, need
-from .models import (
-    CancelRequest,
-    CancelResult,
-    DefinitionVersion,
-    EventView,
-    PublishResult,
-    RunList,
-    RunView,
-    StartRequest,
-    StartResult,
-)
+from .models import CancelRequest, RunList, StartRequest
 from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
@@ -54,18 +56,18 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {404: error_response("No such run i
 )
 async def publish(
     request: Request, response: Response, svc: Svc, p: Annotated[Principal, Depends(need("publish"))]
-) -> dict[str, Any]:
+) -> PublishResult:
     body = await request.body()
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
     # Parsing and validating a document is CPU work and writing it is a transaction: both in a worker
     # thread, so a large or hostile document never holds the event loop (and every other request).
-    out: dict[str, Any] = await run_in_threadpool(_publish, svc, p.tenant, body, content_type)
-    if not out["created"]:
+    out = await run_in_threadpool(_publish, svc, p.tenant, body, content_type)
+    if not out.created:
         response.status_code = 200
     return out
 
 
-def _publish(svc: Service, tenant: str, body: bytes, content_type: str) -> dict[str, Any]:
+def _publish(svc: Service, tenant: str, body: bytes, content_type: str) -> PublishResult:
     check_definition_size(len(body), "the definition", svc.server_limits)
     try:
         text = body.decode("utf-8")
@@ -83,7 +85,7 @@ def _publish(svc: Service, tenant: str, body: bytes, content_type: str) -> dict[
 
 
 @router.get("/definitions", response_model=list[DefinitionVersion], summary="List definitions and versions")
-def list_definitions(svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> list[dict[str, Any]]:
+def list_definitions(svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> list[DefinitionVersion]:
     return svc.definitions(p.tenant)
 
 
@@ -97,7 +99,7 @@ def get_definition(
     version: Annotated[int, Path(ge=1, le=2**31)],
     svc: Svc,
     p: Annotated[Principal, Depends(need("read"))],
-) -> dict[str, Any]:
+) -> DefinitionDocument:
     return svc.definition_document(p.tenant, name, version)
 
 
@@ -118,7 +120,7 @@ def start_run(
     svc: Svc,
     p: Annotated[Principal, Depends(need("start"))],
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
-) -> dict[str, Any]:
+) -> StartResult:
     out = svc.start(
         p.tenant,
         body.definition,
@@ -127,7 +129,7 @@ def start_run(
         version=body.version,
         actor=p.name,
     )
-    if not out["created"]:
+    if not out.created:
         response.status_code = 200
     return out
 
@@ -141,7 +143,7 @@ def list_runs(
     waiting: Annotated[str | None, Query(description="wait kind: " + ", ".join(WAIT_KINDS))] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=64)] = None,
-) -> dict[str, Any]:
+) -> RunList:
     if status is not None and status not in STATUSES:
         raise InvalidInput(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
     if waiting is not None and waiting not in WAIT_KINDS:
@@ -149,13 +151,13 @@ def list_runs(
     items = svc.runs(
         p.tenant, status=status, definition=definition, before=cursor or "", limit=limit, wait_kind=waiting
     )
-    return {"items": items, "next_cursor": items[-1]["run_id"] if len(items) == limit else None}
+    return RunList(items=items, next_cursor=items[-1].run_id if len(items) == limit else None)
 
 
 @router.get(
     "/runs/{run_id}", response_model=RunView, responses=NOT_FOUND, summary="A run (as `lockstep show`)"
 )
-def get_run(run_id: str, svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> dict[str, Any]:
+def get_run(run_id: str, svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> RunView:
     return svc.show(p.tenant, run_id)
 
 
@@ -170,8 +172,8 @@ def get_events(
     svc: Svc,
     p: Annotated[Principal, Depends(need("read"))],
     after_seq: Annotated[int, Query(ge=0, le=2**31)] = 0,
-) -> list[dict[str, Any]]:
-    return [e for e in svc.events(p.tenant, run_id) if e["seq"] > after_seq]
+) -> list[EventView]:
+    return [e for e in svc.events(p.tenant, run_id) if e.seq > after_seq]
 
 
 @router.post(
@@ -182,7 +184,7 @@ def get_events(
 )
 def cancel_run(
     run_id: str, body: CancelRequest, svc: Svc, p: Annotated[Principal, Depends(need("cancel"))]
-) -> dict[str, Any]:
+) -> CancelResult:
     return svc.cancel(p.tenant, run_id, body.reason, actor=p.name)
 
 
@@ -200,12 +202,12 @@ class RetryRequest(BaseModel):
 )
 def retry_step(
     run_id: str, body: RetryRequest, svc: Svc, p: Annotated[Principal, Depends(need("operate"))]
-) -> dict[str, Any]:
+) -> RetryResult:
     return svc.retry(p.tenant, run_id, body.step, body.reason, actor=p.name, new_key=body.new_key)
 
 
 @router.get("/dead-letters", summary="Runs whose task went to the dead-letter state, with the reason")
-def dead_letters(svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> list[dict[str, Any]]:
+def dead_letters(svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> list[DeadLetter]:
     return svc.dead_letters(p.tenant)
 
 
@@ -214,5 +216,5 @@ def dead_letters(svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> li
     responses=NOT_FOUND,
     summary="Replay the run's events and compare with its snapshot, sequence and hash chain",
 )
-def verify_run(run_id: str, svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> dict[str, Any]:
+def verify_run(run_id: str, svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> VerifyResult:
     return svc.verify(run_id, tenant=p.tenant)[0]

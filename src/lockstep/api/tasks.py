@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..app.principals import Principal
 from ..app.service import Service
+from ..app.views import TaskView
 from ..errors import Conflict
 from .deps import get_service, need
 from .models import (
@@ -38,7 +39,7 @@ STALE: dict[int | str, dict[str, Any]] = {
 
 
 @router.post("/poll", response_model=PollResult, summary="Long-poll for tasks of the given activity types")
-async def poll(body: PollRequest, svc: Svc, p: Worker) -> dict[str, Any]:
+async def poll(body: PollRequest, svc: Svc, p: Worker) -> PollResult:
     worker = f"{p.name}/{body.worker_id}" if body.worker_id else p.name
     deadline = time.monotonic() + body.wait_seconds
     delay = 0.05
@@ -57,26 +58,7 @@ async def poll(body: PollRequest, svc: Svc, p: Worker) -> dict[str, Any]:
             break
         await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 2, 0.5)
-    return {
-        "tasks": [
-            {
-                "task_id": t.task_id,
-                "run_id": t.run_id,
-                "step": t.step,
-                "attempt": t.attempt,
-                "kind": t.kind,
-                "activity": t.activity,
-                "input": t.input,
-                "idempotency_key": t.idempotency_key,
-                "definition": t.definition,
-                "version": t.version,
-                "delivery": t.delivery,
-                "fencing_token": t.fencing,
-                "deadline": t.deadline.isoformat(),
-            }
-            for t in leases
-        ]
-    }
+    return PollResult(tasks=[TaskView.of(t) for t in leases])
 
 
 @router.post(
@@ -85,7 +67,7 @@ async def poll(body: PollRequest, svc: Svc, p: Worker) -> dict[str, Any]:
     responses=STALE,
     summary="Extend the lease of a task you hold",
 )
-def heartbeat(task_id: str, body: HeartbeatRequest, svc: Svc, p: Worker) -> dict[str, Any]:
+def heartbeat(task_id: str, body: HeartbeatRequest, svc: Svc, p: Worker) -> HeartbeatResult:
     svc.task(task_id, p.tenant)
     if not svc.heartbeat(task_id, body.fencing_token, timedelta(seconds=body.lease_seconds)):
         raise Conflict(
@@ -93,7 +75,7 @@ def heartbeat(task_id: str, body: HeartbeatRequest, svc: Svc, p: Worker) -> dict
             f"stop working on it",
             code="lease_lost",
         )
-    return {"ok": True}
+    return HeartbeatResult(ok=True)
 
 
 @router.post(
@@ -102,7 +84,7 @@ def heartbeat(task_id: str, body: HeartbeatRequest, svc: Svc, p: Worker) -> dict
     responses=STALE,
     summary="Report success of an attempt",
 )
-def complete(task_id: str, body: CompleteRequest, svc: Svc, p: Worker) -> dict[str, Any]:
+def complete(task_id: str, body: CompleteRequest, svc: Svc, p: Worker) -> ReportResult:
     verdict = svc.complete(
         task_id, body.attempt, body.fencing_token, body.output, tenant=p.tenant, strict=True
     )
@@ -115,7 +97,7 @@ def complete(task_id: str, body: CompleteRequest, svc: Svc, p: Worker) -> dict[s
     responses=STALE,
     summary="Report failure of an attempt",
 )
-def fail(task_id: str, body: FailRequest, svc: Svc, p: Worker) -> dict[str, Any]:
+def fail(task_id: str, body: FailRequest, svc: Svc, p: Worker) -> ReportResult:
     verdict = svc.fail(
         task_id,
         body.attempt,
@@ -128,11 +110,11 @@ def fail(task_id: str, body: FailRequest, svc: Svc, p: Worker) -> dict[str, Any]
     return _verdict(task_id, verdict)
 
 
-def _verdict(task_id: str, verdict: str) -> dict[str, Any]:
+def _verdict(task_id: str, verdict: str) -> ReportResult:
     if verdict == "ignored":
         raise Conflict(
             f"the result for task {task_id} is stale (superseded attempt, stale fencing token or finished "
             f"run); it changed nothing (the first few such reports are recorded as ResultIgnored)",
             code="stale_result",
         )
-    return {"outcome": "accepted"}
+    return ReportResult(outcome="accepted")

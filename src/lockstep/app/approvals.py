@@ -12,7 +12,7 @@ import hashlib
 import re
 import secrets
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal, cast
 
 from ..core.approval import eligible
 from ..core.commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
@@ -25,6 +25,19 @@ from ..store import LoadedRun, Tx
 from .kernel import Kernel
 from .principals import Principal, Principals
 from .runs import Runs
+from .views import (
+    ApprovalPage,
+    DecisionResult,
+    DefinitionRef,
+    InboxItem,
+    LinkRef,
+    LinkView,
+    MintedLink,
+    Reassigned,
+    RevokedLink,
+    RunStatus,
+)
+from .views.recorded import ApprovalRequest, Decision
 
 __all__ = ["TOKEN_RE", "Approvals"]
 
@@ -63,7 +76,7 @@ class Approvals:
         *,
         expires_in: timedelta | None = None,
         by: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> MintedLink:
         """Mint a fresh single-use link for one approver; returns the raw token (never stored) once."""
         token = secrets.token_urlsafe(32)
         link_id = "lnk_" + secrets.token_hex(8)
@@ -107,16 +120,16 @@ class Approvals:
                 },
                 _sha(token),
             )
-        return {
-            "url": f"{self.base_url}/approve/{token}",
-            "token": token,
-            "link_id": link_id,
-            "expires_at": iso(expires),
-            "approver": approver,
-            "request_id": a["request_id"],
-        }
+        return MintedLink(
+            url=f"{self.base_url}/approve/{token}",
+            token=token,
+            link_id=link_id,
+            expires_at=iso(expires),
+            approver=approver,
+            request_id=a["request_id"],
+        )
 
-    def revoke(self, tenant: str, link_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
+    def revoke(self, tenant: str, link_id: str, reason: str, actor: str | None = None) -> RevokedLink:
         if not reason.strip():
             raise InvalidInput("a reason is required (--reason TEXT)")
         self.kernel.check_value(tenant, reason, "max_payload_bytes", "the reason")
@@ -136,15 +149,18 @@ class Approvals:
                 self.kernel.apply(tx, loaded, cmd, self.kernel.clock(), d)
             except Rejected:
                 tx.revoke_links(link["request_id"], None, link_id)  # request already closed: just revoke
-        return {"link_id": link_id, "status": "revoked"}
+        return RevokedLink(link_id=link_id, status="revoked")
 
     # --- deciding ------------------------------------------------------------------------------
-    def inspect(self, principal: Principal, token: str) -> dict[str, Any]:
+    def inspect(self, principal: Principal, token: str) -> ApprovalPage:
         """What the approval page shows for a token; never changes anything."""
         link = self._link_for(principal, token, consuming=False)
         state = self.kernel.state(principal.tenant, link["run_id"])
         a = state.approval if state.approval and state.approval["request_id"] == link["request_id"] else None
-        return {"link": link, "run": self.runs.describe(state), "approval": for_view(a)}
+        ref = LinkRef(
+            request_id=link["request_id"], step=link["step"], approver=link["approver"], run_id=link["run_id"]
+        )
+        return ApprovalPage(link=ref, run=self.runs.describe(state), approval=for_view(a))
 
     def _link_for(self, principal: Principal, token: str, *, consuming: bool) -> dict[str, Any]:
         well_formed = TOKEN_RE.match(token) is not None
@@ -199,14 +215,14 @@ class Approvals:
         comment: str | None = None,
         *,
         channel: str = "api",
-    ) -> dict[str, Any]:
+    ) -> DecisionResult:
         """Record one decision; every attempt, refused or not, is written to the audit log."""
         link_id = None
         try:
             if decision not in ("approve", "reject"):
                 raise InvalidInput(f"decision must be approve or reject, not {decision!r}")
             result = self._decide(principal, token, decision, comment)
-            link_id = result["link_id"]
+            link_id = result.link_id
         except LockstepError as exc:
             self.principals.audit(
                 principal.tenant,
@@ -228,11 +244,11 @@ class Approvals:
             "ok",
             channel=channel,
             decision=decision,
-            request_id=result["request_id"],
+            request_id=result.request_id,
         )
         return result
 
-    def _decide(self, principal: Principal, token: str, decision: str, comment: str | None) -> dict[str, Any]:
+    def _decide(self, principal: Principal, token: str, decision: str, comment: str | None) -> DecisionResult:
         self.kernel.check_value(principal.tenant, comment, "max_payload_bytes", "the comment")
         well_formed = TOKEN_RE.match(token) is not None
         h = _sha(token[:200])
@@ -281,7 +297,7 @@ class Approvals:
     # --- operators and inboxes -----------------------------------------------------------------
     def reassign(
         self, tenant: str, run_id: str, step: str, old: str, new: str, reason: str, actor: str | None = None
-    ) -> dict[str, Any]:
+    ) -> Reassigned:
         """Replace a named approver. The core decides who may take the seat (see replace_approver); here
         we read the new approver's account as it is now and hand the core their roles and groups."""
         if not reason.strip():
@@ -305,9 +321,9 @@ class Approvals:
             if exc.code in ("already_decided", "not_waiting"):
                 raise Conflict(str(exc), code=exc.code) from None
             raise
-        return {"run_id": run_id, "step": step, "request_id": a["request_id"], "old": old, "new": new}
+        return Reassigned(run_id=run_id, step=step, request_id=a["request_id"], old=old, new=new)
 
-    def request_view(self, principal: Principal, run_id: str, step: str) -> dict[str, Any]:
+    def request_view(self, principal: Principal, run_id: str, step: str) -> ApprovalPage:
         """What the inbox's Review page shows: the pending request at `step`, for a logged-in approver.
         No link is minted (the session is the identity; a link authorizes nothing), so opening it any
         number of times appends nothing to the run's history."""
@@ -323,8 +339,8 @@ class Approvals:
             # The same answer as for a request that is not there: no details for people outside the policy.
             why = f"run {run_id} is not waiting for your approval at step {step}"
             raise Conflict(why, code="not_waiting")
-        link = {"request_id": a["request_id"], "step": step, "approver": principal.name, "run_id": run_id}
-        return {"link": link, "run": self.runs.describe(state), "approval": a}
+        link = LinkRef(request_id=a["request_id"], step=step, approver=principal.name, run_id=run_id)
+        return ApprovalPage(link=link, run=self.runs.describe(state), approval=cast(ApprovalRequest, a))
 
     def _check_seat(self, principal: Principal, a: dict[str, Any]) -> None:
         if not principal.can("approve"):
@@ -339,7 +355,7 @@ class Approvals:
 
     def decide_in_session(
         self, principal: Principal, run_id: str, step: str, decision: str, comment: str | None = None
-    ) -> dict[str, Any]:
+    ) -> DecisionResult:
         """Decide from the inbox, as the logged-in approver, without a link (audited like decide)."""
         try:
             if decision not in ("approve", "reject"):
@@ -367,13 +383,13 @@ class Approvals:
             "ok",
             channel="inbox",
             decision=decision,
-            request_id=result["request_id"],
+            request_id=result.request_id,
         )
         return result
 
     def _decide_in_session(
         self, principal: Principal, run_id: str, step: str, decision: str, comment: str | None
-    ) -> dict[str, Any]:
+    ) -> DecisionResult:
         now = self.kernel.clock()
         with self.kernel.write() as tx:
             loaded = tx.load_run(run_id)
@@ -396,7 +412,7 @@ class Approvals:
             after = self._record(tx, loaded, cmd, now, d)
         return _decided(after, a["request_id"], step, None, decision)
 
-    def inbox(self, principal: Principal) -> list[dict[str, Any]]:
+    def inbox(self, principal: Principal) -> list[InboxItem]:
         """Pending requests this person may decide and has not decided yet."""
         with self.kernel.read() as tx:
             pending = tx.pending_approval_requests(principal.tenant)
@@ -418,45 +434,47 @@ class Approvals:
             if state.approval is None or state.approval["request_id"] != r["request_id"]:
                 continue
             out.append(
-                {
-                    "request_id": r["request_id"],
-                    "run_id": r["run_id"],
-                    "step": r["step"],
-                    "definition": state.definition,
-                    "details": for_view(state.approval["details"]),
-                    "quorum": state.approval["policy"]["quorum"],
-                    "decisions": state.approval["decisions"],
-                    "requested_at": state.approval["requested_at"],
-                    "expires_at": state.approval["expires_at"],
-                }
+                InboxItem(
+                    request_id=r["request_id"],
+                    run_id=r["run_id"],
+                    step=r["step"],
+                    definition=DefinitionRef.model_validate(state.definition),
+                    details=for_view(state.approval["details"]),
+                    quorum=state.approval["policy"]["quorum"],
+                    decisions=state.approval["decisions"],
+                    requested_at=state.approval["requested_at"],
+                    expires_at=state.approval["expires_at"],
+                )
             )
         return out
 
-    def links(self, tenant: str, run_id: str) -> list[dict[str, Any]]:
+    def links(self, tenant: str, run_id: str) -> list[LinkView]:
         state = self.kernel.state(tenant, run_id)
         request = state.approval["request_id"] if state.approval else None
         if request is None:
             return []
         with self.kernel.read() as tx:
-            return tx.links_of_request(request)
+            rows = tx.links_of_request(request)
+        return [LinkView(**row) for row in rows]
 
 
 def _decided(
     after: RunState, request_id: str, step: str, link_id: str | None, decision: str
-) -> dict[str, Any]:
+) -> DecisionResult:
     """What a recorded decision answers: the request's state after it and the run's status."""
     pending = after.approval
     done = after.steps[step].output or {}
-    return {
-        "request_id": request_id,
-        "run_id": after.run_id,
-        "step": step,
-        "link_id": link_id,
-        "decision": decision,
-        "request_status": "pending" if pending is not None else done.get("outcome"),
-        "decisions": (pending or done).get("decisions", []),
-        "run_status": after.status,
-    }
+    decisions: list[Decision] = (pending or done).get("decisions", [])
+    return DecisionResult(
+        request_id=request_id,
+        run_id=after.run_id,
+        step=step,
+        link_id=link_id,
+        decision=cast(Literal["approve", "reject"], decision),
+        request_status="pending" if pending is not None else done.get("outcome"),
+        decisions=decisions,
+        run_status=cast(RunStatus, after.status),
+    )
 
 
 def _refusal(r: Rejected) -> LockstepError:

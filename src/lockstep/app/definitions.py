@@ -12,6 +12,7 @@ from ..core.timeutil import iso
 from ..errors import Conflict, InvalidInput, NotFound
 from ..store import ConcurrencyError, DefinitionRow
 from .kernel import Kernel
+from .views import DefinitionDocument, DefinitionVersion, PublishResult
 
 __all__ = ["Definitions"]
 
@@ -25,7 +26,7 @@ class Definitions:
             limits = replace(limits, expressions=publish_limits(kernel.server_limits))
         self.limits = limits
 
-    def publish(self, tenant: str, document: Any) -> dict[str, Any]:
+    def publish(self, tenant: str, document: Any) -> PublishResult:
         limits = self.limits
         with self.kernel.read() as tx:
             row = tx.tenant(tenant)
@@ -42,24 +43,29 @@ class Definitions:
                 with self.kernel.write() as tx:
                     same = tx.definition_by_digest(tenant, d.name, d.digest)
                     if same is not None:
-                        return {"name": d.name, "version": same.version, "digest": d.digest, "created": False}
+                        return PublishResult(
+                            name=d.name, version=same.version, digest=d.digest, created=False
+                        )
                     latest = tx.definition(tenant, d.name, None)
                     version = (latest.version if latest else 0) + 1
                     tx.insert_definition(
                         tenant, DefinitionRow(d.name, version, d.digest, d.document), iso(self.kernel.clock())
                     )
-                    return {"name": d.name, "version": version, "digest": d.digest, "created": True}
+                    return PublishResult(name=d.name, version=version, digest=d.digest, created=True)
             except ConcurrencyError:
                 continue
         raise Conflict(f"definition {d.name} is being published concurrently; try again")
 
-    def definition_document(self, tenant: str, name: str, version: int) -> dict[str, Any]:
+    def definition_document(self, tenant: str, name: str, version: int) -> DefinitionDocument:
         with self.kernel.read() as tx:
             row = tx.definition(tenant, name, version)
         if row is None:
             raise NotFound(f"no definition {name} version {version} in tenant {tenant}")
-        return {"name": row.name, "version": row.version, "digest": row.digest, "document": row.document}
+        return DefinitionDocument(
+            name=row.name, version=row.version, digest=row.digest, document=row.document
+        )
 
-    def definitions(self, tenant: str) -> list[dict[str, Any]]:
+    def definitions(self, tenant: str) -> list[DefinitionVersion]:
         with self.kernel.read() as tx:
-            return tx.definitions(tenant)
+            rows = tx.definitions(tenant)
+        return [DefinitionVersion(**r) for r in rows]

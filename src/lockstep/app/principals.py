@@ -27,6 +27,17 @@ from ..core.timeutil import iso
 from ..errors import Conflict, Forbidden, InvalidInput, NotFound, RateLimited
 from ..store import ConcurrencyError, UserRow
 from .kernel import Kernel
+from .views import (
+    EmailSet,
+    KeyRotated,
+    Membership,
+    NewUser,
+    PasswordSet,
+    TenantSettings,
+    TenantView,
+    UserEnabled,
+    UserView,
+)
 
 __all__ = ["ROLES", "TENANT_SETTINGS", "Principal", "Principals"]
 
@@ -167,16 +178,16 @@ class Principals:
         self._address_policy = policy("login_attempts_per_address")
 
     # --- tenants -------------------------------------------------------------------------------
-    def create_tenant(self, name: str) -> dict[str, Any]:
+    def create_tenant(self, name: str) -> TenantSettings:
         _check_name("tenant", name)
         try:
             with self.kernel.write() as tx:
                 tx.insert_tenant(name, {}, iso(self.kernel.clock()))
         except ConcurrencyError:
             raise Conflict(f"tenant {name} already exists") from None
-        return {"tenant": name, "settings": {}}
+        return TenantSettings(tenant=name, settings={})
 
-    def set_tenant(self, name: str, **changes: Any) -> dict[str, Any]:
+    def set_tenant(self, name: str, **changes: Any) -> TenantSettings:
         unknown = sorted(set(changes) - set(TENANT_SETTINGS))
         if unknown:
             raise InvalidInput(
@@ -197,16 +208,15 @@ class Principals:
             settings = {**row.settings, **changes}
             settings = {k: v for k, v in settings.items() if v is not None}
             tx.update_tenant_settings(name, settings)
-        return {"tenant": name, "settings": settings}
+        return TenantSettings(tenant=name, settings=settings)
 
-    def tenants(self) -> list[dict[str, Any]]:
+    def tenants(self) -> list[TenantView]:
         with self.kernel.read() as tx:
-            return [
-                {"tenant": t.name, "settings": t.settings, "created_at": t.created_at} for t in tx.tenants()
-            ]
+            rows = tx.tenants()
+        return [TenantView(tenant=t.name, settings=t.settings, created_at=t.created_at) for t in rows]
 
     # --- users ---------------------------------------------------------------------------------
-    def create_user(self, tenant: str, name: str, roles: list[str], groups: list[str]) -> dict[str, Any]:
+    def create_user(self, tenant: str, name: str, roles: list[str], groups: list[str]) -> NewUser:
         """Create a user and return its API key: shown once, only its hash is stored."""
         _check_name("user", name)
         bad = [r for r in roles if r not in ROLES]
@@ -237,7 +247,7 @@ class Principals:
                 )
             except ConcurrencyError:
                 raise Conflict(f"user {name} already exists in tenant {tenant}") from None
-        return {"tenant": tenant, "user": name, "roles": roles, "groups": groups, "api_key": key}
+        return NewUser(tenant=tenant, user=name, roles=roles, groups=groups, api_key=key)
 
     def _update(self, tenant: str, name: str, *, end_sessions: bool = False, **changes: Any) -> UserRow:
         """Change a user; with `end_sessions` (a credential change) every session of theirs ends in the
@@ -253,33 +263,33 @@ class Principals:
             tx.update_user(u)
             return u
 
-    def disable_user(self, tenant: str, name: str) -> dict[str, Any]:
+    def disable_user(self, tenant: str, name: str) -> UserEnabled:
         self._update(tenant, name, end_sessions=True, disabled=True)
-        return {"tenant": tenant, "user": name, "disabled": True}
+        return UserEnabled(tenant=tenant, user=name, disabled=True)
 
-    def enable_user(self, tenant: str, name: str) -> dict[str, Any]:
+    def enable_user(self, tenant: str, name: str) -> UserEnabled:
         self._update(tenant, name, disabled=False)
-        return {"tenant": tenant, "user": name, "disabled": False}
+        return UserEnabled(tenant=tenant, user=name, disabled=False)
 
-    def set_password(self, tenant: str, name: str, password: str) -> dict[str, Any]:
+    def set_password(self, tenant: str, name: str, password: str) -> PasswordSet:
         check_password_policy(password, tenant=tenant, user=name, limits=self.kernel.server_limits)
         self._update(tenant, name, end_sessions=True, password_hash=_hash_password(password))
-        return {"tenant": tenant, "user": name, "password": "set", "sessions": "ended"}
+        return PasswordSet(tenant=tenant, user=name, password="set", sessions="ended")  # noqa: S106 - not one
 
-    def set_email(self, tenant: str, name: str, email: str) -> dict[str, Any]:
+    def set_email(self, tenant: str, name: str, email: str) -> EmailSet:
         if not re.match(r"^[^@\s]+@[^@\s]+\.[^@\s]+$", email):
             raise InvalidInput(f"{email!r} is not an e-mail address")
         self._update(tenant, name, email=email)
-        return {"tenant": tenant, "user": name, "email": email}
+        return EmailSet(tenant=tenant, user=name, email=email)
 
-    def rotate_key(self, tenant: str, name: str) -> dict[str, Any]:
+    def rotate_key(self, tenant: str, name: str) -> KeyRotated:
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         self._update(tenant, name, end_sessions=True, key_hash=_sha(key))
-        return {"tenant": tenant, "user": name, "api_key": key, "sessions": "ended"}
+        return KeyRotated(tenant=tenant, user=name, api_key=key, sessions="ended")
 
     def set_membership(
         self, tenant: str, name: str, *, roles: list[str] | None = None, groups: list[str] | None = None
-    ) -> dict[str, Any]:
+    ) -> Membership:
         changes: dict[str, Any] = {}
         if roles is not None:
             bad = [r for r in roles if r not in ROLES]
@@ -289,21 +299,22 @@ class Principals:
         if groups is not None:
             changes["groups"] = tuple(groups)
         u = self._update(tenant, name, **changes)
-        return {"tenant": tenant, "user": name, "roles": list(u.roles), "groups": list(u.groups)}
+        return Membership(tenant=tenant, user=name, roles=list(u.roles), groups=list(u.groups))
 
-    def users(self, tenant: str) -> list[dict[str, Any]]:
+    def users(self, tenant: str) -> list[UserView]:
         with self.kernel.read() as tx:
-            return [
-                {
-                    "user": u.name,
-                    "roles": list(u.roles),
-                    "groups": list(u.groups),
-                    "disabled": u.disabled,
-                    "password": u.password_hash is not None,
-                    "created_at": u.created_at,
-                }
-                for u in tx.users(tenant)
-            ]
+            rows = tx.users(tenant)
+        return [
+            UserView(
+                user=u.name,
+                roles=list(u.roles),
+                groups=list(u.groups),
+                disabled=u.disabled,
+                password=u.password_hash is not None,
+                created_at=u.created_at,
+            )
+            for u in rows
+        ]
 
     def principal(self, tenant: str, name: str) -> Principal | None:
         """The user as they are now (None if missing or disabled)."""

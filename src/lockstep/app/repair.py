@@ -22,6 +22,7 @@ from ..core.state import RunState
 from ..errors import InvalidInput, NotFound, Refused
 from .kernel import Kernel
 from .runs import Runs
+from .views import BulkMigration, MigrationOutcome, MigrationPlan, RepairResult
 
 __all__ = ["Repairs"]
 
@@ -37,12 +38,12 @@ class Repairs:
         self.kernel = kernel
         self.runs = runs
 
-    def _done(self, run_id: str, state: RunState, events: list[Event]) -> dict[str, Any]:
+    def _done(self, run_id: str, state: RunState, events: list[Event]) -> RepairResult:
         out: dict[str, Any] = {"run_id": run_id, "status": state.status, "events": [e.type for e in events]}
         if any(e.type == "RepairProposed" for e in events):
             # Four-eyes: nothing ran yet; a second operator confirms (or anyone rejects) the proposal.
             out["proposal"] = state.proposal
-        return out
+        return RepairResult(**out)
 
     def confirm(
         self,
@@ -53,7 +54,7 @@ class Repairs:
         *,
         actor: str | None = None,
         roles: tuple[str, ...] = ("operator",),
-    ) -> dict[str, Any]:
+    ) -> RepairResult:
         """A second operator confirms a four-eyes proposal: its command runs now, checked again."""
         state = self.kernel.state(tenant, run_id)
         p = state.proposal
@@ -67,15 +68,15 @@ class Repairs:
 
     def reject(
         self, tenant: str, run_id: str, proposal_id: str, reason: str, *, actor: str | None = None
-    ) -> dict[str, Any]:
+    ) -> RepairResult:
         """Reject a four-eyes proposal (the proposer's own rejection is recorded as a withdrawal)."""
         cmd = RejectRepair(proposal_id, _reason(reason), actor)
         return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
 
-    def pause(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
+    def pause(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> RepairResult:
         return self._done(run_id, *self.kernel.command(run_id, PauseRun(_reason(reason), actor), tenant))
 
-    def resume(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
+    def resume(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> RepairResult:
         return self._done(run_id, *self.kernel.command(run_id, ResumeRun(_reason(reason), actor), tenant))
 
     def skip(
@@ -88,7 +89,7 @@ class Repairs:
         output: Any = None,
         actor: str | None = None,
         roles: tuple[str, ...] = ("operator",),
-    ) -> dict[str, Any]:
+    ) -> RepairResult:
         self._json(output, "--output")
         self.kernel.check_value(tenant, output, "max_output_bytes", "--output", "output")
         cmd = SkipStep(step, _reason(reason), output, actor, roles)
@@ -96,7 +97,7 @@ class Repairs:
 
     def edit_input(
         self, tenant: str, run_id: str, new_input: Any, reason: str, actor: str | None = None
-    ) -> dict[str, Any]:
+    ) -> RepairResult:
         self._json(new_input, "--input")
         self.kernel.check_value(tenant, new_input, "max_input_bytes", "the new input", "input")
         cmd = EditInput(new_input, _reason(reason), actor)
@@ -112,7 +113,7 @@ class Repairs:
         *,
         output: Any = None,
         actor: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> RepairResult:
         if outcome not in ("succeeded", "failed"):
             raise InvalidInput("--as must be succeeded or failed")
         self._json(output, "--output")
@@ -130,7 +131,7 @@ class Repairs:
         mapping: dict[str, str] | None = None,
         dry_run: bool = False,
         actor: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> MigrationPlan:
         """Move a run to another version; with dry_run, explain what would happen and change nothing."""
         self.kernel.check_value(tenant, mapping or {}, "max_payload_bytes", "the step map", "map")
         state = self.kernel.state(tenant, run_id)
@@ -150,7 +151,7 @@ class Repairs:
         if dry_run:
             plan["ok"] = not plan["problems"]
             plan["dry_run"] = True
-            return plan
+            return MigrationPlan(**plan)
         if state.terminal:
             raise Refused(f"the run is already {state.status}; there is nothing to migrate", code="terminal")
         if to_version == state.definition["version"]:
@@ -159,7 +160,10 @@ class Repairs:
             raise Refused("migration refused: " + "; ".join(plan["problems"]), code="incompatible")
         cmd = MigrateRun(target, to_version, tuple(sorted((mapping or {}).items())), _reason(reason), actor)
         after, events = self.kernel.command(run_id, cmd, tenant)
-        return {**plan, "ok": True, "dry_run": False, **self._done(run_id, after, events)}
+        done = self._done(run_id, after, events)
+        return MigrationPlan(
+            **plan, ok=True, dry_run=False, status=done.status, events=done.events, proposal=done.proposal
+        )
 
     def migrate_many(
         self,
@@ -174,32 +178,31 @@ class Repairs:
         dry_run: bool = False,
         actor: str | None = None,
         limit: int = 10_000,
-    ) -> dict[str, Any]:
+    ) -> BulkMigration:
         """Bulk migration with a per-run outcome report; one run's refusal does not stop the others."""
         runs = [
             r
             for r in self.runs.runs(tenant, definition=definition, status=status, limit=limit)
-            if r["definition"]["version"] == from_version
-            and r["status"] not in ("completed", "failed", "cancelled")
+            if r.definition.version == from_version and r.status not in ("completed", "failed", "cancelled")
         ]
         report = []
         for r in runs:
             try:
                 out = self.migrate(
-                    tenant, r["run_id"], to_version, reason, mapping=mapping, dry_run=dry_run, actor=actor
+                    tenant, r.run_id, to_version, reason, mapping=mapping, dry_run=dry_run, actor=actor
                 )
-                report.append({"run_id": r["run_id"], "ok": out["ok"], "problems": out["problems"]})
+                report.append(MigrationOutcome(run_id=r.run_id, ok=out.ok, problems=out.problems))
             except (Refused, NotFound, InvalidInput) as exc:
-                report.append({"run_id": r["run_id"], "ok": False, "problems": [str(exc)]})
-        return {
-            "definition": definition,
-            "from_version": from_version,
-            "to_version": to_version,
-            "dry_run": dry_run,
-            "runs": len(report),
-            "migrated": sum(1 for x in report if x["ok"]),
-            "report": report,
-        }
+                report.append(MigrationOutcome(run_id=r.run_id, ok=False, problems=[str(exc)]))
+        return BulkMigration(
+            definition=definition,
+            from_version=from_version,
+            to_version=to_version,
+            dry_run=dry_run,
+            runs=len(report),
+            migrated=sum(1 for x in report if x.ok),
+            report=report,
+        )
 
     @staticmethod
     def _json(value: Any, what: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from ..core.canonical import canonical_json, digest
 from ..core.commands import CancelRun, Rejected, RetryStep, StartRun
@@ -19,6 +19,20 @@ from ..errors import Conflict, InvalidInput, NotFound
 from ..store import ConcurrencyError, Tx
 from .kernel import Kernel, epoch_ms
 from .quotas import admit, check_input
+from .views import (
+    CancelResult,
+    DeadLetter,
+    DefinitionRef,
+    EventView,
+    RetryResult,
+    RunStatus,
+    RunView,
+    StartResult,
+    StepView,
+    VerifyResult,
+    WaitKind,
+)
+from .views.recorded import Attention, CancelInfo
 from .work import Eager, Work
 
 __all__ = ["Runs", "new_run_id"]
@@ -29,6 +43,10 @@ GENESIS = "0" * 64
 def new_run_id(now: datetime) -> str:
     """Time-ordered and unguessable: 48 bits of milliseconds then 80 random bits, as hex."""
     return f"{int(now.timestamp() * 1000):012x}{secrets.token_hex(10)}"
+
+
+def _status(s: RunState) -> RunStatus:
+    return cast(RunStatus, s.status)
 
 
 def _json_digest(value: Any, what: str) -> str:
@@ -54,7 +72,7 @@ class Runs:
         key: str | None = None,
         version: int | None = None,
         actor: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> StartResult:
         """Start a run; with `key`, the same key returns the same run (and a different request is refused)."""
         payload = {} if input is None else input
         # Measured before the transaction (which compares again with the settings it reads).
@@ -74,13 +92,13 @@ class Runs:
                                     f"(run {found[0]}); use a new key",
                                     code="key_reused",
                                 )
-                            return {"run_id": found[0], "created": False}
+                            return StartResult(run_id=found[0], created=False)
                     run_id = self._start_in(
                         tx, now, tenant, name, version, payload, key, actor, request, shape, eager
                     )
                 if eager is not None and eager.leases and eager.owner is not None:
                     eager.owner.accept(eager.leases)  # committed: the first attempt may run now
-                return {"run_id": run_id, "created": True}
+                return StartResult(run_id=run_id, created=True)
             except ConcurrencyError:
                 continue
             except Rejected as r:
@@ -159,11 +177,11 @@ class Runs:
             eager.leased(tx, now, after, events)
         return run_id
 
-    def cancel(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> dict[str, Any]:
+    def cancel(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> CancelResult:
         if not reason or not reason.strip():
             raise InvalidInput("a reason is required to cancel a run (--reason TEXT)")
         state, events = self.kernel.command(run_id, CancelRun(reason.strip(), actor), tenant)
-        return {"run_id": run_id, "status": state.status, "accepted": bool(events)}
+        return CancelResult(run_id=run_id, status=_status(state), accepted=bool(events))
 
     def retry(
         self,
@@ -174,62 +192,66 @@ class Runs:
         *,
         actor: str | None = None,
         new_key: bool = False,
-    ) -> dict[str, Any]:
+    ) -> RetryResult:
         """Operator: run a step waiting for attention (dead letter, unknown outcome) again."""
         if not reason.strip():
             raise InvalidInput("a reason is required (--reason TEXT)")
         state, _ = self.kernel.command(run_id, RetryStep(step, reason.strip(), actor, new_key), tenant)
-        return {"run_id": run_id, "step": step, "status": state.status, "attempt": state.steps[step].attempts}
+        attempt = state.steps[step].attempts
+        return RetryResult(run_id=run_id, step=step, status=_status(state), attempt=attempt)
 
     # --- views ---------------------------------------------------------------------------------
-    def show(self, tenant: str | None, run_id: str) -> dict[str, Any]:
+    def show(self, tenant: str | None, run_id: str) -> RunView:
         return self.describe(self.kernel.state(tenant, run_id))
 
-    def describe(self, s: RunState) -> dict[str, Any]:
+    def describe(self, s: RunState) -> RunView:
         now = self.kernel.clock()
         why = explain(s, now)
         steps = {}
         for sid, st in sorted(s.steps.items(), key=lambda kv: self._step_rank(s, kv[0])):
-            steps[sid] = {
-                "status": st.status,
-                "attempts": st.attempts,
-                "output": for_view(st.output),
-                "error": for_view(st.error),
+            steps[sid] = StepView(
+                status=st.status,
+                attempts=st.attempts,
+                output=for_view(st.output),
+                error=for_view(st.error),
                 # What an operator looks the effect up with downstream (unknown outcomes, repairs).
-                "idempotency_key": st.idempotency_key,
-                "started_at": st.started_at,
-                "finished_at": st.finished_at,
-            }
-            if st.compensation is not None:
-                steps[sid]["compensation"] = for_view(st.compensation)
-        return {
-            "run_id": s.run_id,
-            "tenant": s.tenant,
-            "status": s.status,
-            "definition": s.definition,
-            "current_step": s.current_step,
-            **why,
+                idempotency_key=st.idempotency_key,
+                started_at=st.started_at,
+                finished_at=st.finished_at,
+                compensation=for_view(st.compensation),
+            )
+        return RunView(
+            run_id=s.run_id,
+            tenant=s.tenant,
+            status=_status(s),
+            definition=DefinitionRef.model_validate(s.definition),
+            current_step=s.current_step,
+            wait_kind=cast(WaitKind | None, why["wait_kind"]),
+            wait_reason=why["wait_reason"],
+            waiting_since=why["waiting_since"],
+            waiting_until=why["waiting_until"],
+            next_action=why["next_action"],
             # Every value as the views show it: what no limit could accept is a marker, never a 500.
-            "input": for_view(s.input),
-            "output": for_view(s.output),
-            "error": for_view(s.error),
-            "steps": steps,
-            "started_at": s.started_at,
-            "updated_at": s.updated_at,
-            "finished_at": s.finished_at,
-            "cancel": s.cancel,
-            "attention": s.attention,
-            "seq": s.seq,
-            "start_key": s.start_key,
-            "ignored_results": s.ignored_results,
-        }
+            input=for_view(s.input),
+            output=for_view(s.output),
+            error=for_view(s.error),
+            steps=steps,
+            started_at=s.started_at,
+            updated_at=s.updated_at,
+            finished_at=s.finished_at,
+            cancel=cast(CancelInfo | None, s.cancel),
+            attention=cast(Attention | None, s.attention),
+            seq=s.seq,
+            start_key=s.start_key,
+            ignored_results=s.ignored_results,
+        )
 
     def _step_rank(self, s: RunState, step_id: str) -> int:
         """Steps are shown in definition order (snapshots store them keyed, hence unordered)."""
         d = self.kernel.definition(s.tenant, s.definition["name"], s.definition["version"])
         return d.index.get(step_id, len(d.index))
 
-    def events(self, tenant: str | None, run_id: str) -> list[dict[str, Any]]:
+    def events(self, tenant: str | None, run_id: str) -> list[EventView]:
         self.kernel.state(tenant, run_id)
         with self.kernel.read() as tx:
             rows = tx.events(run_id)
@@ -242,7 +264,7 @@ class Runs:
             if "attempt" in data:
                 item["attempt"] = data["attempt"]
             item["data"] = for_view(data)
-            out.append(item)
+            out.append(EventView(**item))  # step and attempt stay unset when the event has none
         return out
 
     def runs(
@@ -255,11 +277,11 @@ class Runs:
         limit: int = 100,
         before: str | None = None,
         wait_kind: str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[RunView]:
         """Runs of a tenant: ascending after `after`, or newest first below `before` ("" = from the top).
 
         `wait_kind` filters on why a run waits (queued, running, timer, retry, attention, ...)."""
-        out: list[dict[str, Any]] = []
+        out: list[RunView] = []
         cursor_after, cursor_before = after, before
         while len(out) < limit:
             with self.kernel.read() as tx:
@@ -273,7 +295,7 @@ class Runs:
                 )
             for s in page:
                 shown = self.describe(s)
-                if wait_kind is None or shown["wait_kind"] == wait_kind:
+                if wait_kind is None or shown.wait_kind == wait_kind:
                     out.append(shown)
             if len(page) < limit or wait_kind is None:
                 break
@@ -283,24 +305,24 @@ class Runs:
                 cursor_after = page[-1].run_id
         return out[:limit]
 
-    def dead_letters(self, tenant: str, limit: int = 100) -> list[dict[str, Any]]:
+    def dead_letters(self, tenant: str, limit: int = 100) -> list[DeadLetter]:
         """Runs waiting in the dead-letter state, with their reasons (newest first)."""
         out = []
         for r in self.runs(tenant, status="needs_attention", before="", limit=limit):
-            att = r["attention"] or {}
-            if att.get("code") == "dead_letter":
+            att = r.attention
+            if att is not None and att["code"] == "dead_letter":
                 out.append(
-                    {
-                        "run_id": r["run_id"],
-                        "step": att["step"],
-                        "reason": att["reason"],
-                        "since": att["since"],
-                        "definition": r["definition"],
-                    }
+                    DeadLetter(
+                        run_id=r.run_id,
+                        step=att["step"],
+                        reason=att["reason"],
+                        since=att["since"],
+                        definition=r.definition,
+                    )
                 )
         return out
 
-    def verify(self, run_id: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
+    def verify(self, run_id: str | None = None, tenant: str | None = None) -> list[VerifyResult]:
         """Replay every run's events, compare with its snapshot, check seq and the hash chain."""
         with self.kernel.read() as tx:
             ids = [run_id] if run_id else tx.run_ids(tenant)
@@ -332,5 +354,5 @@ class Runs:
             ):
                 diff = [k for k, v in replayed.to_json().items() if loaded.state.to_json().get(k) != v]
                 problems.append(f"snapshot differs from replay in: {', '.join(diff)}")
-            report.append({"run_id": rid, "events": len(rows), "ok": not problems, "problems": problems})
+            report.append(VerifyResult(run_id=rid, events=len(rows), ok=not problems, problems=problems))
         return report

@@ -19,14 +19,14 @@ __all__ = ["COMMANDS"]
 def verify(c: Ctx, run_id: str | None, as_json: bool) -> None:
     """Replay events and compare with snapshots; check sequences and the hash chain. Exit 1 on mismatch."""
     report = c.engine.service.verify(run_id, tenant=c.tenant)
-    bad = [r for r in report if not r["ok"]]
+    bad = [r for r in report if not r.ok]
     if as_json:
         print_json({"runs": len(report), "ok": not bad, "problems": bad})
     else:
         for r in bad:
-            out.print(f"[red]MISMATCH[/red] {r['run_id']}: " + "; ".join(r["problems"]))
+            out.print(f"[red]MISMATCH[/red] {r.run_id}: " + "; ".join(r.problems))
         out.print(
-            f"verified {len(report)} run(s), {sum(r['events'] for r in report)} event(s): "
+            f"verified {len(report)} run(s), {sum(r.events for r in report)} event(s): "
             + ("[green]all consistent[/green]" if not bad else f"[red]{len(bad)} inconsistent[/red]")
         )
     if bad:

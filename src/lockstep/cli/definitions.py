@@ -37,7 +37,7 @@ def definitions(c: Ctx, as_json: bool) -> None:
         return
     t = Table("name", "version", "digest", "published")
     for r in rows:
-        t.add_row(r["name"], str(r["version"]), r["digest"][:19] + "…", r["created_at"])
+        t.add_row(r.name, str(r.version), r.digest[:19] + "…", r.created_at)
     out.print(t)
 
 

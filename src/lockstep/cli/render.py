@@ -11,6 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..app.views import RunView, plain
+from ..app.views.recorded import ErrorInfo
+
 __all__ = ["STATUS_STYLE", "err", "fail", "out", "print_json", "print_run"]
 
 
@@ -35,34 +38,43 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def print_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    """`value` (views, or lists and dicts of them) as indented JSON on stdout."""
+    click.echo(json.dumps(plain(value), indent=2, ensure_ascii=False))
 
 
-def print_run(s: dict[str, Any]) -> None:
-    style = STATUS_STYLE.get(s["status"], "")
-    d = s["definition"]
+def _error(error: ErrorInfo | str) -> str:
+    """An error's code and message; a marker (a stored value too large to show) as it is."""
+    if isinstance(error, str):
+        return error
+    return f"{error.get('code')}: {error.get('message')}"
+
+
+def print_run(s: RunView) -> None:
+    style = STATUS_STYLE.get(s.status, "")
+    d = s.definition
     out.print(
-        f"[bold]{s['run_id']}[/bold]  [{style}]{s['status']}[/{style}]  "
-        f"{d['name']} v{d['version']}  tenant {s['tenant']}"
+        f"[bold]{s.run_id}[/bold]  [{style}]{s.status}[/{style}]  {d.name} v{d.version}  tenant {s.tenant}"
     )
-    if s["current_step"]:
-        out.print(f"current step: {s['current_step']}")
-    if s["wait_reason"]:
-        out.print(f"[bold]why:[/bold]  {s['wait_reason']}")
-        out.print(f"[bold]next:[/bold] {s['next_action']}")
-    if s["error"]:
-        out.print(f"[red]error:[/red] {s['error'].get('code')}: {s['error'].get('message')}")
-    if s["status"] == "completed":
-        out.print(f"output: {json.dumps(s['output'])}")
+    if s.current_step:
+        out.print(f"current step: {s.current_step}")
+    if s.wait_reason:
+        out.print(f"[bold]why:[/bold]  {s.wait_reason}")
+        out.print(f"[bold]next:[/bold] {s.next_action}")
+    if s.error:
+        out.print(f"[red]error:[/red] {_error(s.error)}")
+    if s.status == "completed":
+        out.print(f"output: {json.dumps(s.output)}")
     t = Table("step", "status", "attempts", "idempotency key", "detail")
-    for sid, st in s["steps"].items():
+    for sid, st in s.steps.items():
         detail = ""
-        if st.get("error"):
-            detail = f"{st['error'].get('code')}: {st['error'].get('message')}"
-        comp = st.get("compensation")
+        if st.error:
+            detail = _error(st.error)
+        comp = st.compensation
         if comp:
-            detail = (
-                detail + "; " if detail else ""
-            ) + f"compensation {comp['status']} ({comp['attempts']} attempt(s))"
-        t.add_row(sid, st["status"], str(st["attempts"]), st.get("idempotency_key") or "", detail)
+            detail = (detail + "; " if detail else "") + (
+                comp
+                if isinstance(comp, str)
+                else f"compensation {comp['status']} ({comp['attempts']} attempt(s))"
+            )
+        t.add_row(sid, st.status, str(st.attempts), st.idempotency_key or "", detail)
     out.print(t)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 import click
 from rich.table import Table
 
+from ..app.repair import Repairs
 from ..errors import InvalidInput
 from .context import Ctx, pass_ctx
 from .inputs import parse_json
@@ -44,11 +44,11 @@ def dead_letters(c: Ctx, as_json: bool) -> None:
         return
     t = Table("run", "step", "since", "reason")
     for r in rows:
-        t.add_row(r["run_id"], r["step"], r["since"], r["reason"])
+        t.add_row(r.run_id, r.step, r.since, r.reason)
     out.print(t)
 
 
-def _repairs(c: Ctx) -> Any:
+def _repairs(c: Ctx) -> Repairs:
     return c.engine.service.repairs
 
 
@@ -197,7 +197,7 @@ def migrate(
             c.tenant, run_id, to_version, reason, mapping=mapping, dry_run=dry_run, actor=actor
         )
         print_json(result)
-        if not result.get("ok", True):
+        if not result.ok:
             sys.exit(5)
         return
     if not definition or not from_version:

@@ -7,6 +7,7 @@ import os
 import click
 from rich.table import Table
 
+from ..app.views import RunSummary
 from ..core.narrate import narrate
 from ..core.state import STATUSES
 from .context import Ctx, pass_ctx
@@ -37,7 +38,7 @@ def start(c: Ctx, name: str, version: int | None, input_: str | None, key: str |
 @pass_ctx
 def show(c: Ctx, run_id: str, as_json: bool) -> None:
     """Show a run: status, current step, why it waits and what happens next."""
-    s = c.engine.show(run_id, tenant=c.tenant)
+    s = c.engine.service.show(c.tenant, run_id)
     if as_json:
         print_json(s)
     else:
@@ -50,13 +51,14 @@ def show(c: Ctx, run_id: str, as_json: bool) -> None:
 @pass_ctx
 def events(c: Ctx, run_id: str, as_json: bool) -> None:
     """The run's event history (append-only, hash-chained)."""
-    rows = c.engine.events(run_id, tenant=c.tenant)
+    rows = c.engine.service.events(c.tenant, run_id)
     if as_json:
         print_json(rows)
         return
     t = Table("seq", "at", "type", "what happened")
     for e in rows:
-        t.add_row(str(e["seq"]), e["at"], e["type"], narrate(e["type"], e["data"], e["at"]))
+        what = narrate(e.type, e.data, e.at) if isinstance(e.data, dict) else e.data  # else: a marker
+        t.add_row(str(e.seq), e.at, e.type, what)
     out.print(t)
 
 
@@ -74,33 +76,17 @@ def runs(c: Ctx, status: str | None, definition: str | None, limit: int, after: 
     """List runs (oldest first), with filters and a cursor."""
     rows = c.engine.service.runs(c.tenant, status=status, definition=definition, after=after, limit=limit)
     if as_json:
-        print_json(
-            [
-                {
-                    k: r[k]
-                    for k in (
-                        "run_id",
-                        "status",
-                        "definition",
-                        "current_step",
-                        "wait_reason",
-                        "started_at",
-                        "updated_at",
-                    )
-                }
-                for r in rows
-            ]
-        )
+        print_json([RunSummary.of(r) for r in rows])
         return
     t = Table("run", "status", "definition", "step", "why / next")
     for r in rows:
-        style = STATUS_STYLE.get(r["status"], "")
+        style = STATUS_STYLE.get(r.status, "")
         t.add_row(
-            r["run_id"],
-            f"[{style}]{r['status']}[/{style}]",
-            f"{r['definition']['name']} v{r['definition']['version']}",
-            r["current_step"] or "",
-            r["wait_reason"] or "",
+            r.run_id,
+            f"[{style}]{r.status}[/{style}]",
+            f"{r.definition.name} v{r.definition.version}",
+            r.current_step or "",
+            r.wait_reason or "",
         )
     out.print(t)
 

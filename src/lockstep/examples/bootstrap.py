@@ -43,7 +43,7 @@ def bootstrap(engine: Engine, ledger_dir: str) -> dict[str, Any]:
     with contextlib.suppress(Conflict):
         principals.create_tenant("default")
     try:
-        created["api_key"] = principals.create_user("default", "admin", ["admin"], ["managers"])["api_key"]
+        created["api_key"] = principals.create_user("default", "admin", ["admin"], ["managers"]).api_key
         principals.set_password("default", "admin", EXAMPLE_PASSWORD)
     except Conflict:
         created["password"] = "(unchanged: the admin user already existed)"  # noqa: S105

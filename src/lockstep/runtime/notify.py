@@ -139,7 +139,7 @@ class Notifier:
                 link = self.approvals.mint(n["tenant"], n["run_id"], request["step"], approver, by="notifier")
                 self.channel.send(
                     {
-                        **link,
+                        **link.plain(),
                         "run_id": n["run_id"],
                         "step": request["step"],
                         "tenant": n["tenant"],

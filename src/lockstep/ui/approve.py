@@ -65,7 +65,15 @@ def approve_page(request: Request, token: str, session: Session) -> Response:
         view = _approvals(request).inspect(me, token)
     except LockstepError as exc:
         return _refused(request, session, exc)
-    return page(request, "approve.html", {"me": me, "csrf": csrf, "token": token, **view})
+    context = {
+        "me": me,
+        "csrf": csrf,
+        "token": token,
+        "link": view.link,
+        "run": view.run,
+        "approval": view.approval,
+    }
+    return page(request, "approve.html", context)
 
 
 def _decision_csrf(request: Request, session: tuple[Any, str], csrf: str, channel: str) -> tuple[Any, str]:
@@ -135,7 +143,15 @@ def review_page(request: Request, run_id: str, step: str, session: Session) -> R
         view = _approvals(request).request_view(me, run_id, step)
     except LockstepError as exc:
         return _refused(request, session, exc)
-    context = {"me": me, "csrf": csrf, "token": None, "action": _review_path(run_id, step), **view}
+    context = {
+        "me": me,
+        "csrf": csrf,
+        "token": None,
+        "action": _review_path(run_id, step),
+        "link": view.link,
+        "run": view.run,
+        "approval": view.approval,
+    }
     return page(request, "approve.html", context)
 
 

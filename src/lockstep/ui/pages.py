@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from ..api import html
 from ..app.principals import Principal, Principals
 from ..app.service import Service
+from ..app.views import plain
 from ..core.narrate import narrate
 from ..core.timeutil import format_duration, parse_iso
 
@@ -63,7 +64,7 @@ def _until(at: str | None, now: datetime | None = None) -> str:
 
 html.env.filters["ago"] = _ago
 html.env.filters["until"] = _until
-html.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, sort_keys=True)
+html.env.filters["pretty"] = lambda v: json.dumps(plain(v), indent=2, ensure_ascii=False, sort_keys=True)
 html.env.globals["narrate"] = narrate
 
 

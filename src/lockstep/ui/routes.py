@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from ..api import html
+from ..app.views import MigrationPlan
 from ..core.explain import WAIT_KINDS
 from ..core.state import STATUSES
 from ..errors import InvalidInput, LockstepError, NotFound, RateLimited
@@ -179,8 +180,8 @@ def runs_page(
             "wait_kinds": WAIT_KINDS,
             "counts": counts,
             "f": {"status": status, "definition": definition, "waiting": waiting},
-            "definitions": sorted({d["name"] for d in service_of(request).definitions(me.tenant)}),
-            "next_cursor": runs[-1]["run_id"] if len(runs) == limit else None,
+            "definitions": sorted({d.name for d in service_of(request).definitions(me.tenant)}),
+            "next_cursor": runs[-1].run_id if len(runs) == limit else None,
         },
     )
 
@@ -243,7 +244,7 @@ def cancel(
     try:
         me.require("cancel")
         out = service_of(request).cancel(me.tenant, run_id, reason, actor=me.name)
-        msg = "Cancellation recorded." if out["accepted"] else "The run was already being cancelled."
+        msg = "Cancellation recorded." if out.accepted else "The run was already being cancelled."
     except LockstepError as exc:
         msg = f"Not cancelled: {exc}"
     return flash_redirect(request, f"/ui/runs/{run_id}", msg)
@@ -263,7 +264,7 @@ def retry(
     try:
         me.require("operate")
         out = service_of(request).retry(me.tenant, run_id, step, reason, actor=me.name)
-        msg = f"Step {step} scheduled again (attempt {out['attempt']})."
+        msg = f"Step {step} scheduled again (attempt {out.attempt})."
     except LockstepError as exc:
         msg = f"Not retried: {exc}"
     return flash_redirect(request, f"/ui/runs/{run_id}", msg)
@@ -326,19 +327,19 @@ def operator_action(
     return flash_redirect(request, f"/ui/runs/{run_id}", msg)
 
 
-def _describe_plan(plan: dict[str, Any]) -> str:
-    head = "Dry run: " if plan.get("dry_run") else "Migrated: "
-    if plan["problems"]:
-        return head + "refused — " + "; ".join(plan["problems"])
-    parts = [f"v{plan['from']['version']} -> v{plan['to']['version']}"]
-    if plan["steps_added"]:
-        parts.append("steps added: " + ", ".join(plan["steps_added"]))
-    if plan["steps_removed"]:
-        parts.append("steps removed: " + ", ".join(plan["steps_removed"]))
-    if plan["carried"]:
-        parts.append("carried: " + "; ".join(plan["carried"]))
-    if plan["restart"]:
-        parts.append(f"step {plan['restart']} starts again on the new version")
+def _describe_plan(plan: MigrationPlan) -> str:
+    head = "Dry run: " if plan.dry_run else "Migrated: "
+    if plan.problems:
+        return head + "refused — " + "; ".join(plan.problems)
+    parts = [f"v{plan.from_.version} -> v{plan.to['version']}"]
+    if plan.steps_added:
+        parts.append("steps added: " + ", ".join(plan.steps_added))
+    if plan.steps_removed:
+        parts.append("steps removed: " + ", ".join(plan.steps_removed))
+    if plan.carried:
+        parts.append("carried: " + "; ".join(plan.carried))
+    if plan.restart:
+        parts.append(f"step {plan.restart} starts again on the new version")
     return head + "; ".join(parts)
 
 

@@ -1,0 +1,234 @@
+"""The views of runs: one run (RunView), a line of a list (RunSummary), the event history, the answers
+of start, cancel and retry, dead letters, verification, and the task an HTTP worker receives."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, cast
+
+from pydantic import ConfigDict, Field
+
+from ..work import TaskLease
+from .base import Marker, Recorded, TenantJson, View
+from .recorded import Attention, CancelInfo, Compensation, ErrorInfo
+
+__all__ = [
+    "CancelResult",
+    "DeadLetter",
+    "DefinitionRef",
+    "EventView",
+    "RetryResult",
+    "RunStatus",
+    "RunSummary",
+    "RunView",
+    "StartResult",
+    "StepView",
+    "TaskView",
+    "VerifyResult",
+    "WaitKind",
+]
+
+# core.state.STATUSES and core.explain.WAIT_KINDS as types (tests/api/test_openapi_responses.py keeps them
+# equal).
+RunStatus = Literal[
+    "running",
+    "waiting",
+    "paused",
+    "needs_attention",
+    "cancelling",
+    "compensating",
+    "completed",
+    "failed",
+    "cancelled",
+]
+WaitKind = Literal[
+    "queued",
+    "running",
+    "timer",
+    "retry",
+    "approval",
+    "attention",
+    "paused",
+    "cancelling",
+    "compensating",
+    "transition",
+]
+
+
+TaskKind = Literal["action", "compensation"]
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+class DefinitionRef(View):
+    """The definition version a run follows."""
+
+    # As the HTTP API always showed it: these three fields, in this order (a key the core might add is
+    # not shown).
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    version: int
+    digest: str
+
+
+class StepView(View):
+    """One step of a run, as far as it got."""
+
+    status: str = Field(
+        description="pending, scheduled, running, waiting, waiting_approval, succeeded, failed, skipped, "
+        "compensated, cancelled, ..."
+    )
+    attempts: int
+    output: TenantJson
+    error: Recorded[ErrorInfo | Marker | None]
+    idempotency_key: str | None = Field(
+        description="the key of the step's last attempt, as sent to the activity"
+    )
+    started_at: str | None
+    finished_at: str | None
+    compensation: Recorded[Compensation | Marker | None] = Field(
+        default=None, exclude_if=_is_none, description="only once the run compensates this step"
+    )
+
+
+class RunView(View):
+    """A run: where it is, why it waits and what happens next (exactly what `lockstep show RUN --json`
+    prints)."""
+
+    run_id: str
+    tenant: str
+    status: RunStatus
+    definition: DefinitionRef
+    current_step: str | None
+    wait_kind: WaitKind | None = Field(description="what the run waits for; null once it finished")
+    wait_reason: str | None
+    waiting_since: str | None
+    waiting_until: str | None
+    next_action: str | None
+    input: TenantJson
+    output: TenantJson
+    error: Recorded[ErrorInfo | Marker | None]
+    steps: dict[str, StepView] = Field(description="by step id, in definition order")
+    started_at: str
+    updated_at: str
+    finished_at: str | None
+    cancel: Recorded[CancelInfo | None]
+    attention: Recorded[Attention | None]
+    seq: int = Field(description="the sequence number of the run's last event")
+    start_key: str | None
+    ignored_results: int = Field(description="stale results that changed nothing (recorded as ResultIgnored)")
+
+
+class RunSummary(View):
+    """A run in a list (`lockstep runs --json`)."""
+
+    run_id: str
+    status: RunStatus
+    definition: DefinitionRef
+    current_step: str | None
+    wait_reason: str | None
+    started_at: str
+    updated_at: str
+
+    @classmethod
+    def of(cls, run: RunView) -> RunSummary:
+        return cls(
+            run_id=run.run_id,
+            status=run.status,
+            definition=run.definition,
+            current_step=run.current_step,
+            wait_reason=run.wait_reason,
+            started_at=run.started_at,
+            updated_at=run.updated_at,
+        )
+
+
+class EventView(View):
+    """One event of a run's history."""
+
+    seq: int
+    type: str
+    at: str
+    step: str | None = None
+    attempt: int | None = None
+    data: Recorded[dict[str, Any] | Marker] = Field(
+        description="the event's data as recorded; its fields depend on the event's type"
+    )
+
+    def plain(self) -> dict[str, Any]:
+        """Without step and attempt when the event has none (the HTTP API shows them as null)."""
+        return self.model_dump(exclude_unset=True)
+
+
+class StartResult(View):
+    run_id: str
+    created: bool = Field(description="False when the start key returned an existing run")
+
+
+class CancelResult(View):
+    run_id: str
+    status: RunStatus
+    accepted: bool = Field(description="False when the run was already cancelling (nothing new recorded)")
+
+
+class RetryResult(View):
+    run_id: str
+    step: str
+    status: RunStatus
+    attempt: int = Field(description="the step's attempts so far, the new one included")
+
+
+class DeadLetter(View):
+    """A run waiting in the dead-letter state: no worker took its task in time."""
+
+    run_id: str
+    step: str
+    reason: str
+    since: str
+    definition: DefinitionRef
+
+
+class VerifyResult(View):
+    """A run's history replayed: its snapshot, sequence numbers and hash chain compared."""
+
+    run_id: str
+    events: int
+    ok: bool
+    problems: list[str]
+
+
+class TaskView(View):
+    """A leased task, as an HTTP worker receives it."""
+
+    task_id: str
+    run_id: str
+    step: str
+    attempt: int
+    kind: TaskKind
+    activity: str
+    input: TenantJson
+    idempotency_key: str
+    definition: str
+    version: int
+    delivery: str
+    fencing_token: int
+    deadline: str
+
+    @classmethod
+    def of(cls, lease: TaskLease) -> TaskView:
+        return cls(
+            task_id=lease.task_id,
+            run_id=lease.run_id,
+            step=lease.step,
+            attempt=lease.attempt,
+            kind=cast(TaskKind, lease.kind),
+            activity=lease.activity,
+            input=lease.input,
+            idempotency_key=lease.idempotency_key,
+            definition=lease.definition,
+            version=lease.version,
+            delivery=lease.delivery,
+            fencing_token=lease.fencing,
+            deadline=lease.deadline.isoformat(),
+        )

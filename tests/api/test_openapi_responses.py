@@ -1,0 +1,128 @@
+"""/openapi.json describes every 2xx answer of /v1 with its fields: no response (nor anything inside one)
+is an untyped object, and every value that really is arbitrary JSON is named here with the reason."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from lockstep.api.app import create_app
+from lockstep.core.explain import WAIT_KINDS
+from lockstep.core.state import STATUSES
+from lockstep.engine import Engine
+
+# Where a response holds arbitrary JSON on purpose ("Schema.field"), and why. Nothing else may.
+ARBITRARY = {
+    "RunView.input": "the run's input: the tenant's JSON, checked against its definition's input_schema",
+    "RunView.output": "the run's output: what its steps returned (tenant JSON)",
+    "StepView.output": "what the step's activity returned (tenant JSON)",
+    "TaskView.input": "the activity's input, rendered from the run's tenant JSON",
+    "InboxItem.details": "what the approver is asked, rendered from the run's tenant JSON",
+    "EventView.data": "an event's data as recorded: its fields depend on the event's type (core/events.py)",
+    "DefinitionDocument.document": "the definition as the tenant wrote it (docs/definitions.md)",
+    "SkipCommand.output": "the output an operator proposes for a skipped step (tenant JSON)",
+    "ResolveCommand.output": "the output an operator proposes for a resolved step (tenant JSON)",
+}
+
+
+def _document() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as d, Engine.open(f"sqlite:///{d}/doc.sqlite") as e:
+        return create_app(e.service, ui=False).openapi()
+
+
+DOCUMENT = _document()
+
+
+def _resolve(node: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    ref = node.get("$ref")
+    if ref is None:
+        return None, node
+    name = ref.rsplit("/", 1)[-1]
+    return name, DOCUMENT["components"]["schemas"][name]
+
+
+def _typed(node: Any) -> bool:
+    """Whether a schema says what its value is (a type, a reference, a union, an enum or a constant)."""
+    return isinstance(node, dict) and bool(
+        {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const"} & set(node)
+    )
+
+
+def _walk(
+    node: dict[str, Any], where: str, seen: frozenset[str], said: str = ""
+) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """(name, schema, description) of every schema reachable from `node`: names are "Schema.field" (with
+    nested fields, "[]" for items, "*" for the values of a map); a named schema (a component, or a
+    recorded record inlined with its title) starts a new name. The description is the schema's own or,
+    for an option of a union, the union's."""
+    name, node = _resolve(node)
+    if name is not None:
+        if name in seen:
+            return
+        seen, where = seen | {name}, name
+    elif node.get("type") == "object" and node.get("properties") and node.get("title"):
+        where = node["title"]  # a recorded record (app/views/recorded.py), inlined
+    said = node.get("description") or said
+    yield where, node, said
+    for key in ("anyOf", "oneOf", "allOf"):
+        for option in node.get(key, []):
+            yield from _walk(option, where, seen, said)
+    for field, sub in node.get("properties", {}).items():
+        yield from _walk(sub, f"{where}.{field}", seen)
+    if isinstance(node.get("items"), dict):
+        yield from _walk(node["items"], f"{where}[]", seen)
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from _walk(node["additionalProperties"], f"{where}.*", seen)
+
+
+def _responses() -> list[tuple[str, dict[str, Any]]]:
+    """(label, JSON schema) of every 2xx response of a /v1 operation."""
+    out = []
+    for path, item in DOCUMENT["paths"].items():
+        for method, op in item.items():
+            for code, response in op["responses"].items():
+                if path.startswith("/v1") and code.startswith("2"):
+                    out.append(
+                        (f"{method.upper()} {path} {code}", response["content"]["application/json"]["schema"])
+                    )
+    return out
+
+
+RESPONSES = _responses()
+
+
+def _arbitrary(label: str, schema: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """(name, what, description) of every untyped object and every value of any JSON in a response."""
+    for where, node, said in _walk(schema, label, frozenset()):
+        if node.get("type") == "object" and not node.get("properties"):
+            if not _typed(node.get("additionalProperties")):
+                yield where, "an untyped object", said
+        elif not _typed(node):
+            yield where, "any JSON", said
+
+
+@pytest.mark.parametrize(("label", "schema"), RESPONSES, ids=[label for label, _ in RESPONSES])
+def test_every_2xx_response_is_described_field_by_field(label: str, schema: dict[str, Any]) -> None:
+    """A 2xx answer of /v1 has a JSON schema in which no object is untyped (no properties, any keys); a
+    value of any JSON is only where ARBITRARY says why, and the document describes it."""
+    assert _typed(schema), f"{label} has no schema"
+    for where, what, said in _arbitrary(label, schema):
+        assert where in ARBITRARY, f"{label}: {where} is {what}"
+        assert said, f"{label}: {where} is {what} and the document does not say what it holds"
+
+
+def test_the_arbitrary_list_names_only_what_is_there() -> None:
+    """Every entry of ARBITRARY is in some response: the list cannot outlive what it excuses."""
+    found = {where for label, schema in RESPONSES for where, _what, _said in _arbitrary(label, schema)}
+    assert set(ARBITRARY) == found
+
+
+def test_a_run_status_and_wait_kind_are_the_cores() -> None:
+    """The run view's status and wait kind are enums of exactly the core's values."""
+    run = DOCUMENT["components"]["schemas"]["RunView"]["properties"]
+    assert run["status"]["enum"] == list(STATUSES)
+    kinds = [option for option in run["wait_kind"]["anyOf"] if "enum" in option]
+    assert kinds == [{"type": "string", "enum": list(WAIT_KINDS)}]
