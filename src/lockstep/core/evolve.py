@@ -241,18 +241,23 @@ def _step_failed(s: RunState, d: StepFailed, e: Event) -> RunState:
 # --- activity attempts -------------------------------------------------------------------------------
 
 
-def _scheduled(s: RunState, d: ActivityScheduled, e: Event) -> RunState:
-    active = Attempt(
+def _attempt(d: ActivityScheduled | CompensationScheduled, kind: str, at: str) -> Attempt:
+    """The attempt in flight that an action's or a compensation's scheduling event opens."""
+    return Attempt(
         step=d.step,
         attempt=d.attempt,
         task_id=d.task_id,
         activity=d.activity,
-        kind="action",
+        kind=kind,
         delivery=d.delivery,
         idempotency_key=d.idempotency_key,
-        scheduled_at=e.at,
+        scheduled_at=at,
         timeout_ms=d.timeout_ms,
     )
+
+
+def _scheduled(s: RunState, d: ActivityScheduled, e: Event) -> RunState:
+    active = _attempt(d, "action", e.at)
     started = s.steps.get(d.step, StepState()).started_at or e.at
     return replace(
         s,
@@ -270,17 +275,7 @@ def _scheduled(s: RunState, d: ActivityScheduled, e: Event) -> RunState:
 
 
 def _compensation_scheduled(s: RunState, d: CompensationScheduled, e: Event) -> RunState:
-    active = Attempt(
-        step=d.step,
-        attempt=d.attempt,
-        task_id=d.task_id,
-        activity=d.activity,
-        kind="compensation",
-        delivery=d.delivery,
-        idempotency_key=d.idempotency_key,
-        scheduled_at=e.at,
-        timeout_ms=d.timeout_ms,
-    )
+    active = _attempt(d, "compensation", e.at)
     return replace(
         s,
         active=active,
