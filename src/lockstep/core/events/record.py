@@ -1,0 +1,22 @@
+"""What every event record is built on: a frozen msgspec.Struct whose fields are the keys of the stored
+`data` object (see codec.py for the rules), and the names for what records hold as arbitrary JSON."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, TypeAlias
+
+import msgspec
+
+__all__ = ["JSON", "Doc", "Record"]
+
+# What the records hold that is arbitrary JSON: run inputs and outputs, activity payloads, and the
+# nested documents (errors, policies, definitions, deferred transitions) that evolve copies into the
+# state as they are.
+JSON: TypeAlias = Any
+Doc: TypeAlias = dict[str, Any]
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One kind of fact. Its tag `type` is a class attribute (stored in its own column), not a field."""
+
+    type: ClassVar[str]
