@@ -19,6 +19,7 @@ from .approvals import (
     ApprovalGranted,
     ApprovalLinkIssued,
     ApprovalLinkRevoked,
+    ApprovalRecord,
     ApprovalRejected,
     ApprovalRequested,
     ApprovalTimedOut,
@@ -33,6 +34,7 @@ from .attempts import (
     ActivitySucceeded,
     ActivityTimedOut,
     AttemptEvent,
+    AttemptRecord,
     CompensationScheduled,
     ResultIgnored,
 )
@@ -42,6 +44,7 @@ from .repairs import (
     RepairConfirmed,
     RepairEvent,
     RepairProposed,
+    RepairRecord,
     RepairRejected,
     RunPaused,
     RunResumed,
@@ -60,10 +63,11 @@ from .run import (
     RunCompleted,
     RunEvent,
     RunFailed,
+    RunRecord,
     RunStarted,
     StepFailed,
 )
-from .timers import TimerCancelled, TimerEvent, TimerFired, TimerScheduled
+from .timers import TimerCancelled, TimerEvent, TimerFired, TimerRecord, TimerScheduled
 from .union import AUDIT_ONLY, EVENT_TYPES, KEEPS_PROPOSAL, RECORDS, EventData
 
 __all__ = [
@@ -86,11 +90,13 @@ __all__ = [
     "ApprovalGranted",
     "ApprovalLinkIssued",
     "ApprovalLinkRevoked",
+    "ApprovalRecord",
     "ApprovalRejected",
     "ApprovalRequested",
     "ApprovalTimedOut",
     "ApproverReplaced",
     "AttemptEvent",
+    "AttemptRecord",
     "CancelRequested",
     "ChoiceEvaluated",
     "CompensationScheduled",
@@ -102,6 +108,7 @@ __all__ = [
     "RepairConfirmed",
     "RepairEvent",
     "RepairProposed",
+    "RepairRecord",
     "RepairRejected",
     "ResultIgnored",
     "RunCancelled",
@@ -109,6 +116,7 @@ __all__ = [
     "RunEvent",
     "RunFailed",
     "RunPaused",
+    "RunRecord",
     "RunResumed",
     "RunStarted",
     "StepFailed",
@@ -118,6 +126,7 @@ __all__ = [
     "TimerCancelled",
     "TimerEvent",
     "TimerFired",
+    "TimerRecord",
     "TimerScheduled",
     "TransitionDeferred",
     "UnsetType",

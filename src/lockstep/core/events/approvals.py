@@ -14,6 +14,7 @@ __all__ = [
     "ApprovalGranted",
     "ApprovalLinkIssued",
     "ApprovalLinkRevoked",
+    "ApprovalRecord",
     "ApprovalRejected",
     "ApprovalRequested",
     "ApprovalTimedOut",
@@ -21,7 +22,11 @@ __all__ = [
 ]
 
 
-class ApprovalRequested(Record, frozen=True, kw_only=True):
+class ApprovalRecord(Record, frozen=True, kw_only=True):
+    """The base of the records of an approval step; `ApprovalEvent` is their union."""
+
+
+class ApprovalRequested(ApprovalRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ApprovalRequested"
     step: str
     request_id: str
@@ -32,7 +37,7 @@ class ApprovalRequested(Record, frozen=True, kw_only=True):
     initiator: str | None
 
 
-class ApprovalLinkIssued(Record, frozen=True, kw_only=True):
+class ApprovalLinkIssued(ApprovalRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ApprovalLinkIssued"
     step: str
     request_id: str
@@ -42,7 +47,7 @@ class ApprovalLinkIssued(Record, frozen=True, kw_only=True):
     by: str | None
 
 
-class ApprovalDecisionRecorded(Record, frozen=True, kw_only=True):
+class ApprovalDecisionRecorded(ApprovalRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ApprovalDecisionRecorded"
     step: str
     request_id: str
@@ -54,14 +59,14 @@ class ApprovalDecisionRecorded(Record, frozen=True, kw_only=True):
     link_id: str | None
 
 
-class ApprovalGranted(Record, frozen=True, kw_only=True):
+class ApprovalGranted(ApprovalRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ApprovalGranted"
     step: str
     request_id: str
     approvers: list[str]
 
 
-class ApprovalRejected(Record, frozen=True, kw_only=True):
+class ApprovalRejected(ApprovalRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ApprovalRejected"
     step: str
     request_id: str
@@ -69,21 +74,21 @@ class ApprovalRejected(Record, frozen=True, kw_only=True):
     reason: str
 
 
-class ApprovalTimedOut(Record, frozen=True, kw_only=True):
+class ApprovalTimedOut(ApprovalRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ApprovalTimedOut"
     step: str
     request_id: str
     expires_at: str
 
 
-class ApprovalCancelled(Record, frozen=True, kw_only=True):
+class ApprovalCancelled(ApprovalRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ApprovalCancelled"
     step: str
     request_id: str
     reason: str
 
 
-class ApproverReplaced(Record, frozen=True, kw_only=True):
+class ApproverReplaced(ApprovalRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ApproverReplaced"
     step: str
     request_id: str
@@ -93,7 +98,7 @@ class ApproverReplaced(Record, frozen=True, kw_only=True):
     actor: str | None
 
 
-class ApprovalLinkRevoked(Record, frozen=True, kw_only=True):
+class ApprovalLinkRevoked(ApprovalRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ApprovalLinkRevoked"
     step: str
     request_id: str

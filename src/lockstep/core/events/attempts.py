@@ -19,12 +19,17 @@ __all__ = [
     "ActivitySucceeded",
     "ActivityTimedOut",
     "AttemptEvent",
+    "AttemptRecord",
     "CompensationScheduled",
     "ResultIgnored",
 ]
 
 
-class ActivityScheduled(Record, frozen=True, kw_only=True):
+class AttemptRecord(Record, frozen=True, kw_only=True):
+    """The base of the records of an activity attempt; `AttemptEvent` is their union."""
+
+
+class ActivityScheduled(AttemptRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ActivityScheduled"
     step: str
     attempt: int
@@ -39,7 +44,7 @@ class ActivityScheduled(Record, frozen=True, kw_only=True):
     max_attempts: int
 
 
-class CompensationScheduled(Record, frozen=True, kw_only=True):
+class CompensationScheduled(AttemptRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "CompensationScheduled"
     step: str
     attempt: int
@@ -54,7 +59,7 @@ class CompensationScheduled(Record, frozen=True, kw_only=True):
     max_attempts: int
 
 
-class ActivityStarted(Record, frozen=True, kw_only=True):
+class ActivityStarted(AttemptRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ActivityStarted"
     step: str
     task_id: str
@@ -65,7 +70,7 @@ class ActivityStarted(Record, frozen=True, kw_only=True):
     compensation: bool
 
 
-class ActivitySucceeded(Record, frozen=True, kw_only=True):
+class ActivitySucceeded(AttemptRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ActivitySucceeded"
     step: str
     task_id: str
@@ -76,7 +81,7 @@ class ActivitySucceeded(Record, frozen=True, kw_only=True):
     compensable: bool
 
 
-class ActivityFailed(Record, frozen=True, kw_only=True):
+class ActivityFailed(AttemptRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ActivityFailed"
     step: str
     task_id: str
@@ -88,7 +93,7 @@ class ActivityFailed(Record, frozen=True, kw_only=True):
     compensation: bool
 
 
-class ActivityTimedOut(Record, frozen=True, kw_only=True):
+class ActivityTimedOut(AttemptRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ActivityTimedOut"
     step: str
     task_id: str
@@ -101,7 +106,7 @@ class ActivityTimedOut(Record, frozen=True, kw_only=True):
     reason: str
 
 
-class ActivityCancelled(Record, frozen=True, kw_only=True):
+class ActivityCancelled(AttemptRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ActivityCancelled"
     step: str
     task_id: str
@@ -112,7 +117,7 @@ class ActivityCancelled(Record, frozen=True, kw_only=True):
     compensation: bool | UnsetType = UNSET
 
 
-class ActivityDeadLettered(Record, frozen=True, kw_only=True):
+class ActivityDeadLettered(AttemptRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ActivityDeadLettered"
     step: str
     task_id: str
@@ -122,7 +127,7 @@ class ActivityDeadLettered(Record, frozen=True, kw_only=True):
     compensation: bool
 
 
-class ResultIgnored(Record, frozen=True, kw_only=True):
+class ResultIgnored(AttemptRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ResultIgnored"
     step: str
     task_id: str

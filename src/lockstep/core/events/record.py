@@ -1,5 +1,10 @@
 """What every event record is built on: a frozen msgspec.Struct whose fields are the keys of the stored
-`data` object (see codec.py for the rules), and the names for what records hold as arbitrary JSON."""
+`data` object (see codec.py for the rules), and the names for what records hold as arbitrary JSON.
+
+Each group of records (one module) has two names: a base class (`AttemptRecord`), by which one `case`
+matches the whole group, and the union of its records (`AttemptEvent`), against which mypy checks that a
+`match` over the group covers every record. mypy also checks that the two agree: a record of the base
+missing from the union is an argument of the wrong type where a group's records are handed on."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ __all__ = [
     "RepairConfirmed",
     "RepairEvent",
     "RepairProposed",
+    "RepairRecord",
     "RepairRejected",
     "RunPaused",
     "RunResumed",
@@ -26,7 +27,11 @@ __all__ = [
 ]
 
 
-class StepRetried(Record, frozen=True, kw_only=True):
+class RepairRecord(Record, frozen=True, kw_only=True):
+    """The base of the records of an operator's repair; `RepairEvent` is their union."""
+
+
+class StepRetried(RepairRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "StepRetried"
     step: str
     reason: str
@@ -39,26 +44,26 @@ class StepRetried(Record, frozen=True, kw_only=True):
     superseded: list[Doc] | UnsetType = UNSET
 
 
-class RunPaused(Record, frozen=True, kw_only=True):
+class RunPaused(RepairRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "RunPaused"
     reason: str
     actor: str | None
 
 
-class RunResumed(Record, frozen=True, kw_only=True):
+class RunResumed(RepairRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "RunResumed"
     reason: str
     actor: str | None
     deferred: list[Doc]  # the transitions carried out now: {action, args}
 
 
-class TransitionDeferred(Record, frozen=True, kw_only=True):
+class TransitionDeferred(RepairRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "TransitionDeferred"
     action: str  # "enter" | "schedule_action" | "next_compensation" | "fail"
     args: Doc
 
 
-class StepSkipped(Record, frozen=True, kw_only=True):
+class StepSkipped(RepairRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "StepSkipped"
     step: str
     output: JSON
@@ -68,7 +73,7 @@ class StepSkipped(Record, frozen=True, kw_only=True):
     superseded: list[Doc] | UnsetType = UNSET
 
 
-class InputEdited(Record, frozen=True, kw_only=True):
+class InputEdited(RepairRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "InputEdited"
     old: JSON
     new: JSON
@@ -76,7 +81,7 @@ class InputEdited(Record, frozen=True, kw_only=True):
     actor: str | None
 
 
-class StepResolved(Record, frozen=True, kw_only=True):
+class StepResolved(RepairRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "StepResolved"
     step: str
     outcome: str  # "succeeded" | "failed"
@@ -89,7 +94,7 @@ class StepResolved(Record, frozen=True, kw_only=True):
     superseded: list[Doc] | UnsetType = UNSET
 
 
-class WorkflowMigrated(Record, frozen=True, kw_only=True):
+class WorkflowMigrated(RepairRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "WorkflowMigrated"
     previous: Doc
     superseded: list[Doc] | UnsetType = UNSET
@@ -103,7 +108,7 @@ class WorkflowMigrated(Record, frozen=True, kw_only=True):
     actor: str | None
 
 
-class RepairProposed(Record, frozen=True, kw_only=True):
+class RepairProposed(RepairRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "RepairProposed"
     proposal_id: str
     kind: str  # "skip" | "resolve" | "migrate"
@@ -113,7 +118,7 @@ class RepairProposed(Record, frozen=True, kw_only=True):
     effect: list[str]  # the event types the command would append now
 
 
-class RepairConfirmed(Record, frozen=True, kw_only=True):
+class RepairConfirmed(RepairRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "RepairConfirmed"
     proposal_id: str
     kind: str
@@ -122,7 +127,7 @@ class RepairConfirmed(Record, frozen=True, kw_only=True):
     proposed_by: str
 
 
-class RepairRejected(Record, frozen=True, kw_only=True):
+class RepairRejected(RepairRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "RepairRejected"
     proposal_id: str
     kind: str

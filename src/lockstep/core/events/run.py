@@ -16,12 +16,17 @@ __all__ = [
     "RunCompleted",
     "RunEvent",
     "RunFailed",
+    "RunRecord",
     "RunStarted",
     "StepFailed",
 ]
 
 
-class RunStarted(Record, frozen=True, kw_only=True):
+class RunRecord(Record, frozen=True, kw_only=True):
+    """The base of the records of a run as a whole or one of its instant steps; `RunEvent` is their union."""
+
+
+class RunStarted(RunRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "RunStarted"
     run_id: str
     tenant: str
@@ -32,7 +37,7 @@ class RunStarted(Record, frozen=True, kw_only=True):
     steps: list[str]
 
 
-class ChoiceEvaluated(Record, frozen=True, kw_only=True):
+class ChoiceEvaluated(RunRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "ChoiceEvaluated"
     step: str
     branch: int | str  # the index of the branch taken, or "else"
@@ -40,43 +45,43 @@ class ChoiceEvaluated(Record, frozen=True, kw_only=True):
     next: str
 
 
-class StepFailed(Record, frozen=True, kw_only=True):
+class StepFailed(RunRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "StepFailed"
     step: str
     error: Doc
 
 
-class NeedsAttention(Record, frozen=True, kw_only=True):
+class NeedsAttention(RunRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "NeedsAttention"
     step: str
     code: str
     reason: str
 
 
-class CancelRequested(Record, frozen=True, kw_only=True):
+class CancelRequested(RunRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "CancelRequested"
     reason: str
     actor: str | None
 
 
-class CompensationStarted(Record, frozen=True, kw_only=True):
+class CompensationStarted(RunRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "CompensationStarted"
     cause: str  # "failed" | "cancelled"
     error: Doc | None
     steps: list[str]
 
 
-class RunCompleted(Record, frozen=True, kw_only=True):
+class RunCompleted(RunRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "RunCompleted"
     output: JSON
 
 
-class RunFailed(Record, frozen=True, kw_only=True):
+class RunFailed(RunRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "RunFailed"
     error: Doc | None
 
 
-class RunCancelled(Record, frozen=True, kw_only=True):
+class RunCancelled(RunRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "RunCancelled"
     reason: str | None
 

@@ -13,11 +13,16 @@ __all__ = [
     "TimerCancelled",
     "TimerEvent",
     "TimerFired",
+    "TimerRecord",
     "TimerScheduled",
 ]
 
 
-class TimerScheduled(Record, frozen=True, kw_only=True):
+class TimerRecord(Record, frozen=True, kw_only=True):
+    """The base of the records of a durable timer; `TimerEvent` is their union."""
+
+
+class TimerScheduled(TimerRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "TimerScheduled"
     key: str
     generation: int
@@ -29,7 +34,7 @@ class TimerScheduled(Record, frozen=True, kw_only=True):
     compensation: bool | UnsetType = UNSET
 
 
-class TimerFired(Record, frozen=True, kw_only=True):
+class TimerFired(TimerRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "TimerFired"
     key: str
     generation: int
@@ -38,7 +43,7 @@ class TimerFired(Record, frozen=True, kw_only=True):
     fire_at: str | UnsetType = UNSET  # not written by the first builds
 
 
-class TimerCancelled(Record, frozen=True, kw_only=True):
+class TimerCancelled(TimerRecord, frozen=True, kw_only=True):
     type: ClassVar[str] = "TimerCancelled"
     key: str
     generation: int
