@@ -23,7 +23,7 @@ from lockstep.testing.pgcluster import PgCluster
 from .. import lab_env
 from ..fleet import Fleet, Proc, database, wait_until
 from .activities import DOWNSTREAM_ENV
-from .downstream import LedgerReader
+from .ledger import LedgerReader
 
 __all__ = ["ACTIVITIES", "FaultFleet"]
 
