@@ -1,4 +1,4 @@
-"""The processes of one fault scenario, on the lab's fleet harness (lab/fleet.py): a database (SQLite
+"""The processes of one fault scenario, on the lab's fleet harness (lab/fleet/): a database (SQLite
 file or a PostgreSQL database on a throwaway cluster), the downstream payment API, real `lockstep`
 worker / scheduler / serve processes started with fail points, and an in-process engine. Every log and
 the fail point log are in the scenario's directory.
