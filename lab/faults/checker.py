@@ -57,7 +57,7 @@ from lockstep.core.evolve import fold
 from lockstep.core.state import TERMINAL, RunState
 from lockstep.engine import Engine
 
-from .downstream import LedgerReader
+from .ledger import LedgerReader
 
 __all__ = ["CHECKS", "Expect", "Monitor", "Verdict", "check"]
 

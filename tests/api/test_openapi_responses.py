@@ -21,7 +21,7 @@ ARBITRARY = {
     "StepView.output": "what the step's activity returned (tenant JSON)",
     "TaskView.input": "the activity's input, rendered from the run's tenant JSON",
     "InboxItem.details": "what the approver is asked, rendered from the run's tenant JSON",
-    "EventView.data": "an event's data as recorded: its fields depend on the event's type (core/events.py)",
+    "EventView.data": "an event's data as recorded: its fields depend on the event's type (core/events/)",
     "DefinitionDocument.document": "the definition as the tenant wrote it (docs/definitions.md)",
     "SkipCommand.output": "the output an operator proposes for a skipped step (tenant JSON)",
     "ResolveCommand.output": "the output an operator proposes for a resolved step (tenant JSON)",

@@ -1,4 +1,4 @@
-"""RunState: what a run is now, the fold of its events (see evolve.py), and its snapshot document.
+"""RunState: what a run is now, the fold of its events (see evolve/), and its snapshot document.
 
 States are treated as immutable: evolve returns a new object and copies only what it changes.
 """
