@@ -5,7 +5,7 @@ Statically and conservatively, on the tree of `exprparse` (the parser the cost c
 at the first part that is not a field name written in the expression (`input.items[i]` reads all of
 ("input", "items")), and a root used in any other way (`input`, `dyn(input).x`, `steps[name]`) is read
 whole. Loop variables of comprehensions are not roots (their range is what is read), unless they are
-named like one, which then counts as reading that root whole.
+named like one: then what the body reads through it counts as read from that root too.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Every pointer returned names a place that holds a value in the event's data as s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -65,11 +65,13 @@ from .pointer import (
 __all__ = [
     "CLASSIFIED",
     "CLEAR",
+    "CLEAR_STEP",
     "NOT_SENSITIVE",
     "HasSensitivity",
     "PointerError",
     "Sensitivity",
     "StepSensitivity",
+    "batch_pointers",
     "covers",
     "escape",
     "exists_at",
@@ -149,7 +151,9 @@ class Sensitivity:
         for an id this version does not have, those of any step."""
         if step_id in self.step_ids:
             st = self.step(step_id)
-            return ("",) if compensation and st.compensation_output else () if compensation else st.output
+            if compensation:
+                return ("",) if st.compensation_output else ()
+            return st.output
         every = [p for s in self.steps.values() for p in s.output]
         if any(s.compensation_output for s in self.steps.values()):
             every.append("")
@@ -174,6 +178,21 @@ def sensitive_pointers(data: EventData, definition: HasSensitivity) -> tuple[str
         return ()
     handler = _HANDLERS.get(type(data))
     return tuple(handler(data, s)) if handler is not None else ()
+
+
+def batch_pointers(
+    batch: Iterable[EventData], definition: HasSensitivity, target: HasSensitivity | None = None
+) -> list[tuple[str, ...]]:
+    """`sensitive_pointers` of each event of one decision, in order. A migration decides the events
+    after its WorkflowMigrated under the version it migrates to (`target`), the others under the one
+    the run was on."""
+    out: list[tuple[str, ...]] = []
+    current = definition
+    for data in batch:
+        out.append(sensitive_pointers(data, current))
+        if target is not None and type(data) is WorkflowMigrated:
+            current = target
+    return out
 
 
 # --- one handler per kind of event that holds tenant data --------------------------------------------
