@@ -4,6 +4,7 @@ publish (path, reason, a fix), bounded by the limits, and compile into Definitio
 from __future__ import annotations
 
 import copy
+import time
 from importlib import resources
 from typing import Any
 
@@ -261,3 +262,30 @@ def test_the_card_payment_example_parses_with_its_classification() -> None:
     assert s.step("approve").details
     assert s.step("check-amount").messages is False
     assert s.output == ()
+
+
+def test_a_ref_bomb_schema_is_refused_quickly() -> None:
+    """Attack: $defs that each use the next one twice stand for 2^30 places; finding the annotations
+    stops at the visit bound with a clear refusal instead of walking them all."""
+    defs: dict[str, Any] = {"d30": {"type": "string", "x-lockstep-sensitive": True}}
+    for i in range(30):
+        nxt = {"$ref": f"#/$defs/d{i + 1}"}
+        defs[f"d{i}"] = {"type": "object", "properties": {"a": nxt, "b": nxt}}
+    schema = {"$defs": defs, "$ref": "#/$defs/d0"}
+    started = time.perf_counter()
+    path, reason = only(doc(input_schema=schema, sensitive_input=["/a/b/a/b/a/b/x"]))
+    assert time.perf_counter() - started < 5
+    assert path == "input_schema"
+    assert "too intricate" in reason
+
+
+def test_a_pointer_check_through_a_ref_bomb_is_bounded() -> None:
+    """Attack: checking a deep pointer against a schema of mutually referring $defs ends in bounded time."""
+    defs: dict[str, Any] = {}
+    for i in range(40):
+        branches = [{"$ref": f"#/$defs/d{(i + k) % 40}"} for k in (1, 2, 3)]
+        defs[f"d{i}"] = {"anyOf": branches, "properties": {"p": {"$ref": f"#/$defs/d{(i + 1) % 40}"}}}
+    schema = {"$defs": defs, "$ref": "#/$defs/d0"}
+    started = time.perf_counter()
+    parse_definition(doc(input_schema=schema, sensitive_input=["/p" * 100]))
+    assert time.perf_counter() - started < 5

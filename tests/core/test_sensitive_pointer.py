@@ -137,3 +137,11 @@ def test_minimal_drops_duplicates_and_covered_pointers() -> None:
     """minimal keeps the outermost pointers, sorted, once each."""
     assert minimal(["/a/b", "/a", "/c", "/a", "/ab"]) == ("/a", "/ab", "/c")
     assert minimal(["/x", ""]) == ("",)
+
+
+@given(st.lists(st.lists(names, max_size=3).map(format_pointer), max_size=8))
+def test_minimal_keeps_exactly_the_pointers_no_other_covers(pointers: list[str]) -> None:
+    """minimal == the sorted set of pointers not covered by another one of them."""
+    unique = set(pointers)
+    expected = sorted(p for p in unique if not any(q != p and covers(q, p) for q in unique))
+    assert list(minimal(pointers)) == expected

@@ -145,9 +145,13 @@ def overlaps(a: str, b: str) -> bool:
 
 def minimal(pointers: Iterable[str]) -> tuple[str, ...]:
     """The pointers, sorted and without duplicates or any that another one covers."""
+    kept: set[str] = set()
     out: list[str] = []
-    for p in sorted(set(pointers)):
-        # Sorted, a pointer comes right after the ones that cover it ("/a" < "/a/b" < "/a~0").
-        if not any(covers(q, p) for q in out):
+    for p in sorted(set(pointers), key=len):  # a pointer is longer than every one that covers it
+        if "" in kept:
+            break
+        # The pointers that could cover p are its prefixes at a segment boundary.
+        if not any(p[:i] in kept for i, ch in enumerate(p) if ch == "/" and i > 0):
+            kept.add(p)
             out.append(p)
-    return tuple(out)
+    return tuple(sorted(out))

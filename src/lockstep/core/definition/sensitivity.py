@@ -108,6 +108,7 @@ def classify(
             f"declares {total} sensitive places; the limit is {lim.max_sensitive_pointers} "
             f"(max_sensitive_pointers): mark an enclosing object instead of each of its fields",
         )
+        return NOT_SENSITIVE  # refused anyway; the taint analysis is bounded by the limit
     inputs = minimal([*declared, *marked])
     if not inputs and not outputs:
         return NOT_SENSITIVE
