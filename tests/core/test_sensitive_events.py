@@ -24,6 +24,7 @@ from lockstep.core.commands import (
     ResumeRun,
     SkipStep,
 )
+from lockstep.core.definition import DefinitionError
 from lockstep.core.events import RECORDS, Event, NeedsAttention, StepSkipped, WorkflowMigrated, data_of
 from lockstep.core.evolve import fold
 from lockstep.core.sensitive import (
@@ -300,8 +301,6 @@ def test_check_input_never_echoes_a_sensitive_value() -> None:
             "iban: {type: string}", "iban: {type: string, minLength: 40}"
         )
     )
-    from lockstep.core.definition import DefinitionError
-
     with pytest.raises(DefinitionError) as info:
         d.check_input({"order": 5, "card": "S3CR3T-card", "customer": {"name": "Ann", "iban": "S3CR3T-iban"}})
     text = str(info.value)
@@ -328,8 +327,6 @@ input_schema:
 steps: [{id: a, activity: x.y, timeout: 1s}]
 """
     )
-    from lockstep.core.definition import DefinitionError
-
     with pytest.raises(DefinitionError) as info:
         d.check_input({"accounts": {"DE89-S3CR3T": "lots"}})
     assert "S3CR3T" not in str(info.value)
@@ -349,3 +346,24 @@ def test_no_event_kind_goes_unclassified() -> None:
     for name in CLEAR:
         fields = {f.name for f in msgspec.structs.fields(RECORDS[name])}
         assert not fields & WATCHED, f"{name} has {sorted(fields & WATCHED)} but is listed as clear"
+
+
+def test_a_missing_member_inside_a_sensitive_object_names_no_member_of_it() -> None:
+    """`required` inside a sensitive map says which property is missing, with the path cut at the map."""
+    d = load(
+        """
+name: accounts
+input_schema:
+  type: object
+  properties:
+    accounts:
+      type: object
+      x-lockstep-sensitive: true
+      additionalProperties: {type: object, required: [owner]}
+steps: [{id: a, activity: x.y, timeout: 1s}]
+"""
+    )
+    with pytest.raises(DefinitionError) as info:
+        d.check_input({"accounts": {"DE89-S3CR3T": {}}})
+    assert "S3CR3T" not in str(info.value)
+    assert info.value.problems == [("input.accounts (inside)", "'owner' is a required property")]

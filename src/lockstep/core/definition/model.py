@@ -238,21 +238,18 @@ def _problem(e: jsonschema.ValidationError, sensitive: tuple[str, ...]) -> tuple
     parts = list(e.absolute_path)
     at = format_pointer(parts)
     hits = [p for p in sensitive if overlaps(p, at)]
-    # `required` names a property of the schema, never a value.
-    if not hits or e.validator == "required":
+    if not hits:
         return _json_path("input", parts), e.message
     outer = [p for p in hits if covers(p, at)]
+    shown = _json_path("input", parts)
     if outer:  # inside a sensitive value even the member names are its own: stop the path at its top
         top = parse_pointer(min(outer, key=len))
         shown = _json_path("input", top) + (" (inside)" if len(top) < len(parts) else "")
-    else:
-        shown = _json_path("input", parts)
+    if e.validator == "required":  # names a property of the schema, never a value
+        return shown, e.message
     rule = repr(e.validator_value)
-    what = (
-        f"`{e.validator}: {rule}`"
-        if len(rule) <= 80 and not isinstance(e.validator_value, dict)
-        else f"`{e.validator}`"
-    )
+    short = len(rule) <= 80 and not isinstance(e.validator_value, dict)
+    what = f"`{e.validator}: {rule}`" if short else f"`{e.validator}`"
     return shown, f"a sensitive value (not shown) fails the schema's {what}"
 
 
