@@ -4,12 +4,12 @@
 
 A definition declares sensitive run input (`x-lockstep-sensitive: true` in `input_schema`, or
 `sensitive_input: [pointers]`) and activity outputs (`output_sensitive: true` or pointers); publishing
-derives the rest by taint analysis of its templates (definition/taint.py): the activity and compensation
-inputs, approval details and run output that read a sensitive value, and the failure messages of steps
-whose expressions or activities see one. Events do not change: the pointers are computed from an
-event's data and the definition it was decided under, so the classification of a stored event never
-depends on a later version (a run migrated to a version that classifies differently keeps its history
-as it was written; its later events follow the new version).
+derives the rest by taint analysis of its templates (definition/sensitivity.py): the activity and
+compensation inputs, approval details and run output that read a sensitive value, and the failure
+messages of steps whose expressions or activities see one. Events do not change: the pointers are
+computed from an event's data and the definition it was decided under, so the classification of a
+stored event never depends on a later version (a run migrated to a version that classifies differently
+keeps its history as it was written; its later events follow the new version: `batch_pointers`).
 
 Every pointer returned names a place that holds a value in the event's data as stored
 (`Event.to_json()["data"]`), none is inside another, and a null is never listed (it holds nothing).
