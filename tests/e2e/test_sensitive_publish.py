@@ -20,7 +20,7 @@ def test_the_card_payment_example_publishes(tmp_path: Path) -> None:
 
 
 def test_a_pointer_the_schema_lacks_is_refused_with_a_fix(tmp_path: Path) -> None:
-    """A typo in sensitive_input: exit 2, the path and did-you-mean on stderr, no traceback, nothing stored."""
+    """A typo in sensitive_input: exit 2, path and did-you-mean on stderr, no traceback, nothing stored."""
     cli = Cli(f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path)
     bad = EXAMPLE.replace("sensitive_input: [/customer/iban]", "sensitive_input: [/customer/ibna]")
     done = cli.run("publish", cli.write("pay.yaml", bad), expect=2)
