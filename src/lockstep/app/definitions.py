@@ -24,6 +24,10 @@ class Definitions:
         limits = limits or Limits()
         if limits.expressions == ExprLimits():
             limits = replace(limits, expressions=publish_limits(kernel.server_limits))
+        if limits.max_sensitive_pointers == Limits.max_sensitive_pointers:
+            limits = replace(limits, max_sensitive_pointers=kernel.server_limits["max_sensitive_pointers"])
+        if limits.max_pointer_length == Limits.max_pointer_length:
+            limits = replace(limits, max_pointer_length=kernel.server_limits["max_pointer_length"])
         self.limits = limits
 
     def publish(self, tenant: str, document: Any) -> PublishResult:

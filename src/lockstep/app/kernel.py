@@ -23,7 +23,7 @@ from ..core.effects import effects_of
 from ..core.events import Event
 from ..core.evolve import evolve
 from ..core.exprcheck import STORED_EXPR_LIMITS
-from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
+from ..core.limits import DEFAULT_SERVER_LIMITS, SERVER_LIMITS, ServerLimits
 from ..core.shape import Shape
 from ..core.state import RunState
 from ..errors import Conflict, InvalidInput, NotFound, Refused, Unavailable
@@ -47,6 +47,8 @@ STORED = Limits(
     max_timeout=timedelta(days=36_500),
     max_attempts=1_000_000,
     expressions=STORED_EXPR_LIMITS,
+    max_sensitive_pointers=SERVER_LIMITS["max_sensitive_pointers"].ceiling,
+    max_pointer_length=SERVER_LIMITS["max_pointer_length"].ceiling,
 )
 
 

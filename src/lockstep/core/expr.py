@@ -289,6 +289,21 @@ class Template:
         _collect(self._compiled, out)
         return out
 
+    def leaves(self) -> list[tuple[tuple[str | int, ...], list[str | Expr]]]:
+        """Every string holding an expression, with where it is in the rendered value (member names
+        and indexes from the top) and its parts: literal text and expressions, in order."""
+        out: list[tuple[tuple[str | int, ...], list[str | Expr]]] = []
+        stack: list[tuple[tuple[str | int, ...], Any]] = [((), self._compiled)]
+        while stack:
+            at, c = stack.pop()
+            if isinstance(c, _Str):
+                out.append((at, list(c.parts)))
+            elif isinstance(c, dict):
+                stack.extend(((*at, k), v) for k, v in c.items())
+            elif isinstance(c, list):
+                stack.extend(((*at, i), v) for i, v in enumerate(c))
+        return out
+
     def render(self, context: Mapping[str, Any]) -> Any:
         exprs = [e for e in self.expressions() if e.path is None]
         return _render(self._compiled, context, bind(context, exprs) if exprs else None)

@@ -166,6 +166,17 @@ SERVER_LIMITS: dict[str, Limit] = {
             "at the tenant's max_list_items and max_input_bytes (500,000: 30 ms idle, 60 ms loaded)",
             8_000_000,
         ),
+        # Sensitive data (definition/sensitivity.py): every declared pointer is checked against the
+        # input schema and every template against every pointer at publish time.
+        Limit(
+            "max_sensitive_pointers",
+            64,
+            "pointers",
+            "sensitive places one definition declares (sensitive_input, output_sensitive, "
+            "x-lockstep-sensitive), together",
+            1000,
+        ),
+        Limit("max_pointer_length", 256, "characters", "one JSON pointer in a definition", 4096),
         # YAML (documents.py): counted while composing, before any tree is built.
         Limit(
             "max_yaml_aliases", 100, "aliases", "alias references (*name) in one definition document", 10_000

@@ -34,7 +34,7 @@ def plan_migration(
         if new not in target.index:
             problems.append(f"--map {old}={new}: version has no step {new}")
     try:
-        target.check_input(s.input)
+        target.check_input(s.input, also_sensitive=current.sensitivity.input)
     except DefinitionError as exc:
         problems.append(f"the run's input does not fit the target input_schema ({exc})")
     for sid in s.completed:
