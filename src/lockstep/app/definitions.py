@@ -10,15 +10,15 @@ from ..core.definition import DefinitionError, Limits, parse_definition
 from ..core.exprcheck import ExprLimits, expression_limits, publish_limits
 from ..core.timeutil import iso
 from ..errors import Conflict, InvalidInput, NotFound
-from ..store import ConcurrencyError, DefinitionRow
-from .kernel import Kernel
+from ..store import ConcurrencyError, DefinitionRow, PublishTx
+from .port import KernelPort
 from .views import DefinitionDocument, DefinitionVersion, PublishResult
 
 __all__ = ["Definitions"]
 
 
 class Definitions:
-    def __init__(self, kernel: Kernel, limits: Limits | None = None) -> None:
+    def __init__(self, kernel: KernelPort[PublishTx], limits: Limits | None = None) -> None:
         self.kernel = kernel
         # Publish-time limits; their expression bounds are the server's unless `limits` sets its own.
         limits = limits or Limits()

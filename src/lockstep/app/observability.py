@@ -37,7 +37,8 @@ from ..core.events import (
 )
 from ..core.state import RunState
 from ..core.timeutil import parse_iso
-from .kernel import Kernel
+from ..store import DefinitionsTx, MetricsTx, ObserveTx
+from .port import KernelPort
 
 __all__ = ["ENGINE_ERROR_CODES", "OTHER", "Metrics", "configure_logging", "log_events"]
 
@@ -72,7 +73,7 @@ class _DeclaredCodes:
 
     SIZE = 256
 
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: KernelPort[DefinitionsTx]) -> None:
         self.kernel = kernel
         self.cache: OrderedDict[tuple[str, str, int], frozenset[str]] = OrderedDict()
         self.lock = threading.Lock()
@@ -102,7 +103,7 @@ class _DeclaredCodes:
 
 
 class _DatabaseCollector(Collector):
-    def __init__(self, kernel: Kernel, activity_label: _FirstSeen) -> None:
+    def __init__(self, kernel: KernelPort[MetricsTx], activity_label: _FirstSeen) -> None:
         self.kernel = kernel
         self.activity_label = activity_label
 
@@ -149,7 +150,7 @@ class _DatabaseCollector(Collector):
 class Metrics:
     """A registry per app (tests create many apps; the global registry would collide)."""
 
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: KernelPort[ObserveTx]) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # `_created` series only add noise
         self.registry = CollectorRegistry()
         self.activity_label = _FirstSeen(kernel.server_limits["max_metric_activities"])

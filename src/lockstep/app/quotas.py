@@ -13,7 +13,7 @@ from typing import Any
 from ..core.limits import TENANT_LIMITS, tenant_limit
 from ..core.shape import Shape, measure, over_limit
 from ..errors import InvalidInput, RateLimited
-from ..store import Tx
+from ..store import QuotaTx, TenantsTx
 
 __all__ = ["admit", "check_input", "check_value", "limit_error", "limit_message", "measured"]
 
@@ -70,7 +70,7 @@ def check_value(
     return shape
 
 
-def check_input(tx: Tx, tenant: str, shape: Shape) -> dict[str, Any]:
+def check_input(tx: TenantsTx, tenant: str, shape: Shape) -> dict[str, Any]:
     """The tenant's settings, read fresh in the start's transaction, after refusing an input over its
     limits (the input was measured before the transaction: nothing is walked while it is open)."""
     row = tx.tenant(tenant)
@@ -81,7 +81,7 @@ def check_input(tx: Tx, tenant: str, shape: Shape) -> dict[str, Any]:
     return settings
 
 
-def admit(tx: Tx, tenant: str, now_ms: int) -> None:
+def admit(tx: QuotaTx, tenant: str, now_ms: int) -> None:
     """Tenant limits at the edge, inside the start transaction: refused starts write nothing."""
     row = tx.tenant(tenant)
     if row is None:

@@ -20,7 +20,8 @@ from ..core.events import Event
 from ..core.migrate import plan_migration
 from ..core.state import RunState
 from ..errors import InvalidInput, NotFound, Refused
-from .kernel import Kernel
+from ..store import DefinitionsTx
+from .port import KernelPort
 from .runs import Runs
 from .views import BulkMigration, MigrationOutcome, MigrationPlan, RepairResult
 
@@ -34,7 +35,7 @@ def _reason(reason: str) -> str:
 
 
 class Repairs:
-    def __init__(self, kernel: Kernel, runs: Runs) -> None:
+    def __init__(self, kernel: KernelPort[DefinitionsTx], runs: Runs) -> None:
         self.kernel = kernel
         self.runs = runs
 

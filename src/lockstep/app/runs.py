@@ -16,8 +16,9 @@ from ..core.explain import explain
 from ..core.shape import Shape, for_view
 from ..core.state import RunState
 from ..errors import Conflict, InvalidInput, NotFound
-from ..store import ConcurrencyError, Tx
-from .kernel import Kernel, epoch_ms
+from ..store import ConcurrencyError, StartTx
+from .kernel import epoch_ms
+from .port import KernelPort
 from .quotas import admit, check_input
 from .views import (
     CancelResult,
@@ -58,7 +59,7 @@ def _json_digest(value: Any, what: str) -> str:
 
 
 class Runs:
-    def __init__(self, kernel: Kernel, work: Work) -> None:
+    def __init__(self, kernel: KernelPort[StartTx], work: Work) -> None:
         self.kernel = kernel
         self.work = work  # a start next to an in-process worker leases its first attempt to it
 
@@ -131,7 +132,7 @@ class Runs:
 
     def _start_in(
         self,
-        tx: Tx,
+        tx: StartTx,
         now: datetime,
         tenant: str,
         name: str,

@@ -16,6 +16,24 @@ A `Store` opens transactions; a transaction, `Tx`, offers every aggregate's oper
 
 Each protocol is implemented by the module of the same name in `sqltx/` (RunsTx by `sqltx/runs.py`).
 
+What each caller needs is an intersection of them, named below `Tx`, so mypy proves which aggregates a
+feature touches (`app/port.py` hands each feature service the kernel over its own one):
+
+    ApplyTx     RunsTx + TenantsTx: appending a decided command (the tenant bounds the history)
+    BatchTx     TxControl + RunsTx: locking and loading a batch's runs in one savepoint
+    CommandTx   DefinitionsTx + ApplyTx: one command on one run, with its definition version
+    QuotaTx     RunsTx + TenantsTx + WorkTx + SchedulerTx: a start's tenant limits (active runs, timers)
+    StartTx     CommandTx + QuotaTx: starting runs (app/runs.py)
+    TaskTx      CommandTx + WorkTx: a command on the run of a task (claim, lease expiry, dead letter)
+    ClaimTx     TxControl + TaskTx: claims and workers' results (app/work.py, app/reports.py)
+    TimerTx     CommandTx + SchedulerTx: firing a timer
+    SweepTx     TxControl + TaskTx + SchedulerTx: the scheduler's passes (app/sweeps.py)
+    PublishTx   DefinitionsTx + TenantsTx: publishing (app/definitions.py)
+    ObserveTx   DefinitionsTx + MetricsTx: the metrics endpoint (app/observability.py)
+    ApproveTx   CommandTx + ApprovalsTx + PrincipalsTx: links and decisions (app/approvals/)
+    AccountsTx  TenantsTx + PrincipalsTx + AuditTx: tenants and users (app/principals/accounts.py)
+    AuthTx      PrincipalsTx + AuditTx: logins, API keys, sessions (app/principals/credentials.py)
+
 One write transaction per command: load the run, decide, then `append` the events with the expected
 sequence, the new snapshot and the outbox effects. A lost race raises ConcurrencyError (retry it).
 """
@@ -34,8 +52,15 @@ from ..core.state import RunState
 from ..core.throttle import LoginCounter
 
 __all__ = [
+    "AccountsTx",
+    "ApplyTx",
     "ApprovalsTx",
+    "ApproveTx",
     "AuditTx",
+    "AuthTx",
+    "BatchTx",
+    "ClaimTx",
+    "CommandTx",
     "ConcurrencyError",
     "DefinitionRow",
     "DefinitionsTx",
@@ -44,16 +69,23 @@ __all__ = [
     "LoadedRun",
     "MetricsTx",
     "NotificationsTx",
+    "ObserveTx",
     "PrincipalsTx",
+    "PublishTx",
+    "QuotaTx",
     "RowLocked",
     "RunsTx",
     "SchedulerTx",
     "SchemaError",
+    "StartTx",
     "Store",
     "StoreUnavailable",
+    "SweepTx",
     "TaskRow",
+    "TaskTx",
     "TenantRow",
     "TenantsTx",
+    "TimerTx",
     "Tx",
     "TxControl",
     "UserRow",
@@ -352,6 +384,63 @@ class Tx(
     Protocol,
 ):
     """Operations inside one transaction: every aggregate's."""
+
+
+# --- what the callers need: intersections of the aggregates (see the module's docstring) ---------
+class ApplyTx(RunsTx, TenantsTx, Protocol):
+    """Appending a decided command: the run, and its tenant's settings (the history bound)."""
+
+
+class BatchTx(TxControl, RunsTx, Protocol):
+    """Locking and loading a batch's runs with one query, in a savepoint, with batched appends."""
+
+
+class CommandTx(DefinitionsTx, ApplyTx, Protocol):
+    """One command on one run: load it, compile its definition version, decide, append."""
+
+
+class QuotaTx(RunsTx, TenantsTx, WorkTx, SchedulerTx, Protocol):
+    """A start's tenant limits: the tenant row (locked) and bucket, active runs, armed timers."""
+
+
+class StartTx(CommandTx, QuotaTx, Protocol):
+    """Starting runs: the published definitions, the tenant's limits, the new run's append."""
+
+
+class TaskTx(CommandTx, WorkTx, Protocol):
+    """A command on the run of a task (claim, lease expiry, dead letter) and the task's row."""
+
+
+class ClaimTx(TxControl, TaskTx, Protocol):
+    """Claims and workers' results: tasks, their runs in batches and savepoints."""
+
+
+class TimerTx(CommandTx, SchedulerTx, Protocol):
+    """Firing a timer: its row and the command on its run."""
+
+
+class SweepTx(TxControl, TaskTx, SchedulerTx, Protocol):
+    """The scheduler's passes: timers, expired leases, unserved tasks, partitions."""
+
+
+class PublishTx(DefinitionsTx, TenantsTx, Protocol):
+    """Publishing a definition within its tenant's limits."""
+
+
+class ObserveTx(DefinitionsTx, MetricsTx, Protocol):
+    """The metrics endpoint: the database's aggregates and the definitions' declared error codes."""
+
+
+class ApproveTx(CommandTx, ApprovalsTx, PrincipalsTx, Protocol):
+    """Approval links and decisions: the run's command, the links, the approver's account."""
+
+
+class AccountsTx(TenantsTx, PrincipalsTx, AuditTx, Protocol):
+    """Tenants and users, and the audit log of what was done to them."""
+
+
+class AuthTx(PrincipalsTx, AuditTx, Protocol):
+    """Logins (throttled, audited), API keys and sessions."""
 
 
 class Store(Protocol):
