@@ -178,5 +178,5 @@ def test_the_kernel_imports_no_feature_service() -> None:
 
 def test_only_the_facade_imports_the_service() -> None:
     """Feature services are built on the kernel, never on Service (which composes them)."""
-    users = {p.name for p in (SRC / "app").glob("*.py") if "lockstep.app.service" in _app_imports(p)}
+    users = {p.name for p in (SRC / "app").rglob("*.py") if "lockstep.app.service" in _app_imports(p)}
     assert users <= {"service.py"}, users

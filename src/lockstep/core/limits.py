@@ -101,7 +101,7 @@ SERVER_LIMITS: dict[str, Limit] = {
             "nesting of a JSON request body (422 above)",
             200,
         ),
-        # Login throttling (principals.py, core/throttle.py): protects every user's password from
+        # Login throttling (principals/credentials.py, core/throttle.py): protects every user's password from
         # guessing and the server's CPU from scrypt floods; counted in the database, so it holds across
         # server processes. A throttled attempt gets 429 with Retry-After and costs no password check.
         Limit(
@@ -136,7 +136,7 @@ SERVER_LIMITS: dict[str, Limit] = {
             "the longest lockout (bounds how long failing on purpose locks a user out)",
             7 * 86_400,
         ),
-        # Password policy (principals.py): a password set with `lockstep users set-password`.
+        # Password policy (principals/credentials.py): a password set with `lockstep users set-password`.
         Limit("min_password_chars", 12, "characters", "a password's length, at least", 1024),
         Limit(
             "min_password_score",
