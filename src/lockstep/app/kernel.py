@@ -23,7 +23,7 @@ from ..core.effects import effects_of
 from ..core.events import Event
 from ..core.evolve import evolve
 from ..core.exprcheck import STORED_EXPR_LIMITS
-from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
+from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits, Settings
 from ..core.shape import Shape
 from ..core.state import RunState
 from ..errors import Conflict, InvalidInput, NotFound, Refused, Unavailable
@@ -83,7 +83,7 @@ class Kernel:
         self.server_limits = server_limits
         self.listeners: list[Listener] = []
         self._definitions: dict[tuple[str, str, int], Definition] = {}
-        self._settings: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._settings: dict[str, tuple[float, Settings]] = {}
         # Per thread: the (state, events) of the write transaction in progress, for the listeners.
         self._local = threading.local()
 
@@ -178,7 +178,7 @@ class Kernel:
                 d = self.definition_for(tx, tenant, name, version)
         return d
 
-    def settings_of(self, tenant: str, tx: TenantsTx | None = None, *, fresh: bool = False) -> dict[str, Any]:
+    def settings_of(self, tenant: str, tx: TenantsTx | None = None, *, fresh: bool = False) -> Settings:
         """A tenant's settings, cached for a few seconds: read on every command, changed rarely (read
         in `tx`, or in a read of its own; `fresh` reads them now)."""
         now = time.monotonic()

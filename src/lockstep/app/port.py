@@ -16,7 +16,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 from ..core.commands import Command
 from ..core.definition import Definition
 from ..core.events import Event
-from ..core.limits import ServerLimits
+from ..core.limits import ServerLimits, Settings
 from ..core.shape import Shape
 from ..core.state import RunState
 from ..store import ApplyTx, BatchTx, DefinitionsTx, LoadedRun, TenantsTx, TxControl
@@ -66,9 +66,7 @@ class KernelPort(Protocol[TxT_co]):
     def definition_for(self, tx: DefinitionsTx, tenant: str, name: str, version: int) -> Definition: ...
     def definition_of(self, tx: DefinitionsTx, state: RunState) -> Definition: ...
     def definition(self, tenant: str, name: str, version: int) -> Definition: ...
-    def settings_of(
-        self, tenant: str, tx: TenantsTx | None = None, *, fresh: bool = False
-    ) -> dict[str, Any]: ...
+    def settings_of(self, tenant: str, tx: TenantsTx | None = None, *, fresh: bool = False) -> Settings: ...
     def check_value(
         self, tenant: str, value: Any, size_limit: str, what: str, root: str = "value"
     ) -> Shape: ...

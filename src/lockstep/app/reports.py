@@ -16,7 +16,7 @@ from typing import Any, Literal
 from ..core.canonical import canonical_json, digest
 from ..core.commands import Command, Rejected, ReportFailure, ReportSuccess
 from ..core.flow import run_of_task
-from ..core.limits import tenant_limit
+from ..core.limits import Settings, tenant_limit
 from ..core.shape import Shape, over_limit, shape_of
 from ..errors import InvalidInput, NotFound, Refused
 from ..store import ClaimTx, CommandTx, LoadedRun, TenantsTx
@@ -70,7 +70,7 @@ def success_report(
     return ReportSuccess(task_id, attempt, fencing, output)
 
 
-def _fit_failure(settings: dict[str, Any], report: ReportFailure) -> ReportFailure:
+def _fit_failure(settings: Settings, report: ReportFailure) -> ReportFailure:
     # The compact JSON of {"code": ..., "message": ...}: 24 bytes of keys and quotes, and escapes.
     room = tenant_limit(settings, "max_output_bytes") - len(report.code.encode()) - 24
     if len(report.message) * 6 <= room or len(canonical_json(report.message).encode()) <= room:

@@ -81,7 +81,7 @@ def tenants_set(
     **value_limits: int | None,
 ) -> None:
     """Change tenant NAME's limits (only the options given)."""
-    changes: dict[str, Any] = {
+    changes: dict[str, float | None] = {
         "max_active_runs": max_active_runs,
         "starts_per_second": starts_per_second,
         "max_steps": max_steps,

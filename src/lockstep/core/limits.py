@@ -13,6 +13,7 @@ import difflib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TypeAlias
 
 __all__ = [
     "DEFAULT_SERVER_LIMITS",
@@ -22,9 +23,15 @@ __all__ = [
     "Limit",
     "LimitSettingError",
     "ServerLimits",
+    "Settings",
     "parse_limit_settings",
     "tenant_limit",
 ]
+
+
+# A tenant's settings as stored: a positive number for each setting it has (its limits and quotas,
+# app/principals/accounts.py lists them); what it does not set takes the default.
+Settings: TypeAlias = dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -177,7 +184,7 @@ SERVER_LIMITS: dict[str, Limit] = {
 }
 
 
-def tenant_limit(settings: dict[str, object], name: str) -> int:
+def tenant_limit(settings: Mapping[str, object], name: str) -> int:
     """The tenant's value of limit `name`: its setting (capped at the ceiling), else the default."""
     limit = TENANT_LIMITS[name]
     value = settings.get(name)

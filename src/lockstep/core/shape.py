@@ -8,6 +8,7 @@ with where), `text_depth_over` (JSON bytes, before anything parses them: a scan 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add, mul, sub
@@ -94,7 +95,9 @@ def shape_of(value: Any, root: str, size_limit: str) -> Shape:
     )
 
 
-def over_limit(settings: dict[str, Any], shape: Shape, size_limit: str) -> tuple[str, int, int, str] | None:
+def over_limit(
+    settings: Mapping[str, object], shape: Shape, size_limit: str
+) -> tuple[str, int, int, str] | None:
     """(limit name, found, allowed, where) for the first tenant limit `shape` exceeds, else None."""
     for name, found, at in (
         (size_limit, shape.size, ""),

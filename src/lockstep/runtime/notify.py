@@ -22,6 +22,7 @@ import structlog
 from ..app.approvals import Approvals
 from ..app.service import Service
 from ..errors import InvalidInput, LockstepError
+from ..store import ApprovalRequestRow, NotificationRow
 from .mail import SmtpChannel, smtp_channel
 from .outbound import OutboundPolicy
 from .webhook import WebhookChannel, webhook_secret
@@ -81,7 +82,7 @@ def channel_from_spec(
     )
 
 
-def message_id(n: dict[str, Any], approver: str) -> str:
+def message_id(n: NotificationRow, approver: str) -> str:
     """The Standard Webhooks `webhook-id` of one outbox row's message to one approver: the same on every
     retry, so a receiver that saw it drops the duplicate (each retry carries a freshly minted link, as
     raw tokens are never stored; the first one stays valid until it expires)."""
@@ -100,7 +101,7 @@ class Notifier:
         self.wake = threading.Event()
 
     def _eligible(
-        self, tenant: str, request: dict[str, Any], only: str | None
+        self, tenant: str, request: ApprovalRequestRow, only: str | None
     ) -> list[tuple[str, str | None]]:
         with self.service.read() as tx:
             users = tx.tenant_users(tenant)
@@ -126,7 +127,7 @@ class Notifier:
             self._deliver(n, now_ms)
         return len(batch)
 
-    def _deliver(self, n: dict[str, Any], now_ms: int) -> None:
+    def _deliver(self, n: NotificationRow, now_ms: int) -> None:
         error = None
         try:
             with self.service.read() as tx:
@@ -159,7 +160,7 @@ class Notifier:
         else:
             self._finish(n, "ready", error, now_ms + 1000 * 2 ** min(n["attempts"], 8))
 
-    def _finish(self, n: dict[str, Any], status: str, error: str | None, available_at: int) -> None:
+    def _finish(self, n: NotificationRow, status: str, error: str | None, available_at: int) -> None:
         with self.service.write() as tx:
             tx.finish_notification(n["id"], status, error, available_at)
 

@@ -44,30 +44,39 @@ import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 from ..core.effects import Effect
 from ..core.events import Event
+from ..core.limits import Settings
 from ..core.state import RunState
 from ..core.throttle import LoginCounter
 
 __all__ = [
     "AccountsTx",
     "ApplyTx",
+    "ApprovalRequestRow",
     "ApprovalsTx",
     "ApproveTx",
+    "AuditRow",
     "AuditTx",
     "AuthTx",
     "BatchTx",
     "ClaimTx",
     "CommandTx",
     "ConcurrencyError",
+    "DeadTaskRow",
+    "DecisionRow",
     "DefinitionRow",
+    "DefinitionVersionRow",
     "DefinitionsTx",
     "DueTimer",
     "ExpiredLease",
+    "LinkRow",
     "LoadedRun",
     "MetricsTx",
+    "NewLink",
+    "NotificationRow",
     "NotificationsTx",
     "ObserveTx",
     "PrincipalsTx",
@@ -79,6 +88,7 @@ __all__ = [
     "SchemaError",
     "StartTx",
     "Store",
+    "StoreStats",
     "StoreUnavailable",
     "SweepTx",
     "TaskRow",
@@ -126,11 +136,18 @@ class DefinitionRow:
     document: dict[str, Any]
 
 
+class DefinitionVersionRow(TypedDict):
+    name: str
+    version: int
+    digest: str
+    created_at: str
+
+
 class DefinitionsTx(Protocol):
     def definition(self, tenant: str, name: str, version: int | None) -> DefinitionRow | None: ...
     def definition_by_digest(self, tenant: str, name: str, digest: str) -> DefinitionRow | None: ...
     def insert_definition(self, tenant: str, row: DefinitionRow, created_at: str) -> None: ...
-    def definitions(self, tenant: str) -> list[dict[str, Any]]: ...
+    def definitions(self, tenant: str) -> list[DefinitionVersionRow]: ...
 
 
 # --- runs and events ---------------------------------------------------------------------------
@@ -198,6 +215,16 @@ class TaskRow:
     deadline: int | None
 
 
+class DeadTaskRow(TypedDict):
+    task_id: str
+    run_id: str
+    step: str
+    attempt: int
+    activity: str
+    reason: str
+    created_at: str
+
+
 class WorkTx(Protocol):
     def task(self, task_id: str) -> TaskRow | None: ...
     def tasks(self, task_ids: Sequence[str]) -> dict[str, TaskRow]: ...
@@ -222,7 +249,7 @@ class WorkTx(Protocol):
     def lock_tenant(self, name: str) -> None: ...
     def dead_letter(self, task_id: str, reason: str) -> None: ...
     def stale_ready(self, before_ms: int, limit: int) -> list[tuple[str, str, str, str, int]]: ...
-    def dead_tasks(self, tenant: str, limit: int) -> list[dict[str, Any]]: ...
+    def dead_tasks(self, tenant: str, limit: int) -> list[DeadTaskRow]: ...
     def task_counts(self) -> dict[str, int]: ...
 
 
@@ -257,20 +284,72 @@ class SchedulerTx(Protocol):
 
 
 # --- approvals: requests (for inboxes), single-use links (hash only), decisions -----------------
+class ApprovalRequestRow(TypedDict):
+    """An approval request as the inboxes and the notifier read it (the run's snapshot holds the rest)."""
+
+    request_id: str
+    tenant: str
+    run_id: str
+    step: str
+    users: list[str]
+    groups: list[str]
+    initiator: str | None
+    allow_initiator: bool
+    status: str
+    expires_at: int  # epoch ms
+    created_at: str
+
+
+class DecisionRow(TypedDict):
+    decision: str
+    link_id: str | None
+    at: str
+
+
+class NewLink(TypedDict):
+    """What a link's creator gives; status, use and decision are the store's."""
+
+    link_id: str
+    tenant: str
+    run_id: str
+    step: str
+    request_id: str
+    approver: str
+    expires_at: int  # epoch ms
+    created_at: str
+
+
+class LinkRow(NewLink):
+    status: Literal["pending", "used", "revoked"]
+    used_at: str | None
+    decision: str | None
+
+
 class ApprovalsTx(Protocol):
-    def approval_request(self, request_id: str) -> dict[str, Any] | None: ...
-    def pending_approval_requests(self, tenant: str) -> list[dict[str, Any]]: ...
-    def approval_decision(self, request_id: str, approver: str) -> dict[str, Any] | None: ...
-    def insert_link(self, link: dict[str, Any], token_hash: str) -> None: ...
-    def link_by_hash(self, token_hash: str) -> dict[str, Any] | None: ...
-    def link_by_id(self, link_id: str) -> dict[str, Any] | None: ...
-    def links_of_request(self, request_id: str) -> list[dict[str, Any]]: ...
+    def approval_request(self, request_id: str) -> ApprovalRequestRow | None: ...
+    def pending_approval_requests(self, tenant: str) -> list[ApprovalRequestRow]: ...
+    def approval_decision(self, request_id: str, approver: str) -> DecisionRow | None: ...
+    def insert_link(self, link: NewLink, token_hash: str) -> None: ...
+    def link_by_hash(self, token_hash: str) -> LinkRow | None: ...
+    def link_by_id(self, link_id: str) -> LinkRow | None: ...
+    def links_of_request(self, request_id: str) -> list[LinkRow]: ...
     def consume_link(self, token_hash: str, decision: str, used_at: str) -> bool: ...
     def revoke_links(self, request_id: str, approver: str | None, link_id: str | None) -> int: ...
 
 
+class NotificationRow(TypedDict):
+    """One approver to tell about one request, leased by the notifier while it sends."""
+
+    id: int
+    tenant: str
+    run_id: str
+    request_id: str
+    approver: str
+    attempts: int  # this one included
+
+
 class NotificationsTx(Protocol):
-    def claim_notifications(self, now_ms: int, limit: int, lease_ms: int) -> list[dict[str, Any]]: ...
+    def claim_notifications(self, now_ms: int, limit: int, lease_ms: int) -> list[NotificationRow]: ...
     def finish_notification(self, nid: int, status: str, error: str | None, available_at: int) -> None: ...
 
 
@@ -278,7 +357,7 @@ class NotificationsTx(Protocol):
 @dataclass(frozen=True)
 class TenantRow:
     name: str
-    settings: dict[str, Any]
+    settings: Settings
     bucket_tokens: float | None
     bucket_at_ms: int | None
     created_at: str
@@ -287,8 +366,8 @@ class TenantRow:
 class TenantsTx(Protocol):
     def tenant(self, name: str) -> TenantRow | None: ...
     def tenants(self) -> list[TenantRow]: ...
-    def insert_tenant(self, name: str, settings: dict[str, Any], created_at: str) -> None: ...
-    def update_tenant_settings(self, name: str, settings: dict[str, Any]) -> None: ...
+    def insert_tenant(self, name: str, settings: Settings, created_at: str) -> None: ...
+    def update_tenant_settings(self, name: str, settings: Settings) -> None: ...
     def update_tenant_bucket(self, name: str, tokens: float, at_ms: int) -> None: ...
 
 
@@ -350,6 +429,17 @@ class PrincipalsTx(Protocol):
 
 
 # --- audit and metrics -------------------------------------------------------------------------
+class AuditRow(TypedDict):
+    id: int
+    at: str
+    tenant: str | None
+    actor: str | None
+    action: str
+    target: str | None
+    outcome: str
+    detail: dict[str, Any]  # what the caller recorded (JSON)
+
+
 class AuditTx(Protocol):
     def audit(
         self,
@@ -361,11 +451,17 @@ class AuditTx(Protocol):
         outcome: str,
         detail: dict[str, Any],
     ) -> None: ...
-    def audit_log(self, tenant: str, limit: int) -> list[dict[str, Any]]: ...
+    def audit_log(self, tenant: str, limit: int) -> list[AuditRow]: ...
+
+
+class StoreStats(TypedDict):
+    runs: list[tuple[str, str, int]]  # (tenant, status, runs)
+    queues: list[tuple[str, str, int, int]]  # (tenant, activity, ready tasks, oldest available_at ms)
+    timers: list[tuple[str, int, int]]  # (tenant, oldest fire_at ms, timers due)
 
 
 class MetricsTx(Protocol):
-    def stats(self, now_ms: int) -> dict[str, Any]: ...
+    def stats(self, now_ms: int) -> StoreStats: ...
 
 
 # --- the transaction and the store -------------------------------------------------------------

@@ -17,7 +17,7 @@ from ...core.shape import for_view
 from ...core.state import RunState
 from ...core.timeutil import iso
 from ...errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound, Refused
-from ...store import ApplyTx, ApproveTx, LoadedRun
+from ...store import ApplyTx, ApproveTx, DecisionRow, LinkRow, LoadedRun
 from ..port import KernelPort
 from ..principals import Principal, Principals
 from ..runs import Runs
@@ -49,7 +49,7 @@ class ApprovalDecisions:
         )
         return ApprovalPage(link=ref, run=self.runs.describe(state), approval=for_view(a))
 
-    def _link_for(self, principal: Principal, token: str, *, consuming: bool) -> dict[str, Any]:
+    def _link_for(self, principal: Principal, token: str, *, consuming: bool) -> LinkRow:
         well_formed = TOKEN_RE.match(token) is not None
         with self.kernel.read() as tx:
             # Malformed tokens take the same path as unknown ones: no timing hint about the format.
@@ -57,9 +57,7 @@ class ApprovalDecisions:
             prior = tx.approval_decision(link["request_id"], link["approver"]) if link else None
         return self._check_link(principal, link if well_formed else None, prior)
 
-    def _check_link(
-        self, principal: Principal, link: dict[str, Any] | None, prior: dict[str, Any] | None
-    ) -> dict[str, Any]:
+    def _check_link(self, principal: Principal, link: LinkRow | None, prior: DecisionRow | None) -> LinkRow:
         if link is None or link["tenant"] != principal.tenant:
             raise NotFound(UNKNOWN, code="unknown_link")
         # Identity first: someone else's link, spent or not, tells them nothing about its decision.

@@ -64,7 +64,7 @@ class Accounts:
             raise Conflict(f"tenant {name} already exists") from None
         return TenantSettings(tenant=name, settings={})
 
-    def set_tenant(self, name: str, **changes: Any) -> TenantSettings:
+    def set_tenant(self, name: str, **changes: float | None) -> TenantSettings:
         unknown = sorted(set(changes) - set(TENANT_SETTINGS))
         if unknown:
             raise InvalidInput(
@@ -82,8 +82,8 @@ class Accounts:
                 raise NotFound(
                     f"tenant {name} does not exist; create it with `lockstep tenants create {name}`"
                 )
-            settings = {**row.settings, **changes}
-            settings = {k: v for k, v in settings.items() if v is not None}
+            merged = {**row.settings, **changes}
+            settings = {k: v for k, v in merged.items() if v is not None}
             tx.update_tenant_settings(name, settings)
         return TenantSettings(tenant=name, settings=settings)
 

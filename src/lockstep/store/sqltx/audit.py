@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from ...core.canonical import canonical_json
+from ..port import AuditRow
 from .base import SqlBase
 
 __all__ = ["SqlAuditTx"]
@@ -35,7 +36,7 @@ class SqlAuditTx(SqlBase):
             },
         )
 
-    def audit_log(self, tenant: str, limit: int) -> list[dict[str, Any]]:
+    def audit_log(self, tenant: str, limit: int) -> list[AuditRow]:
         rows = self.c.execute(self.q["audit_list"], {"tenant": tenant, "limit": limit}).fetchall()
         return [
             {
