@@ -152,7 +152,7 @@ class Repairs:
         if dry_run:
             plan["ok"] = not plan["problems"]
             plan["dry_run"] = True
-            return MigrationPlan(**plan)
+            return MigrationPlan.model_validate(plan)
         if state.terminal:
             raise Refused(f"the run is already {state.status}; there is nothing to migrate", code="terminal")
         if to_version == state.definition["version"]:
@@ -162,9 +162,14 @@ class Repairs:
         cmd = MigrateRun(target, to_version, tuple(sorted((mapping or {}).items())), _reason(reason), actor)
         after, events = self.kernel.command(run_id, cmd, tenant)
         done = self._done(run_id, after, events)
-        return MigrationPlan(
-            **plan, ok=True, dry_run=False, status=done.status, events=done.events, proposal=done.proposal
-        )
+        made = {
+            "ok": True,
+            "dry_run": False,
+            "status": done.status,
+            "events": done.events,
+            "proposal": done.proposal,
+        }
+        return MigrationPlan.model_validate({**plan, **made})
 
     def migrate_many(
         self,
