@@ -4,8 +4,8 @@ stored as the next version of its name unless the same content is already publis
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
+from ..core.canonical import JSONValue
 from ..core.definition import DefinitionError, Limits, parse_definition
 from ..core.exprcheck import ExprLimits, expression_limits, publish_limits
 from ..core.timeutil import iso
@@ -26,7 +26,7 @@ class Definitions:
             limits = replace(limits, expressions=publish_limits(kernel.server_limits))
         self.limits = limits
 
-    def publish(self, tenant: str, document: Any) -> PublishResult:
+    def publish(self, tenant: str, document: JSONValue) -> PublishResult:
         limits = self.limits
         with self.kernel.read() as tx:
             row = tx.tenant(tenant)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Concatenate, Literal, ParamSpec, TypeVar
 
 from ..core.commands import Command, Rejected, ReportFailure, ReportSuccess
 from ..core.decide import decide
@@ -193,7 +193,9 @@ class Kernel:
             self._settings[tenant] = hit
         return hit[1]
 
-    def check_value(self, tenant: str, value: Any, size_limit: str, what: str, root: str = "value") -> Shape:
+    def check_value(
+        self, tenant: str, value: object, size_limit: str, what: str, root: str = "value"
+    ) -> Shape:
         """quotas.check_value with the tenant's settings. They are cached for a few seconds, so a refusal
         is checked again with settings read fresh: a limit raised a moment ago is never refused by."""
         try:

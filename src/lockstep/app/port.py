@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from ..core.commands import Command
 from ..core.definition import Definition
@@ -68,7 +68,7 @@ class KernelPort(Protocol[TxT_co]):
     def definition(self, tenant: str, name: str, version: int) -> Definition: ...
     def settings_of(self, tenant: str, tx: TenantsTx | None = None, *, fresh: bool = False) -> Settings: ...
     def check_value(
-        self, tenant: str, value: Any, size_limit: str, what: str, root: str = "value"
+        self, tenant: str, value: object, size_limit: str, what: str, root: str = "value"
     ) -> Shape: ...
 
     def apply(

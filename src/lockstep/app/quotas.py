@@ -8,8 +8,6 @@ and the feature services apply them, so this module imports nothing of the appli
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..core.limits import TENANT_LIMITS, Settings, tenant_limit
 from ..core.shape import Shape, measure, over_limit
 from ..errors import InvalidInput, RateLimited
@@ -46,7 +44,7 @@ def limit_error(tenant: str, what: str, over: tuple[str, int, int, str]) -> Inva
     )
 
 
-def measured(settings: Settings, value: Any, size_limit: str, root: str) -> Shape:
+def measured(settings: Settings, value: object, size_limit: str, root: str) -> Shape:
     """`value` measured with the tenant's own bounds: a refused value costs at most one encode and a
     walk of what the limits allow (never a walk of a huge value)."""
     return measure(
@@ -59,7 +57,7 @@ def measured(settings: Settings, value: Any, size_limit: str, root: str) -> Shap
 
 
 def check_value(
-    settings: Settings, tenant: str, value: Any, size_limit: str, what: str, root: str = "value"
+    settings: Settings, tenant: str, value: object, size_limit: str, what: str, root: str = "value"
 ) -> Shape:
     """Refuse (InvalidInput naming the limit, the size found and the setting that raises it) a value
     over the tenant's `size_limit`, max_json_depth or max_list_items; else its shape."""

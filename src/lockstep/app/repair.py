@@ -3,9 +3,7 @@ reason and an actor; the run's history records the state before and after."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..core.canonical import digest
+from ..core.canonical import JSONValue, digest
 from ..core.commands import (
     ConfirmRepair,
     EditInput,
@@ -40,7 +38,11 @@ class Repairs:
         self.runs = runs
 
     def _done(self, run_id: str, state: RunState, events: list[Event]) -> RepairResult:
-        out: dict[str, Any] = {"run_id": run_id, "status": state.status, "events": [e.type for e in events]}
+        out: dict[str, JSONValue] = {
+            "run_id": run_id,
+            "status": state.status,
+            "events": [e.type for e in events],
+        }
         if any(e.type == "RepairProposed" for e in events):
             # Four-eyes: nothing ran yet; a second operator confirms (or anyone rejects) the proposal.
             out["proposal"] = state.proposal
@@ -87,7 +89,7 @@ class Repairs:
         step: str,
         reason: str,
         *,
-        output: Any = None,
+        output: JSONValue = None,
         actor: str | None = None,
         roles: tuple[str, ...] = ("operator",),
     ) -> RepairResult:
@@ -97,7 +99,7 @@ class Repairs:
         return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
 
     def edit_input(
-        self, tenant: str, run_id: str, new_input: Any, reason: str, actor: str | None = None
+        self, tenant: str, run_id: str, new_input: JSONValue, reason: str, actor: str | None = None
     ) -> RepairResult:
         self._json(new_input, "--input")
         self.kernel.check_value(tenant, new_input, "max_input_bytes", "the new input", "input")
@@ -112,7 +114,7 @@ class Repairs:
         outcome: str,
         reason: str,
         *,
-        output: Any = None,
+        output: JSONValue = None,
         actor: str | None = None,
     ) -> RepairResult:
         if outcome not in ("succeeded", "failed"):
@@ -211,7 +213,7 @@ class Repairs:
         )
 
     @staticmethod
-    def _json(value: Any, what: str) -> None:
+    def _json(value: object, what: str) -> None:
         try:
             digest(value)
         except (TypeError, ValueError, UnicodeEncodeError) as exc:

@@ -11,9 +11,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
-from ..core.canonical import canonical_json, digest
+from ..core.canonical import JSONValue, canonical_json, digest
 from ..core.commands import Command, Rejected, ReportFailure, ReportSuccess
 from ..core.flow import run_of_task
 from ..core.limits import Settings, tenant_limit
@@ -50,7 +50,7 @@ def failure_report(
 
 
 def success_report(
-    task_id: str, attempt: int, fencing: int, output: Any, *, strict: bool = False
+    task_id: str, attempt: int, fencing: int, output: JSONValue, *, strict: bool = False
 ) -> ReportSuccess | ReportFailure:
     """The command reporting `output`. Output that is not plain JSON fails the attempt (InvalidOutput)
     for in-process workers; with `strict` (HTTP workers, who can fix and resend) it is refused with
@@ -93,7 +93,7 @@ class Reports:
         task_id: str,
         attempt: int,
         fencing: int,
-        output: Any,
+        output: JSONValue,
         *,
         tenant: str | None = None,
         strict: bool = False,

@@ -11,8 +11,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
+from ..core.canonical import JSONValue
 from ..core.commands import ClaimTask, Rejected
 from ..core.events import ActivityScheduled, ActivityStarted, CompensationScheduled, Event
 from ..core.flow import run_of_task
@@ -37,7 +38,7 @@ class TaskLease:
     attempt: int
     kind: str
     activity: str
-    input: Any
+    input: JSONValue
     idempotency_key: str
     definition: str
     version: int

@@ -15,12 +15,13 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
 from ..app.approvals import Approvals
 from ..app.service import Service
+from ..core.canonical import JSONObject
 from ..errors import InvalidInput, LockstepError
 from ..store import ApprovalRequestRow, NotificationRow
 from .mail import SmtpChannel, smtp_channel
@@ -42,7 +43,7 @@ MAX_ATTEMPTS = 8
 
 
 class Channel(Protocol):
-    def send(self, message: dict[str, Any]) -> None: ...
+    def send(self, message: JSONObject) -> None: ...
 
 
 class LogChannel:
@@ -51,7 +52,7 @@ class LogChannel:
     def __init__(self) -> None:
         self.log = structlog.get_logger("lockstep.app.approvals")
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: JSONObject) -> None:
         self.log.info(
             "approval link",
             approver=message["approver"],

@@ -44,8 +44,9 @@ import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Literal, Protocol, TypedDict
 
+from ..core.canonical import JSONObject, JSONValue
 from ..core.effects import Effect
 from ..core.events import Event
 from ..core.limits import Settings
@@ -133,7 +134,7 @@ class DefinitionRow:
     name: str
     version: int
     digest: str
-    document: dict[str, Any]
+    document: JSONObject
 
 
 class DefinitionVersionRow(TypedDict):
@@ -202,7 +203,7 @@ class TaskRow:
     kind: str
     activity: str
     queue: str
-    input: Any
+    input: JSONValue
     idempotency_key: str
     definition: str
     version: int
@@ -437,7 +438,7 @@ class AuditRow(TypedDict):
     action: str
     target: str | None
     outcome: str
-    detail: dict[str, Any]  # what the caller recorded (JSON)
+    detail: JSONObject  # what the caller recorded
 
 
 class AuditTx(Protocol):
@@ -449,7 +450,7 @@ class AuditTx(Protocol):
         action: str,
         target: str | None,
         outcome: str,
-        detail: dict[str, Any],
+        detail: JSONObject,
     ) -> None: ...
     def audit_log(self, tenant: str, limit: int) -> list[AuditRow]: ...
 

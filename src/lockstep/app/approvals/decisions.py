@@ -9,8 +9,9 @@ double click or a replay can never decide twice.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
+from ...core.canonical import JSONObject
 from ...core.commands import DecideApproval, Rejected
 from ...core.definition import Definition
 from ...core.shape import for_view
@@ -239,7 +240,7 @@ class ApprovalDecisions:
         return _decided(after, a["request_id"], step, None, decision)
 
 
-def check_seat(principal: Principal, a: dict[str, Any]) -> None:
+def check_seat(principal: Principal, a: JSONObject) -> None:
     """Refuse someone who may not decide `a` now: not an approver, or already decided."""
     if not principal.can("approve"):
         raise Forbidden(f"{principal.name} does not have the approver role", code="not_an_approver")

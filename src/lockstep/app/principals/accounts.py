@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any
+from typing import TypedDict, Unpack
 
+from ...core.canonical import JSONValue
 from ...core.limits import TENANT_LIMITS
 from ...core.timeutil import iso
 from ...errors import Conflict, InvalidInput, NotFound
@@ -46,6 +47,17 @@ TENANT_SETTINGS: dict[str, str] = {
         for n, x in TENANT_LIMITS.items()
     },
 }
+
+
+class UserChanges(TypedDict, total=False):
+    """What an administrator changes of a user (UserRow's fields)."""
+
+    disabled: bool
+    password_hash: str
+    key_hash: str
+    email: str
+    roles: tuple[str, ...]
+    groups: tuple[str, ...]
 
 
 class Accounts:
@@ -126,7 +138,9 @@ class Accounts:
                 raise Conflict(f"user {name} already exists in tenant {tenant}") from None
         return NewUser(tenant=tenant, user=name, roles=roles, groups=groups, api_key=key)
 
-    def _update(self, tenant: str, name: str, *, end_sessions: bool = False, **changes: Any) -> UserRow:
+    def _update(
+        self, tenant: str, name: str, *, end_sessions: bool = False, **changes: Unpack[UserChanges]
+    ) -> UserRow:
         """Change a user; with `end_sessions` (a credential change) every session of theirs ends in the
         same transaction, and so does any session a login that checked the old credentials opens later."""
         with self.kernel.write() as tx:
@@ -167,7 +181,7 @@ class Accounts:
     def set_membership(
         self, tenant: str, name: str, *, roles: list[str] | None = None, groups: list[str] | None = None
     ) -> Membership:
-        changes: dict[str, Any] = {}
+        changes: UserChanges = {}
         if roles is not None:
             bad = [r for r in roles if r not in ROLES]
             if bad:
@@ -208,7 +222,7 @@ class Accounts:
         action: str,
         target: str | None,
         outcome: str,
-        **detail: Any,
+        **detail: JSONValue,
     ) -> None:
         with self.kernel.write() as tx:
             tx.audit(iso(self.kernel.clock()), tenant, actor, action, target, outcome, detail)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from ...core.canonical import canonical_json
+from ...core.canonical import JSONObject, canonical_json
 from ..port import AuditRow
 from .base import SqlBase
 
@@ -21,7 +20,7 @@ class SqlAuditTx(SqlBase):
         action: str,
         target: str | None,
         outcome: str,
-        detail: dict[str, Any],
+        detail: JSONObject,
     ) -> None:
         self.c.execute(
             self.q["audit_insert"],
