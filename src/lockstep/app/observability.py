@@ -25,7 +25,9 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from structlog.typing import Processor
 
+from ..core.canonical import JSONValue
 from ..core.definition import ActivityStep
 from ..core.events import (
     ActivityFailed,
@@ -230,7 +232,7 @@ class Metrics:
         return OTHER
 
 
-def _orjson_text(obj: Any, **kw: Any) -> str:
+def _orjson_text(obj: object, **kw: Any) -> str:
     # Workers and schedulers log every committed event: the stdlib encoder was a visible share of
     # their CPU per step. `default` is structlog's fallback for values JSON has no type for.
     try:
@@ -241,7 +243,7 @@ def _orjson_text(obj: Any, **kw: Any) -> str:
 
 def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
     """JSON lines on stderr (one object per line, with run/step/attempt ids where they apply)."""
-    processors: list[Any] = [
+    processors: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -262,7 +264,7 @@ _events_log = structlog.get_logger("lockstep.events")
 def log_events(state: RunState, events: list[Event]) -> None:
     """A listener for Service.listeners: one log line per committed event."""
     for e in events:
-        fields: dict[str, Any] = {
+        fields: dict[str, JSONValue] = {
             "run_id": state.run_id,
             "tenant": state.tenant,
             "seq": e.seq,
