@@ -30,7 +30,7 @@ from ..views import (
 from .credentials import check_password_policy, hash_password, new_api_key, sha256_hex
 from .roles import ROLES, Principal, check_name, principal_of
 
-__all__ = ["TENANT_SETTINGS", "Accounts"]
+__all__ = ["TENANT_SETTINGS", "Accounts", "UserChanges"]
 
 TENANT_SETTINGS: dict[str, str] = {
     "max_active_runs": "non-terminal runs allowed at once (starts beyond it get 429)",
