@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI, Response
 
 from .. import __version__
@@ -47,7 +45,7 @@ def create_app(
     app.include_router(repair.router)
 
     @app.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, Any]:
+    def healthz() -> dict[str, bool]:
         with service.read() as tx:
             tx.next_wakeup_ms()
         return {"ok": True}

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Concatenate, Literal, ParamSpec, TypeVar
 
 from ..core.commands import Command, Rejected, ReportFailure, ReportSuccess
 from ..core.decide import decide
@@ -23,11 +23,12 @@ from ..core.effects import effects_of
 from ..core.events import Event
 from ..core.evolve import evolve
 from ..core.exprcheck import STORED_EXPR_LIMITS
-from ..core.limits import DEFAULT_SERVER_LIMITS, SERVER_LIMITS, ServerLimits
+from ..core.limits import DEFAULT_SERVER_LIMITS, SERVER_LIMITS, ServerLimits, Settings
 from ..core.shape import Shape
 from ..core.state import RunState
 from ..errors import Conflict, InvalidInput, NotFound, Refused, Unavailable
 from ..store import ConcurrencyError, LoadedRun, RowLocked, Store, StoreUnavailable, Tx
+from ..store.port import ApplyTx, BatchTx, DefinitionsTx, RunsTx, TenantsTx, TxControl
 from . import failpoints
 from .quotas import check_value
 
@@ -35,6 +36,7 @@ __all__ = ["STORED", "Kernel", "Listener", "epoch_ms", "lock_run", "utcnow"]
 
 log = logging.getLogger("lockstep.app.kernel")
 T = TypeVar("T")
+X = TypeVar("X", bound=TxControl)
 P = ParamSpec("P")
 
 # Called with (state after, events) for every committed command (metrics, logs, waking workers).
@@ -60,7 +62,7 @@ def epoch_ms(dt: datetime) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def lock_run(tx: Tx, run_id: str) -> LoadedRun | Literal[False] | None:
+def lock_run(tx: RunsTx, run_id: str) -> LoadedRun | Literal[False] | None:
     """The run, locked; None if it does not exist; False if another transaction holds it."""
     try:
         return tx.load_run(run_id, skip_locked=True)
@@ -83,7 +85,7 @@ class Kernel:
         self.server_limits = server_limits
         self.listeners: list[Listener] = []
         self._definitions: dict[tuple[str, str, int], Definition] = {}
-        self._settings: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._settings: dict[str, tuple[float, Settings]] = {}
         # Per thread: the (state, events) of the write transaction in progress, for the listeners.
         self._local = threading.local()
 
@@ -117,7 +119,7 @@ class Kernel:
             raise Unavailable(str(exc)) from None
 
     def isolated(
-        self, tx: Tx, what: str, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs
+        self, tx: X, what: str, fn: Callable[Concatenate[X, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T | None:
         """Run one item of a batch in a savepoint: a broken run (unreadable snapshot, a bug) is logged and
         skipped instead of failing the whole batch, and the next pass tries it again."""
@@ -134,7 +136,7 @@ class Kernel:
 
     def as_one_batch(
         self,
-        tx: Tx,
+        tx: BatchTx,
         what: str,
         run_ids: Sequence[str],
         body: Callable[[dict[str, LoadedRun]], T],
@@ -146,7 +148,7 @@ class Kernel:
         with every append in one tx.batch(). None if anything in it failed: it was undone, and the
         caller goes item by item, each in its own savepoint, isolating the broken one."""
 
-        def whole(tx: Tx) -> T:
+        def whole(tx: BatchTx) -> T:
             loaded = tx.load_runs(run_ids, skip_locked=skip_locked)
             with tx.batch():
                 return body(loaded)
@@ -154,7 +156,7 @@ class Kernel:
         return self.isolated(tx, what, whole)
 
     # --- definitions and settings --------------------------------------------------------------
-    def definition_for(self, tx: Tx, tenant: str, name: str, version: int) -> Definition:
+    def definition_for(self, tx: DefinitionsTx, tenant: str, name: str, version: int) -> Definition:
         key = (tenant, name, version)
         d = self._definitions.get(key)
         if d is None:
@@ -166,7 +168,7 @@ class Kernel:
             self._definitions[key] = d
         return d
 
-    def definition_of(self, tx: Tx, state: RunState) -> Definition:
+    def definition_of(self, tx: DefinitionsTx, state: RunState) -> Definition:
         """The definition version `state`'s run is on."""
         return self.definition_for(tx, state.tenant, state.definition["name"], state.definition["version"])
 
@@ -178,7 +180,7 @@ class Kernel:
                 d = self.definition_for(tx, tenant, name, version)
         return d
 
-    def settings_of(self, tenant: str, tx: Tx | None = None, *, fresh: bool = False) -> dict[str, Any]:
+    def settings_of(self, tenant: str, tx: TenantsTx | None = None, *, fresh: bool = False) -> Settings:
         """A tenant's settings, cached for a few seconds: read on every command, changed rarely (read
         in `tx`, or in a read of its own; `fresh` reads them now)."""
         now = time.monotonic()
@@ -193,7 +195,9 @@ class Kernel:
             self._settings[tenant] = hit
         return hit[1]
 
-    def check_value(self, tenant: str, value: Any, size_limit: str, what: str, root: str = "value") -> Shape:
+    def check_value(
+        self, tenant: str, value: object, size_limit: str, what: str, root: str = "value"
+    ) -> Shape:
         """quotas.check_value with the tenant's settings. They are cached for a few seconds, so a refusal
         is checked again with settings read fresh: a limit raised a moment ago is never refused by."""
         try:
@@ -204,7 +208,7 @@ class Kernel:
     # --- commands ------------------------------------------------------------------------------
     def apply(
         self,
-        tx: Tx,
+        tx: ApplyTx,
         loaded: LoadedRun | None,
         command: Command,
         now: datetime,

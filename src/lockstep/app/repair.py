@@ -3,9 +3,7 @@ reason and an actor; the run's history records the state before and after."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..core.canonical import digest
+from ..core.canonical import JSONValue, digest
 from ..core.commands import (
     ConfirmRepair,
     EditInput,
@@ -20,7 +18,8 @@ from ..core.events import Event
 from ..core.migrate import plan_migration
 from ..core.state import RunState
 from ..errors import InvalidInput, NotFound, Refused
-from .kernel import Kernel
+from ..store import DefinitionsTx
+from .port import KernelPort
 from .runs import Runs
 from .views import BulkMigration, MigrationOutcome, MigrationPlan, RepairResult
 
@@ -34,12 +33,16 @@ def _reason(reason: str) -> str:
 
 
 class Repairs:
-    def __init__(self, kernel: Kernel, runs: Runs) -> None:
+    def __init__(self, kernel: KernelPort[DefinitionsTx], runs: Runs) -> None:
         self.kernel = kernel
         self.runs = runs
 
     def _done(self, run_id: str, state: RunState, events: list[Event]) -> RepairResult:
-        out: dict[str, Any] = {"run_id": run_id, "status": state.status, "events": [e.type for e in events]}
+        out: dict[str, JSONValue] = {
+            "run_id": run_id,
+            "status": state.status,
+            "events": [e.type for e in events],
+        }
         if any(e.type == "RepairProposed" for e in events):
             # Four-eyes: nothing ran yet; a second operator confirms (or anyone rejects) the proposal.
             out["proposal"] = state.proposal
@@ -86,7 +89,7 @@ class Repairs:
         step: str,
         reason: str,
         *,
-        output: Any = None,
+        output: JSONValue = None,
         actor: str | None = None,
         roles: tuple[str, ...] = ("operator",),
     ) -> RepairResult:
@@ -96,7 +99,7 @@ class Repairs:
         return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
 
     def edit_input(
-        self, tenant: str, run_id: str, new_input: Any, reason: str, actor: str | None = None
+        self, tenant: str, run_id: str, new_input: JSONValue, reason: str, actor: str | None = None
     ) -> RepairResult:
         self._json(new_input, "--input")
         self.kernel.check_value(tenant, new_input, "max_input_bytes", "the new input", "input")
@@ -111,7 +114,7 @@ class Repairs:
         outcome: str,
         reason: str,
         *,
-        output: Any = None,
+        output: JSONValue = None,
         actor: str | None = None,
     ) -> RepairResult:
         if outcome not in ("succeeded", "failed"):
@@ -151,7 +154,7 @@ class Repairs:
         if dry_run:
             plan["ok"] = not plan["problems"]
             plan["dry_run"] = True
-            return MigrationPlan(**plan)
+            return MigrationPlan.model_validate(plan)
         if state.terminal:
             raise Refused(f"the run is already {state.status}; there is nothing to migrate", code="terminal")
         if to_version == state.definition["version"]:
@@ -161,9 +164,14 @@ class Repairs:
         cmd = MigrateRun(target, to_version, tuple(sorted((mapping or {}).items())), _reason(reason), actor)
         after, events = self.kernel.command(run_id, cmd, tenant)
         done = self._done(run_id, after, events)
-        return MigrationPlan(
-            **plan, ok=True, dry_run=False, status=done.status, events=done.events, proposal=done.proposal
-        )
+        made = {
+            "ok": True,
+            "dry_run": False,
+            "status": done.status,
+            "events": done.events,
+            "proposal": done.proposal,
+        }
+        return MigrationPlan.model_validate({**plan, **made})
 
     def migrate_many(
         self,
@@ -205,7 +213,7 @@ class Repairs:
         )
 
     @staticmethod
-    def _json(value: Any, what: str) -> None:
+    def _json(value: object, what: str) -> None:
         try:
             digest(value)
         except (TypeError, ValueError, UnicodeEncodeError) as exc:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
-from ..core.canonical import canonical_json, digest
+from ..core.canonical import JSONValue, canonical_json, digest
 from ..core.commands import CancelRun, Rejected, RetryStep, StartRun
 from ..core.events import chain_hash
 from ..core.evolve import fold
@@ -16,8 +16,9 @@ from ..core.explain import explain
 from ..core.shape import Shape, for_view
 from ..core.state import RunState
 from ..errors import Conflict, InvalidInput, NotFound
-from ..store import ConcurrencyError, Tx
-from .kernel import Kernel, epoch_ms
+from ..store import ConcurrencyError, StartTx
+from .kernel import epoch_ms
+from .port import KernelPort
 from .quotas import admit, check_input
 from .views import (
     CancelResult,
@@ -49,7 +50,7 @@ def _status(s: RunState) -> RunStatus:
     return cast(RunStatus, s.status)
 
 
-def _json_digest(value: Any, what: str) -> str:
+def _json_digest(value: object, what: str) -> str:
     """digest(value), or InvalidInput when value is not plain JSON (NaN, infinity, lone surrogates)."""
     try:
         return digest(value)
@@ -58,7 +59,7 @@ def _json_digest(value: Any, what: str) -> str:
 
 
 class Runs:
-    def __init__(self, kernel: Kernel, work: Work) -> None:
+    def __init__(self, kernel: KernelPort[StartTx], work: Work) -> None:
         self.kernel = kernel
         self.work = work  # a start next to an in-process worker leases its first attempt to it
 
@@ -68,7 +69,7 @@ class Runs:
         tenant: str,
         name: str,
         *,
-        input: Any = None,
+        input: JSONValue = None,
         key: str | None = None,
         version: int | None = None,
         actor: str | None = None,
@@ -106,7 +107,7 @@ class Runs:
         raise Conflict("could not start the run because of concurrent writers; try again")
 
     def start_many(
-        self, tenant: str, name: str, inputs: Sequence[Any], *, actor: str | None = None
+        self, tenant: str, name: str, inputs: Sequence[JSONValue], *, actor: str | None = None
     ) -> list[str]:
         """Start one run per input in ONE transaction (bulk loads, backfills): all start or none do.
         Each run passes the same checks and tenant limits as `start`; no start keys."""
@@ -131,12 +132,12 @@ class Runs:
 
     def _start_in(
         self,
-        tx: Tx,
+        tx: StartTx,
         now: datetime,
         tenant: str,
         name: str,
         version: int | None,
-        payload: Any,
+        payload: JSONValue,
         key: str | None,
         actor: str | None,
         request: str,
@@ -257,7 +258,7 @@ class Runs:
             rows = tx.events(run_id)
         out = []
         for e, _h in rows:
-            item: dict[str, Any] = {"seq": e.seq, "type": e.type, "at": e.at}
+            item: dict[str, JSONValue] = {"seq": e.seq, "type": e.type, "at": e.at}
             data = e.data_json()
             if "step" in data:
                 item["step"] = data["step"]

@@ -7,7 +7,7 @@ Each call is the feature service's own bound method, so its signature and docstr
     definitions.py  publish, look up                 runs.py     start, cancel, retry, show, list, verify
     work.py         claims, eager dispatch, leases   reports.py  workers' results (+ the next leases)
     sweeps.py       timers, lease expiry, dead letters, scheduler partitions
-    principals.py   tenants, users, keys, sessions   approvals.py  links, decisions, inboxes
+    principals/     tenants, users, keys, sessions   approvals/  links, decisions, inboxes
     repair.py       operator repair, migrations      quotas.py   tenant limits (values, starts)
 """
 

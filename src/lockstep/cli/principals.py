@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
 import click
 
+from ..app.principals import Principals
 from ..errors import InvalidInput
 from .context import Ctx, pass_ctx
 from .inputs import seconds
@@ -14,8 +16,10 @@ from .render import print_json
 
 __all__ = ["COMMANDS"]
 
+F = TypeVar("F", bound=Callable[..., object])
 
-def _principals(c: Ctx) -> Any:
+
+def _principals(c: Ctx) -> Principals:
     return c.engine.service.principals
 
 
@@ -36,7 +40,7 @@ def tenants_create(c: Ctx, name: str) -> None:
     print_json(_principals(c).create_tenant(name))
 
 
-def _value_limit_options(f: Any) -> Any:
+def _value_limit_options(f: F) -> F:
     """--max-input-bytes, --max-json-depth, ...: one option per value limit, up to its ceiling."""
     from ..core.limits import TENANT_LIMITS  # noqa: PLC0415
 
@@ -81,7 +85,7 @@ def tenants_set(
     **value_limits: int | None,
 ) -> None:
     """Change tenant NAME's limits (only the options given)."""
-    changes: dict[str, Any] = {
+    changes: dict[str, float | None] = {
         "max_active_runs": max_active_runs,
         "starts_per_second": starts_per_second,
         "max_steps": max_steps,

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
 
 import click
 
@@ -51,7 +51,7 @@ def _event_logs(c: Ctx) -> None:
 def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
     stop = threading.Event()
 
-    def handler(signum: int, _frame: Any) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
         err.print(f"received {signal.Signals(signum).name}: {on_stop}")
         stop.set()
 

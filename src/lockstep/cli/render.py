@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import click
 from rich.console import Console
@@ -37,7 +37,7 @@ def fail(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
-def print_json(value: Any) -> None:
+def print_json(value: object) -> None:
     """`value` (views, or lists and dicts of them) as indented JSON on stdout."""
     click.echo(json.dumps(plain(value), indent=2, ensure_ascii=False))
 

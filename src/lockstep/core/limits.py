@@ -13,6 +13,7 @@ import difflib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TypeAlias
 
 __all__ = [
     "DEFAULT_SERVER_LIMITS",
@@ -22,9 +23,15 @@ __all__ = [
     "Limit",
     "LimitSettingError",
     "ServerLimits",
+    "Settings",
     "parse_limit_settings",
     "tenant_limit",
 ]
+
+
+# A tenant's settings as stored: a positive number for each setting it has (its limits and quotas,
+# app/principals/accounts.py lists them); what it does not set takes the default.
+Settings: TypeAlias = dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,7 @@ SERVER_LIMITS: dict[str, Limit] = {
             "nesting of a JSON request body (422 above)",
             200,
         ),
-        # Login throttling (principals.py, core/throttle.py): protects every user's password from
+        # Login throttling (principals/credentials.py, core/throttle.py): protects every user's password from
         # guessing and the server's CPU from scrypt floods; counted in the database, so it holds across
         # server processes. A throttled attempt gets 429 with Retry-After and costs no password check.
         Limit(
@@ -136,7 +143,7 @@ SERVER_LIMITS: dict[str, Limit] = {
             "the longest lockout (bounds how long failing on purpose locks a user out)",
             7 * 86_400,
         ),
-        # Password policy (principals.py): a password set with `lockstep users set-password`.
+        # Password policy (principals/credentials.py): a password set with `lockstep users set-password`.
         Limit("min_password_chars", 12, "characters", "a password's length, at least", 1024),
         Limit(
             "min_password_score",
@@ -188,7 +195,7 @@ SERVER_LIMITS: dict[str, Limit] = {
 }
 
 
-def tenant_limit(settings: dict[str, object], name: str) -> int:
+def tenant_limit(settings: Mapping[str, object], name: str) -> int:
     """The tenant's value of limit `name`: its setting (capped at the ceiling), else the default."""
     limit = TENANT_LIMITS[name]
     value = settings.get(name)

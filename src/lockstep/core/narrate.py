@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, assert_never
+from typing import assert_never
 
+from .canonical import JSONValue
 from .events import (
     ActivityCancelled,
     ActivityDeadLettered,
@@ -57,7 +58,7 @@ from .timeutil import format_duration, parse_iso
 __all__ = ["narrate", "sentence"]
 
 
-def narrate(type_: str, data: Mapping[str, Any], at: str | None = None) -> str:
+def narrate(type_: str, data: Mapping[str, JSONValue], at: str | None = None) -> str:
     """The sentence for an event as a view shows it (its type and its data as JSON)."""
     try:
         record = data_of(type_, data)
@@ -66,7 +67,7 @@ def narrate(type_: str, data: Mapping[str, Any], at: str | None = None) -> str:
     return sentence(record, at)
 
 
-def _err(e: Mapping[str, Any] | None) -> str:
+def _err(e: Mapping[str, JSONValue] | None) -> str:
     return f"{e.get('code')}: {e.get('message')}" if e else "unknown error"
 
 

@@ -10,9 +10,10 @@ import socket
 import threading
 import time
 from datetime import timedelta
-from typing import Any
 
 from ..app.service import Service
+from ..core.events import Event
+from ..core.state import RunState
 from ..errors import LockstepError
 
 __all__ = ["Scheduler"]
@@ -69,7 +70,7 @@ class Scheduler:
         until = (nxt - self.service.clock()).total_seconds()
         return max(0.005, min(self.poll, until))
 
-    def _on_events(self, _state: Any, events: list[Any]) -> None:
+    def _on_events(self, _state: RunState, events: list[Event]) -> None:
         if any(e.type == "TimerScheduled" for e in events):
             self.wake.set()  # a new timer may be due before the planned wake-up
 

@@ -16,6 +16,24 @@ A `Store` opens transactions; a transaction, `Tx`, offers every aggregate's oper
 
 Each protocol is implemented by the module of the same name in `sqltx/` (RunsTx by `sqltx/runs.py`).
 
+What each caller needs is an intersection of them, named below `Tx`, so mypy proves which aggregates a
+feature touches (`app/port.py` hands each feature service the kernel over its own one):
+
+    ApplyTx     RunsTx + TenantsTx: appending a decided command (the tenant bounds the history)
+    BatchTx     TxControl + RunsTx: locking and loading a batch's runs in one savepoint
+    CommandTx   DefinitionsTx + ApplyTx: one command on one run, with its definition version
+    QuotaTx     RunsTx + TenantsTx + WorkTx + SchedulerTx: a start's tenant limits (active runs, timers)
+    StartTx     CommandTx + QuotaTx: starting runs (app/runs.py)
+    TaskTx      CommandTx + WorkTx: a command on the run of a task (claim, lease expiry, dead letter)
+    ClaimTx     TxControl + TaskTx: claims and workers' results (app/work.py, app/reports.py)
+    TimerTx     CommandTx + SchedulerTx: firing a timer
+    SweepTx     TxControl + TaskTx + SchedulerTx: the scheduler's passes (app/sweeps.py)
+    PublishTx   DefinitionsTx + TenantsTx: publishing (app/definitions.py)
+    ObserveTx   DefinitionsTx + MetricsTx: the metrics endpoint (app/observability.py)
+    ApproveTx   CommandTx + ApprovalsTx + PrincipalsTx: links and decisions (app/approvals/)
+    AccountsTx  TenantsTx + PrincipalsTx + AuditTx: tenants and users (app/principals/accounts.py)
+    AuthTx      PrincipalsTx + AuditTx: logins, API keys, sessions (app/principals/credentials.py)
+
 One write transaction per command: load the run, decide, then `append` the events with the expected
 sequence, the new snapshot and the outbox effects. A lost race raises ConcurrencyError (retry it).
 """
@@ -26,34 +44,59 @@ import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Literal, Protocol, TypedDict
 
+from ..core.canonical import JSONObject, JSONValue
 from ..core.effects import Effect
 from ..core.events import Event
+from ..core.limits import Settings
 from ..core.state import RunState
 from ..core.throttle import LoginCounter
 
 __all__ = [
+    "AccountsTx",
+    "ApplyTx",
+    "ApprovalRequestRow",
     "ApprovalsTx",
+    "ApproveTx",
+    "AuditRow",
     "AuditTx",
+    "AuthTx",
+    "BatchTx",
+    "ClaimTx",
+    "CommandTx",
     "ConcurrencyError",
+    "DeadTaskRow",
+    "DecisionRow",
     "DefinitionRow",
+    "DefinitionVersionRow",
     "DefinitionsTx",
     "DueTimer",
     "ExpiredLease",
+    "LinkRow",
     "LoadedRun",
     "MetricsTx",
+    "NewLink",
+    "NotificationRow",
     "NotificationsTx",
+    "ObserveTx",
     "PrincipalsTx",
+    "PublishTx",
+    "QuotaTx",
     "RowLocked",
     "RunsTx",
     "SchedulerTx",
     "SchemaError",
+    "StartTx",
     "Store",
+    "StoreStats",
     "StoreUnavailable",
+    "SweepTx",
     "TaskRow",
+    "TaskTx",
     "TenantRow",
     "TenantsTx",
+    "TimerTx",
     "Tx",
     "TxControl",
     "UserRow",
@@ -91,14 +134,21 @@ class DefinitionRow:
     name: str
     version: int
     digest: str
-    document: dict[str, Any]
+    document: JSONObject
+
+
+class DefinitionVersionRow(TypedDict):
+    name: str
+    version: int
+    digest: str
+    created_at: str
 
 
 class DefinitionsTx(Protocol):
     def definition(self, tenant: str, name: str, version: int | None) -> DefinitionRow | None: ...
     def definition_by_digest(self, tenant: str, name: str, digest: str) -> DefinitionRow | None: ...
     def insert_definition(self, tenant: str, row: DefinitionRow, created_at: str) -> None: ...
-    def definitions(self, tenant: str) -> list[dict[str, Any]]: ...
+    def definitions(self, tenant: str) -> list[DefinitionVersionRow]: ...
 
 
 # --- runs and events ---------------------------------------------------------------------------
@@ -153,7 +203,7 @@ class TaskRow:
     kind: str
     activity: str
     queue: str
-    input: Any
+    input: JSONValue
     idempotency_key: str
     definition: str
     version: int
@@ -164,6 +214,16 @@ class TaskRow:
     lease_owner: str | None
     lease_expires_at: int | None
     deadline: int | None
+
+
+class DeadTaskRow(TypedDict):
+    task_id: str
+    run_id: str
+    step: str
+    attempt: int
+    activity: str
+    reason: str
+    created_at: str
 
 
 class WorkTx(Protocol):
@@ -190,7 +250,7 @@ class WorkTx(Protocol):
     def lock_tenant(self, name: str) -> None: ...
     def dead_letter(self, task_id: str, reason: str) -> None: ...
     def stale_ready(self, before_ms: int, limit: int) -> list[tuple[str, str, str, str, int]]: ...
-    def dead_tasks(self, tenant: str, limit: int) -> list[dict[str, Any]]: ...
+    def dead_tasks(self, tenant: str, limit: int) -> list[DeadTaskRow]: ...
     def task_counts(self) -> dict[str, int]: ...
 
 
@@ -225,20 +285,72 @@ class SchedulerTx(Protocol):
 
 
 # --- approvals: requests (for inboxes), single-use links (hash only), decisions -----------------
+class ApprovalRequestRow(TypedDict):
+    """An approval request as the inboxes and the notifier read it (the run's snapshot holds the rest)."""
+
+    request_id: str
+    tenant: str
+    run_id: str
+    step: str
+    users: list[str]
+    groups: list[str]
+    initiator: str | None
+    allow_initiator: bool
+    status: str
+    expires_at: int  # epoch ms
+    created_at: str
+
+
+class DecisionRow(TypedDict):
+    decision: str
+    link_id: str | None
+    at: str
+
+
+class NewLink(TypedDict):
+    """What a link's creator gives; status, use and decision are the store's."""
+
+    link_id: str
+    tenant: str
+    run_id: str
+    step: str
+    request_id: str
+    approver: str
+    expires_at: int  # epoch ms
+    created_at: str
+
+
+class LinkRow(NewLink):
+    status: Literal["pending", "used", "revoked"]
+    used_at: str | None
+    decision: str | None
+
+
 class ApprovalsTx(Protocol):
-    def approval_request(self, request_id: str) -> dict[str, Any] | None: ...
-    def pending_approval_requests(self, tenant: str) -> list[dict[str, Any]]: ...
-    def approval_decision(self, request_id: str, approver: str) -> dict[str, Any] | None: ...
-    def insert_link(self, link: dict[str, Any], token_hash: str) -> None: ...
-    def link_by_hash(self, token_hash: str) -> dict[str, Any] | None: ...
-    def link_by_id(self, link_id: str) -> dict[str, Any] | None: ...
-    def links_of_request(self, request_id: str) -> list[dict[str, Any]]: ...
+    def approval_request(self, request_id: str) -> ApprovalRequestRow | None: ...
+    def pending_approval_requests(self, tenant: str) -> list[ApprovalRequestRow]: ...
+    def approval_decision(self, request_id: str, approver: str) -> DecisionRow | None: ...
+    def insert_link(self, link: NewLink, token_hash: str) -> None: ...
+    def link_by_hash(self, token_hash: str) -> LinkRow | None: ...
+    def link_by_id(self, link_id: str) -> LinkRow | None: ...
+    def links_of_request(self, request_id: str) -> list[LinkRow]: ...
     def consume_link(self, token_hash: str, decision: str, used_at: str) -> bool: ...
     def revoke_links(self, request_id: str, approver: str | None, link_id: str | None) -> int: ...
 
 
+class NotificationRow(TypedDict):
+    """One approver to tell about one request, leased by the notifier while it sends."""
+
+    id: int
+    tenant: str
+    run_id: str
+    request_id: str
+    approver: str
+    attempts: int  # this one included
+
+
 class NotificationsTx(Protocol):
-    def claim_notifications(self, now_ms: int, limit: int, lease_ms: int) -> list[dict[str, Any]]: ...
+    def claim_notifications(self, now_ms: int, limit: int, lease_ms: int) -> list[NotificationRow]: ...
     def finish_notification(self, nid: int, status: str, error: str | None, available_at: int) -> None: ...
 
 
@@ -246,7 +358,7 @@ class NotificationsTx(Protocol):
 @dataclass(frozen=True)
 class TenantRow:
     name: str
-    settings: dict[str, Any]
+    settings: Settings
     bucket_tokens: float | None
     bucket_at_ms: int | None
     created_at: str
@@ -255,8 +367,8 @@ class TenantRow:
 class TenantsTx(Protocol):
     def tenant(self, name: str) -> TenantRow | None: ...
     def tenants(self) -> list[TenantRow]: ...
-    def insert_tenant(self, name: str, settings: dict[str, Any], created_at: str) -> None: ...
-    def update_tenant_settings(self, name: str, settings: dict[str, Any]) -> None: ...
+    def insert_tenant(self, name: str, settings: Settings, created_at: str) -> None: ...
+    def update_tenant_settings(self, name: str, settings: Settings) -> None: ...
     def update_tenant_bucket(self, name: str, tokens: float, at_ms: int) -> None: ...
 
 
@@ -318,6 +430,17 @@ class PrincipalsTx(Protocol):
 
 
 # --- audit and metrics -------------------------------------------------------------------------
+class AuditRow(TypedDict):
+    id: int
+    at: str
+    tenant: str | None
+    actor: str | None
+    action: str
+    target: str | None
+    outcome: str
+    detail: JSONObject  # what the caller recorded
+
+
 class AuditTx(Protocol):
     def audit(
         self,
@@ -327,13 +450,19 @@ class AuditTx(Protocol):
         action: str,
         target: str | None,
         outcome: str,
-        detail: dict[str, Any],
+        detail: JSONObject,
     ) -> None: ...
-    def audit_log(self, tenant: str, limit: int) -> list[dict[str, Any]]: ...
+    def audit_log(self, tenant: str, limit: int) -> list[AuditRow]: ...
+
+
+class StoreStats(TypedDict):
+    runs: list[tuple[str, str, int]]  # (tenant, status, runs)
+    queues: list[tuple[str, str, int, int]]  # (tenant, activity, ready tasks, oldest available_at ms)
+    timers: list[tuple[str, int, int]]  # (tenant, oldest fire_at ms, timers due)
 
 
 class MetricsTx(Protocol):
-    def stats(self, now_ms: int) -> dict[str, Any]: ...
+    def stats(self, now_ms: int) -> StoreStats: ...
 
 
 # --- the transaction and the store -------------------------------------------------------------
@@ -352,6 +481,63 @@ class Tx(
     Protocol,
 ):
     """Operations inside one transaction: every aggregate's."""
+
+
+# --- what the callers need: intersections of the aggregates (see the module's docstring) ---------
+class ApplyTx(RunsTx, TenantsTx, Protocol):
+    """Appending a decided command: the run, and its tenant's settings (the history bound)."""
+
+
+class BatchTx(TxControl, RunsTx, Protocol):
+    """Locking and loading a batch's runs with one query, in a savepoint, with batched appends."""
+
+
+class CommandTx(DefinitionsTx, ApplyTx, Protocol):
+    """One command on one run: load it, compile its definition version, decide, append."""
+
+
+class QuotaTx(RunsTx, TenantsTx, WorkTx, SchedulerTx, Protocol):
+    """A start's tenant limits: the tenant row (locked) and bucket, active runs, armed timers."""
+
+
+class StartTx(CommandTx, QuotaTx, Protocol):
+    """Starting runs: the published definitions, the tenant's limits, the new run's append."""
+
+
+class TaskTx(CommandTx, WorkTx, Protocol):
+    """A command on the run of a task (claim, lease expiry, dead letter) and the task's row."""
+
+
+class ClaimTx(TxControl, TaskTx, Protocol):
+    """Claims and workers' results: tasks, their runs in batches and savepoints."""
+
+
+class TimerTx(CommandTx, SchedulerTx, Protocol):
+    """Firing a timer: its row and the command on its run."""
+
+
+class SweepTx(TxControl, TaskTx, SchedulerTx, Protocol):
+    """The scheduler's passes: timers, expired leases, unserved tasks, partitions."""
+
+
+class PublishTx(DefinitionsTx, TenantsTx, Protocol):
+    """Publishing a definition within its tenant's limits."""
+
+
+class ObserveTx(DefinitionsTx, MetricsTx, Protocol):
+    """The metrics endpoint: the database's aggregates and the definitions' declared error codes."""
+
+
+class ApproveTx(CommandTx, ApprovalsTx, PrincipalsTx, Protocol):
+    """Approval links and decisions: the run's command, the links, the approver's account."""
+
+
+class AccountsTx(TenantsTx, PrincipalsTx, AuditTx, Protocol):
+    """Tenants and users, and the audit log of what was done to them."""
+
+
+class AuthTx(PrincipalsTx, AuditTx, Protocol):
+    """Logins (throttled, audited), API keys and sessions."""
 
 
 class Store(Protocol):

@@ -22,7 +22,7 @@ __all__ = [
 
 
 class TenantSettings(View):
-    """A tenant and its settings (limits and quotas; app/principals.py: TENANT_SETTINGS)."""
+    """A tenant and its settings (limits and quotas; app/principals/accounts.py: TENANT_SETTINGS)."""
 
     tenant: str
     settings: dict[str, TenantJson]

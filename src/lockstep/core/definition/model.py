@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 import jsonschema
 
+from ..canonical import JSONObject
 from ..expr import Expr, ExprLimits, Template
 from ..limits import SERVER_LIMITS
 from ..pointer import covers, format_pointer, overlaps, parse_pointer
@@ -159,7 +159,7 @@ class ApprovalStep:
     details: Template
     kind: str = "approval"
 
-    def policy(self) -> dict[str, Any]:
+    def policy(self) -> JSONObject:
         """The policy as recorded in ApprovalRequested (and hashed into its policy digest)."""
         return {
             "users": list(self.users),
@@ -180,9 +180,9 @@ Step = ActivityStep | ChoiceStep | WaitStep | FailStep | SucceedStep | ApprovalS
 class Definition:
     name: str
     digest: str
-    document: dict[str, Any]
+    document: JSONObject
     steps: tuple[Step, ...]
-    input_schema: dict[str, Any] | None
+    input_schema: JSONObject | None
     output: Template | None
     description: str = ""
     index: dict[str, int] = field(default_factory=dict)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from ...core.canonical import canonical_json
+from ...core.canonical import JSONObject, canonical_json
+from ..port import AuditRow
 from .base import SqlBase
 
 __all__ = ["SqlAuditTx"]
@@ -20,7 +20,7 @@ class SqlAuditTx(SqlBase):
         action: str,
         target: str | None,
         outcome: str,
-        detail: dict[str, Any],
+        detail: JSONObject,
     ) -> None:
         self.c.execute(
             self.q["audit_insert"],
@@ -35,7 +35,7 @@ class SqlAuditTx(SqlBase):
             },
         )
 
-    def audit_log(self, tenant: str, limit: int) -> list[dict[str, Any]]:
+    def audit_log(self, tenant: str, limit: int) -> list[AuditRow]:
         rows = self.c.execute(self.q["audit_list"], {"tenant": tenant, "limit": limit}).fetchall()
         return [
             {
