@@ -54,6 +54,8 @@ TENANT_SETTINGS: dict[str, str] = {
     "max_history_events": "events one run may record; a run reaching it is cancelled (runaway loops)",
     "max_run_seconds": "total time one run may take; a durable timer cancels it when it is reached",
     "max_timers": "durable timers the tenant may have armed; starts beyond it get 429",
+    "retention": "seconds a finished run is kept after its terminal event; then the purge deletes it, "
+    "leaving a tombstone (unset: kept forever; legal holds stop it)",
     # The size, depth and list bounds of values (core/limits.py: default and ceiling of each).
     **{
         n: f"{x.protects} ({x.unit}; default {x.default}, at most {x.ceiling})"
@@ -187,7 +189,7 @@ class Principals:
             raise Conflict(f"tenant {name} already exists") from None
         return TenantSettings(tenant=name, settings={})
 
-    def set_tenant(self, name: str, **changes: Any) -> TenantSettings:
+    def set_tenant(self, name: str, *, actor: str | None = None, **changes: Any) -> TenantSettings:
         unknown = sorted(set(changes) - set(TENANT_SETTINGS))
         if unknown:
             raise InvalidInput(
@@ -208,6 +210,10 @@ class Principals:
             settings = {**row.settings, **changes}
             settings = {k: v for k, v in settings.items() if v is not None}
             tx.update_tenant_settings(name, settings)
+            if "retention" in changes and row.settings.get("retention") != settings.get("retention"):
+                # What the purge may delete changes: audited with who, the old and the new value.
+                detail = {"before": row.settings.get("retention"), "after": settings.get("retention")}
+                tx.audit(iso(self.kernel.clock()), name, actor, "retention.set", name, "ok", detail)
         return TenantSettings(tenant=name, settings=settings)
 
     def tenants(self) -> list[TenantView]:

@@ -28,6 +28,7 @@ from .port import (
     UserRow,
     WorkTx,
 )
+from .retention import EventPartition, HoldRow, RetentionTx, TombstoneRow
 
 __all__ = [
     "ApprovalsTx",
@@ -36,11 +37,14 @@ __all__ = [
     "DefinitionRow",
     "DefinitionsTx",
     "DueTimer",
+    "EventPartition",
     "ExpiredLease",
+    "HoldRow",
     "LoadedRun",
     "MetricsTx",
     "NotificationsTx",
     "PrincipalsTx",
+    "RetentionTx",
     "RowLocked",
     "RunsTx",
     "SchedulerTx",
@@ -50,6 +54,7 @@ __all__ = [
     "TaskRow",
     "TenantRow",
     "TenantsTx",
+    "TombstoneRow",
     "Tx",
     "TxControl",
     "UserRow",

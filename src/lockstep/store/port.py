@@ -12,6 +12,7 @@ A `Store` opens transactions; a transaction, `Tx`, offers every aggregate's oper
     TenantsTx        tenants, their settings and rate buckets
     PrincipalsTx     users, sessions, login counters
     AuditTx          the audit log
+    RetentionTx      legal holds, tombstones, the purge of finished runs past retention
     MetricsTx        aggregates for the metrics endpoint
 
 Each protocol is implemented by the module of the same name in `sqltx/` (RunsTx by `sqltx/runs.py`).
@@ -32,6 +33,7 @@ from ..core.effects import Effect
 from ..core.events import Event
 from ..core.state import RunState
 from ..core.throttle import LoginCounter
+from .retention import EventPartition, HoldRow, RetentionTx, TombstoneRow
 
 __all__ = [
     "ApprovalsTx",
@@ -40,11 +42,14 @@ __all__ = [
     "DefinitionRow",
     "DefinitionsTx",
     "DueTimer",
+    "EventPartition",
     "ExpiredLease",
+    "HoldRow",
     "LoadedRun",
     "MetricsTx",
     "NotificationsTx",
     "PrincipalsTx",
+    "RetentionTx",
     "RowLocked",
     "RunsTx",
     "SchedulerTx",
@@ -54,6 +59,7 @@ __all__ = [
     "TaskRow",
     "TenantRow",
     "TenantsTx",
+    "TombstoneRow",
     "Tx",
     "TxControl",
     "UserRow",
@@ -349,6 +355,7 @@ class Tx(
     PrincipalsTx,
     AuditTx,
     MetricsTx,
+    RetentionTx,
     Protocol,
 ):
     """Operations inside one transaction: every aggregate's."""
