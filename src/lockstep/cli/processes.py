@@ -147,13 +147,23 @@ def worker(
     help="PostgreSQL: name in the partition leases (default host:pid). Unique among live schedulers: "
     "one restarted under its name takes its predecessor's partitions back at once.",
 )
+@click.option(
+    "--purge-interval",
+    default="60s",
+    show_default=True,
+    help="How often to purge finished runs past their tenant's retention (a pass with work left goes "
+    "on at once, in bounded batches).",
+)
 @pass_ctx
-def scheduler(c: Ctx, poll_interval: str, partition_ttl: str, scheduler_id: str | None) -> None:
-    """Fire due timers and expire lost leases (any number may run at once)."""
+def scheduler(
+    c: Ctx, poll_interval: str, partition_ttl: str, scheduler_id: str | None, purge_interval: str
+) -> None:
+    """Fire due timers, expire lost leases, purge past retention (any number may run at once)."""
     stop = threading.Event()
     s = c.engine.scheduler(duration(poll_interval, "--poll-interval"))
     if scheduler_id:
         s.owner = scheduler_id
+    s.purge_interval = duration(purge_interval, "--purge-interval").total_seconds()
     _event_logs(c)
     ttl = duration(partition_ttl, "--partition-ttl")
     if ttl.total_seconds() < 1:
