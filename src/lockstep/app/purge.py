@@ -183,7 +183,8 @@ class Purge:
                     budget -= n
                     if budget <= 0:
                         break
-                failpoints.hit("purge.rows", runs=len(todo), rows=self.rows_per_batch - budget)
+                if todo:  # deleted, not committed
+                    failpoints.hit("purge.rows", runs=len(todo), rows=self.rows_per_batch - budget)
             if todo:
                 failpoints.hit("purge.deleted", runs=len(todo), rows=self.rows_per_batch - budget)
             if budget > 0 and len(todo) < self.runs_per_batch:

@@ -13,6 +13,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from ..app.purge import Purge
 from ..app.service import Service
 from ..errors import LockstepError
 
@@ -31,6 +32,7 @@ class Scheduler:
         partition_ttl: timedelta = timedelta(seconds=10),
         owner: str | None = None,
         purge_interval: timedelta = timedelta(seconds=60),
+        purge_batch: int = 1000,
     ) -> None:
         self.service = service
         self.poll = poll_interval.total_seconds()
@@ -43,6 +45,7 @@ class Scheduler:
         self._maintained_at = 0.0
         self._swept_at = 0.0
         self.purge_interval = purge_interval.total_seconds()
+        self.purge = Purge(service.kernel, runs_per_batch=min(100, purge_batch), rows_per_batch=purge_batch)
         self._purged_at = 0.0
         self._purge_more = False
 
@@ -76,7 +79,7 @@ class Scheduler:
         it never holds up timers and leases."""
         try:
             parts = self.partitions
-            report = self.service.retention.purge.run_pass(parts, drop_partitions=parts is None or 0 in parts)
+            report = self.purge.run_pass(parts, drop_partitions=parts is None or 0 in parts)
         except Exception as exc:
             if not isinstance(exc, LockstepError):
                 log.exception("purge pass failed unexpectedly")
