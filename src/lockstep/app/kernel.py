@@ -309,7 +309,7 @@ class Kernel:
                 "purged_at": t.purged_at,
                 "purged_by": t.purged_by,
                 "reason": t.reason,
-                "status": t.status,
+                "run_status": t.status,  # "status" is the problem document's HTTP status
                 "finished_at": t.finished_at,
                 "events": t.events,
                 "last_hash": t.last_hash,
