@@ -306,3 +306,25 @@ def test_retention_settings_are_checked_and_unset_keeps_forever(world: Service, 
     assert world.retention.purge.run_pass().tombstoned == 0
     assert "retention" not in world.principals.tenants()[0].settings
     assert clock.now > T0
+
+
+def test_verify_reports_a_tombstone_contradicted_by_the_stored_rows(
+    world: Service, clock: FakeClock, raw: Raw, backend: str
+):
+    """A tombstone marked purged behind the triggers' back while events remain is a failed verification."""
+    (run_id,) = finished(world, clock, "acme", 1)
+    with world.store.write() as tx:
+        tx.tombstone_run(run_id, purged_at=iso(clock.now), purged_by="x", reason="y")
+    assert world.retention.check_tombstones() == []  # purging, events still there: in progress
+    tamper = "UPDATE tombstones SET state = 'purged', done_at = 'x' WHERE run_id = ?"
+    if backend == "sqlite":
+        raw.execute("DROP TRIGGER tombstones_update_check")
+        raw.execute(tamper, run_id)
+    else:
+        with raw._connect() as conn:
+            conn.execute("SET session_replication_role = replica")
+            conn.execute(tamper.replace("?", "%s"), (run_id,))
+    (bad,) = world.retention.check_tombstones("acme")
+    assert (bad.run_id, bad.ok) == (run_id, False)
+    assert "still stored" in bad.problems[0]
+    assert world.retention.check_tombstones("globex") == []

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..core.timeutil import format_duration, iso
 from ..errors import Unavailable
-from ..store import TombstoneRow, Tx
+from ..store import EventPartition, TombstoneRow, Tx
 from . import failpoints
 from .kernel import Kernel
 from .views import PurgeReport
@@ -146,7 +146,7 @@ class Purge:
         return tx.tombstone_run(run_id, purged_at=at, purged_by=PURGED_BY, reason=reason)
 
     # --- 2. whole partitions -------------------------------------------------------------------
-    def _drop_partitions(self, now: datetime, old: list[Any]) -> list[str]:
+    def _drop_partitions(self, now: datetime, old: list[EventPartition]) -> list[str]:
         dropped = []
         for p in old:
             try:

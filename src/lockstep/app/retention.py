@@ -9,7 +9,7 @@ release and purge is an audit row, written in the same transaction as the change
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..core.state import TERMINAL
@@ -18,7 +18,7 @@ from ..errors import Conflict, InvalidInput, NotFound, Refused
 from ..store import ConcurrencyError, HoldRow, TombstoneRow, Tx
 from .kernel import Kernel
 from .purge import Purge, retention_of
-from .views import HoldView, PurgeReport, RetentionStatus, TenantRetention, TombstoneView
+from .views import HoldView, PurgeReport, RetentionStatus, TenantRetention, TombstoneView, VerifyResult
 
 __all__ = ["Retention"]
 
@@ -174,7 +174,7 @@ class Retention:
                 out.append(self._tenant_status(tx, row.name, row.settings, now))
         return RetentionStatus(at=iso(now), tenants=out)
 
-    def _tenant_status(self, tx: Tx, name: str, settings: dict[str, Any], now: Any) -> TenantRetention:
+    def _tenant_status(self, tx: Tx, name: str, settings: dict[str, Any], now: datetime) -> TenantRetention:
         keep = retention_of(settings)
         tenant_hold = tx.active_hold(name, None)
         due, next_due = 0, None
@@ -211,11 +211,19 @@ class Retention:
             raise NotFound(f"run {run_id} has no tombstone" + (f" in tenant {tenant}" if tenant else ""))
         return _tombstone(t)
 
-    def check_tombstones(self, tenant: str | None = None) -> list[str]:
-        """What `lockstep verify` adds: tombstones contradicted by what is stored (none, normally)."""
+    def check_tombstones(self, tenant: str | None = None) -> list[VerifyResult]:
+        """What `lockstep verify` adds: the tombstones contradicted by what is stored (none, normally),
+        each as a failed verification of its run."""
         with self.kernel.read() as tx:
             bad = tx.tombstones_with_rows(tenant, 100)
         return [
-            f"run {rid} has a tombstone ({state}) but its run row or (purged) events are still stored"
+            VerifyResult(
+                run_id=rid,
+                events=0,
+                ok=False,
+                problems=[
+                    f"the run has a tombstone ({state}) but its run row or (purged) events are still stored"
+                ],
+            )
             for rid, state in bad
         ]
