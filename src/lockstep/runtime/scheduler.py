@@ -20,6 +20,9 @@ from ..errors import LockstepError
 __all__ = ["Scheduler"]
 
 log = logging.getLogger("lockstep.scheduler")
+# Purge transactions per tick (tombstones, and as many of deletes): a backlog is worked through between
+# the timer and lease passes, a few batches at a time, so it never holds them up for long.
+PURGE_BATCHES_PER_TICK = 4
 
 
 class Scheduler:
@@ -79,7 +82,9 @@ class Scheduler:
         it never holds up timers and leases."""
         try:
             parts = self.partitions
-            report = self.purge.run_pass(parts, drop_partitions=parts is None or 0 in parts)
+            report = self.purge.run_pass(
+                parts, max_batches=PURGE_BATCHES_PER_TICK, drop_partitions=parts is None or 0 in parts
+            )
         except Exception as exc:
             if not isinstance(exc, LockstepError):
                 log.exception("purge pass failed unexpectedly")
