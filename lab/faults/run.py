@@ -34,6 +34,7 @@ from .scenarios_ops import (
     queue_backlog,
     quota_exhausted,
 )
+from .scenarios_retention import purge_under_load
 from .scenarios_tenants import hostile_tenant
 
 __all__ = ["SCENARIOS", "run_matrix", "write_reports"]
@@ -61,6 +62,13 @@ SCENARIOS = [
         "hostile_tenant",
         hostile_tenant,
         about="a tenant admin sends bombs (documents, expressions, inputs) while another tenant's runs go on",
+    ),
+    Scenario(
+        "purge_under_load",
+        "purge_under_load",
+        purge_under_load,
+        about="finished runs purged after a retention of seconds while runs start, finish and are held, "
+        "and the purging schedulers are SIGKILLed",
     ),
     Scenario(
         "broken_no_fencing",

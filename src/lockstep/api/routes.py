@@ -35,7 +35,10 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", responses=PROBLEM_RESPONSES)
 Svc = Annotated[Service, Depends(get_service)]
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: error_response("No such run in the caller's tenant")}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: error_response("No such run in the caller's tenant"),
+    410: error_response("The run was purged: the problem says when, by whom and why (its tombstone)"),
+}
 
 
 @router.post(

@@ -26,8 +26,8 @@ from ..core.exprcheck import STORED_EXPR_LIMITS
 from ..core.limits import DEFAULT_SERVER_LIMITS, SERVER_LIMITS, ServerLimits, Settings
 from ..core.shape import Shape
 from ..core.state import RunState
-from ..errors import Conflict, InvalidInput, NotFound, Refused, Unavailable
-from ..store import ConcurrencyError, LoadedRun, RowLocked, Store, StoreUnavailable, Tx
+from ..errors import Conflict, Gone, InvalidInput, LockstepError, NotFound, Refused, Unavailable
+from ..store import ConcurrencyError, LoadedRun, RetentionTx, RowLocked, Store, StoreUnavailable, Tx
 from ..store.port import ApplyTx, BatchTx, DefinitionsTx, RunsTx, TenantsTx, TxControl
 from . import failpoints
 from .quotas import check_value
@@ -281,7 +281,7 @@ class Kernel:
                 with self.write() as tx:
                     loaded = tx.load_run(run_id)
                     if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
-                        raise NotFound(f"run {run_id} not found" + (f" in tenant {tenant}" if tenant else ""))
+                        raise self.missing(tx, run_id, tenant)
                     d = self.definition_of(tx, loaded.state)
                     decided = prepare(tx, loaded) if prepare is not None else command
                     after, events = self.apply(tx, loaded, decided, now, d)
@@ -295,6 +295,29 @@ class Kernel:
     def state(self, tenant: str | None, run_id: str) -> RunState:
         with self.read() as tx:
             loaded = tx.load_run(run_id)
-        if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
-            raise NotFound(f"run {run_id} not found" + (f" in tenant {tenant}" if tenant else ""))
+            if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
+                raise self.missing(tx, run_id, tenant)
         return loaded.state
+
+    def missing(self, tx: RetentionTx, run_id: str, tenant: str | None) -> LockstepError:
+        """Why a run is not there: Gone, saying when and why, if it was purged (its tombstone); else
+        NotFound. Another tenant's run is NotFound either way, so its existence does not leak."""
+        where = f" in tenant {tenant}" if tenant else ""
+        t = tx.tombstone(run_id)
+        if t is None or (tenant is not None and t.tenant != tenant):
+            return NotFound(f"run {run_id} not found{where}")
+        return Gone(
+            f"run {run_id}{where} was purged at {t.purged_at} by {t.purged_by}: {t.reason}. It ended "
+            f"{t.status} at {t.finished_at} after {t.events} events; only its tombstone is kept "
+            "(`lockstep retention tombstones`)",
+            code="purged",
+            extra={
+                "purged_at": t.purged_at,
+                "purged_by": t.purged_by,
+                "reason": t.reason,
+                "run_status": t.status,  # "status" is the problem document's HTTP status
+                "finished_at": t.finished_at,
+                "events": t.events,
+                "last_hash": t.last_hash,
+            },
+        )

@@ -19,7 +19,8 @@ from ..core.events import Event
 from ..core.limits import ServerLimits, Settings
 from ..core.shape import Shape
 from ..core.state import RunState
-from ..store import ApplyTx, BatchTx, DefinitionsTx, LoadedRun, TenantsTx, TxControl
+from ..errors import LockstepError
+from ..store import ApplyTx, BatchTx, DefinitionsTx, LoadedRun, RetentionTx, TenantsTx, TxControl
 from .kernel import Listener
 
 __all__ = ["Housekeeping", "KernelPort"]
@@ -63,6 +64,7 @@ class KernelPort(Protocol[TxT_co]):
         skip_locked: bool = False,
     ) -> T | None: ...
 
+    def missing(self, tx: RetentionTx, run_id: str, tenant: str | None) -> LockstepError: ...
     def definition_for(self, tx: DefinitionsTx, tenant: str, name: str, version: int) -> Definition: ...
     def definition_of(self, tx: DefinitionsTx, state: RunState) -> Definition: ...
     def definition(self, tenant: str, name: str, version: int) -> Definition: ...

@@ -332,8 +332,8 @@ class Runs:
             with self.kernel.read() as tx:
                 loaded = tx.load_run(rid)
                 rows = tx.events(rid)
-            if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
-                raise NotFound(f"run {rid} not found")
+                if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
+                    raise self.kernel.missing(tx, rid, tenant)  # Gone if purged, else NotFound
             problems = []
             h = GENESIS
             for i, (e, stored) in enumerate(rows):

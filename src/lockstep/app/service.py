@@ -9,6 +9,7 @@ Each call is the feature service's own bound method, so its signature and docstr
     sweeps.py       timers, lease expiry, dead letters, scheduler partitions
     principals/     tenants, users, keys, sessions   approvals/  links, decisions, inboxes
     repair.py       operator repair, migrations      quotas.py   tenant limits (values, starts)
+    retention.py    legal holds, status, tombstones  purge.py    the purge pass (scheduler)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .kernel import Kernel, utcnow
 from .principals import Principals
 from .repair import Repairs
 from .reports import Reports, failure_report, success_report
+from .retention import Retention
 from .runs import Runs, new_run_id
 from .sweeps import Sweeps
 from .work import TaskLease, Work
@@ -55,6 +57,7 @@ class Service:
         self.principals = Principals(kernel)
         self.approvals = Approvals(kernel, runs, self.principals)
         self.repairs = Repairs(kernel, runs)
+        self.retention = Retention(kernel)
 
         # The kernel: what runtime/ and the tests reach below the feature calls.
         self.store = kernel.store

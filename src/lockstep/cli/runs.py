@@ -1,4 +1,4 @@
-"""Runs: start, show, the event history, list, cancel."""
+"""Runs: start, show, the event history, list, cancel; a run's legal hold and its purge."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def events(c: Ctx, run_id: str, as_json: bool) -> None:
     out.print(t)
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option(
     "--status",
     type=click.Choice(STATUSES),
@@ -73,7 +73,9 @@ def events(c: Ctx, run_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def runs(c: Ctx, status: str | None, definition: str | None, limit: int, after: str, as_json: bool) -> None:
-    """List runs (oldest first), with filters and a cursor."""
+    """List runs (oldest first), with filters and a cursor; `runs hold|release|purge RUN` for retention."""
+    if click.get_current_context().invoked_subcommand is not None:
+        return
     rows = c.engine.service.runs(c.tenant, status=status, definition=definition, after=after, limit=limit)
     if as_json:
         print_json([RunSummary.of(r) for r in rows])
@@ -98,6 +100,37 @@ def runs(c: Ctx, status: str | None, definition: str | None, limit: int, after: 
 def cancel(c: Ctx, run_id: str, reason: str) -> None:
     """Cancel a run: start nothing new, wait for in-flight work, compensate, end cancelled."""
     print_json(c.engine.cancel(run_id, reason=reason, tenant=c.tenant, actor=os.environ.get("USER")))
+
+
+def _operator() -> str:
+    return os.environ.get("USER") or "cli"
+
+
+@runs.command("hold")
+@click.argument("run_id")
+@click.option("--reason", required=True, help="Why (kept with the hold and audited).")
+@pass_ctx
+def runs_hold(c: Ctx, run_id: str, reason: str) -> None:
+    """Place a legal hold on a run (running or finished): it is never purged until released."""
+    print_json(c.engine.service.retention.hold_run(c.tenant, run_id, reason, _operator()))
+
+
+@runs.command("release")
+@click.argument("run_id")
+@click.option("--reason", required=True, help="Why (kept with the hold and audited).")
+@pass_ctx
+def runs_release(c: Ctx, run_id: str, reason: str) -> None:
+    """Release a run's legal hold: once past its tenant's retention it is purged again."""
+    print_json(c.engine.service.retention.release_run(c.tenant, run_id, reason, _operator()))
+
+
+@runs.command("purge")
+@click.argument("run_id")
+@click.option("--reason", required=True, help="Why, e.g. an erasure request (kept in its tombstone).")
+@pass_ctx
+def runs_purge(c: Ctx, run_id: str, reason: str) -> None:
+    """Purge a finished, unheld run now, whatever the retention; prints its tombstone."""
+    print_json(c.engine.service.retention.purge_run(c.tenant, run_id, reason, _operator()))
 
 
 # The commands of this group, attached to the root group in root.py.

@@ -51,6 +51,7 @@ from .port import (
     UserRow,
     WorkTx,
 )
+from .retention import EventPartition, HoldRow, RetentionTx, TombstoneRow
 
 __all__ = [
     "AccountsTx",
@@ -71,7 +72,9 @@ __all__ = [
     "DefinitionVersionRow",
     "DefinitionsTx",
     "DueTimer",
+    "EventPartition",
     "ExpiredLease",
+    "HoldRow",
     "LinkRow",
     "LoadedRun",
     "MetricsTx",
@@ -82,6 +85,7 @@ __all__ = [
     "PrincipalsTx",
     "PublishTx",
     "QuotaTx",
+    "RetentionTx",
     "RowLocked",
     "RunsTx",
     "SchedulerTx",
@@ -96,6 +100,7 @@ __all__ = [
     "TenantRow",
     "TenantsTx",
     "TimerTx",
+    "TombstoneRow",
     "Tx",
     "TxControl",
     "UserRow",

@@ -12,6 +12,7 @@ A `Store` opens transactions; a transaction, `Tx`, offers every aggregate's oper
     TenantsTx        tenants, their settings and rate buckets
     PrincipalsTx     users, sessions, login counters
     AuditTx          the audit log
+    RetentionTx      legal holds, tombstones, the purge of finished runs past retention
     MetricsTx        aggregates for the metrics endpoint
 
 Each protocol is implemented by the module of the same name in `sqltx/` (RunsTx by `sqltx/runs.py`).
@@ -52,6 +53,7 @@ from ..core.events import Event
 from ..core.limits import Settings
 from ..core.state import RunState
 from ..core.throttle import LoginCounter
+from .retention import EventPartition, HoldRow, RetentionTx, TombstoneRow
 
 __all__ = [
     "AccountsTx",
@@ -72,7 +74,9 @@ __all__ = [
     "DefinitionVersionRow",
     "DefinitionsTx",
     "DueTimer",
+    "EventPartition",
     "ExpiredLease",
+    "HoldRow",
     "LinkRow",
     "LoadedRun",
     "MetricsTx",
@@ -83,6 +87,7 @@ __all__ = [
     "PrincipalsTx",
     "PublishTx",
     "QuotaTx",
+    "RetentionTx",
     "RowLocked",
     "RunsTx",
     "SchedulerTx",
@@ -97,6 +102,7 @@ __all__ = [
     "TenantRow",
     "TenantsTx",
     "TimerTx",
+    "TombstoneRow",
     "Tx",
     "TxControl",
     "UserRow",
@@ -478,6 +484,7 @@ class Tx(
     PrincipalsTx,
     AuditTx,
     MetricsTx,
+    RetentionTx,
     Protocol,
 ):
     """Operations inside one transaction: every aggregate's."""
@@ -492,8 +499,9 @@ class BatchTx(TxControl, RunsTx, Protocol):
     """Locking and loading a batch's runs with one query, in a savepoint, with batched appends."""
 
 
-class CommandTx(DefinitionsTx, ApplyTx, Protocol):
-    """One command on one run: load it, compile its definition version, decide, append."""
+class CommandTx(DefinitionsTx, ApplyTx, RetentionTx, Protocol):
+    """One command on one run: load it, compile its definition version, decide, append (or say that
+    the run was purged, from its tombstone)."""
 
 
 class QuotaTx(RunsTx, TenantsTx, WorkTx, SchedulerTx, Protocol):

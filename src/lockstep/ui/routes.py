@@ -18,7 +18,7 @@ from ..api import html
 from ..app.views import MigrationPlan
 from ..core.explain import WAIT_KINDS
 from ..core.state import STATUSES
-from ..errors import InvalidInput, LockstepError, NotFound, RateLimited
+from ..errors import Gone, InvalidInput, LockstepError, NotFound, RateLimited
 from .approve import router as approve_router
 from .pages import (
     SESSION_COOKIE,
@@ -215,6 +215,10 @@ def run_page(request: Request, run_id: str, session: Session) -> HTMLResponse:
                 "message": f"There is no run {run_id} in tenant {me.tenant}.",
             },
             404,
+        )
+    except Gone as exc:  # purged: what its tombstone says
+        return page(
+            request, "message.html", {"me": me, "csrf": csrf, "title": "Run purged", "message": str(exc)}, 410
         )
     events = svc.events(me.tenant, run_id)
     return page(

@@ -41,6 +41,8 @@ TENANT_SETTINGS: dict[str, str] = {
     "max_history_events": "events one run may record; a run reaching it is cancelled (runaway loops)",
     "max_run_seconds": "total time one run may take; a durable timer cancels it when it is reached",
     "max_timers": "durable timers the tenant may have armed; starts beyond it get 429",
+    "retention": "seconds a finished run is kept after its terminal event; then the purge deletes it, "
+    "leaving a tombstone (unset: kept forever; legal holds stop it)",
     # The size, depth and list bounds of values (core/limits.py: default and ceiling of each).
     **{
         n: f"{x.protects} ({x.unit}; default {x.default}, at most {x.ceiling})"
@@ -76,7 +78,7 @@ class Accounts:
             raise Conflict(f"tenant {name} already exists") from None
         return TenantSettings(tenant=name, settings={})
 
-    def set_tenant(self, name: str, **changes: float | None) -> TenantSettings:
+    def set_tenant(self, name: str, *, actor: str | None = None, **changes: float | None) -> TenantSettings:
         unknown = sorted(set(changes) - set(TENANT_SETTINGS))
         if unknown:
             raise InvalidInput(
@@ -97,6 +99,10 @@ class Accounts:
             merged = {**row.settings, **changes}
             settings = {k: v for k, v in merged.items() if v is not None}
             tx.update_tenant_settings(name, settings)
+            if "retention" in changes and row.settings.get("retention") != settings.get("retention"):
+                # What the purge may delete changes: audited with who, the old and the new value.
+                detail = {"before": row.settings.get("retention"), "after": settings.get("retention")}
+                tx.audit(iso(self.kernel.clock()), name, actor, "retention.set", name, "ok", detail)
         return TenantSettings(tenant=name, settings=settings)
 
     def tenants(self) -> list[TenantView]:

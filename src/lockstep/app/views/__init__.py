@@ -33,6 +33,7 @@ from .principals import (
     UserEnabled,
     UserView,
 )
+from .retention import HoldView, PurgeReport, RetentionStatus, TenantRetention, TombstoneView
 from .runs import (
     CancelResult,
     DeadLetter,
@@ -60,6 +61,7 @@ __all__ = [
     "DefinitionVersion",
     "EmailSet",
     "EventView",
+    "HoldView",
     "InboxItem",
     "KeyRotated",
     "LinkRef",
@@ -72,9 +74,11 @@ __all__ = [
     "NewUser",
     "PasswordSet",
     "PublishResult",
+    "PurgeReport",
     "Reassigned",
     "Recorded",
     "RepairResult",
+    "RetentionStatus",
     "RetryResult",
     "RevokedLink",
     "RunStatus",
@@ -84,8 +88,10 @@ __all__ = [
     "StepView",
     "TaskView",
     "TenantJson",
+    "TenantRetention",
     "TenantSettings",
     "TenantView",
+    "TombstoneView",
     "UserEnabled",
     "UserView",
     "VerifyResult",

@@ -26,6 +26,7 @@ from ..port import ConcurrencyError, LoadedRun, RowLocked, SchemaError, StoreUna
 from ..sql import load_queries
 from ..sqltx import SqlTx
 from ..states import StateCache
+from .partitions import PgPartitionsTx
 
 __all__ = ["PgStore", "PgTx"]
 
@@ -35,7 +36,7 @@ PARTITIONS = 64
 MIGRATION_LOCK = int.from_bytes(hashlib.sha256(b"lockstep.migrations").digest()[:8], "big", signed=True)
 
 
-class PgTx(SqlTx):
+class PgTx(PgPartitionsTx, SqlTx):
     def __init__(
         self, conn: psycopg.Connection[Any], *, writing: bool, states: StateCache | None = None
     ) -> None:

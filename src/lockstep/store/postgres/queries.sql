@@ -388,3 +388,150 @@ WHERE key = %(key)s;
 
 -- name: login_counter_delete
 DELETE FROM login_counters WHERE key = %(key)s;
+
+-- Retention (sqltx/retention.py): legal holds, tombstones, the purge's candidates and deletes. A hold
+-- locks what it holds (the run row, or the tenant row FOR UPDATE); the purge locks each run it
+-- tombstones (FOR UPDATE SKIP LOCKED) and shares the tenant row (FOR KEY SHARE: starts, which update
+-- the tenant's bucket, never wait for it), so a hold and a purge of the same run never both commit.
+
+-- name: retention_lock_run
+SELECT tenant, status FROM runs WHERE run_id = %(run_id)s FOR UPDATE;
+
+-- name: retention_lock_tenant
+SELECT name FROM tenants WHERE name = %(name)s FOR UPDATE;
+
+-- name: retention_share_tenant
+SELECT name FROM tenants WHERE name = %(name)s FOR KEY SHARE;
+
+-- name: hold_insert
+INSERT INTO holds (tenant, run_id, reason, held_by, held_at)
+VALUES (%(tenant)s, %(run_id)s, %(reason)s, %(held_by)s, %(held_at)s) RETURNING id;
+
+-- name: hold_active
+SELECT id, tenant, run_id, reason, held_by, held_at, released_by, released_at, release_reason FROM holds
+WHERE tenant = %(tenant)s AND COALESCE(run_id, '') = COALESCE(CAST(%(run_id)s AS TEXT), '')
+  AND released_at IS NULL;
+
+-- name: hold_release
+UPDATE holds SET released_by = %(released_by)s, released_at = %(released_at)s, release_reason = %(release_reason)s
+WHERE id = %(id)s AND released_at IS NULL;
+
+-- name: holds_list
+SELECT id, tenant, run_id, reason, held_by, held_at, released_by, released_at, release_reason FROM holds
+WHERE (CAST(%(tenant)s AS TEXT) IS NULL OR tenant = %(tenant)s) AND (%(active)s = 0 OR released_at IS NULL)
+ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: holds_of_run
+SELECT id, tenant, run_id, reason, held_by, held_at, released_by, released_at, release_reason FROM holds
+WHERE run_id = %(run_id)s ORDER BY id;
+
+-- name: run_holds_count
+SELECT COUNT(*) FROM holds WHERE tenant = %(tenant)s AND run_id IS NOT NULL AND released_at IS NULL;
+
+-- name: purge_candidates
+SELECT f.run_id FROM finished_runs f
+WHERE f.tenant = %(tenant)s AND f.finished_at <= %(cutoff)s
+  AND (CAST(%(partitions)s AS INTEGER[]) IS NULL OR f.part = ANY(%(partitions)s))
+  AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.run_id = f.run_id AND h.released_at IS NULL)
+ORDER BY f.finished_at, f.run_id LIMIT %(limit)s;
+
+-- name: purge_due_count
+SELECT COUNT(*) FROM finished_runs f
+WHERE f.tenant = %(tenant)s AND f.finished_at <= %(cutoff)s
+  AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.run_id = f.run_id AND h.released_at IS NULL);
+
+-- name: purge_next_due
+SELECT MIN(f.finished_at) FROM finished_runs f
+WHERE f.tenant = %(tenant)s AND f.finished_at > %(cutoff)s
+  AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.run_id = f.run_id AND h.released_at IS NULL);
+
+-- name: finished_count
+SELECT COUNT(*) FROM finished_runs WHERE tenant = %(tenant)s;
+
+-- name: purge_run_row
+SELECT r.tenant, r.definition, r.version, r.status, r.created_at, f.finished_at, r.seq, r.last_hash
+FROM runs r JOIN finished_runs f ON f.run_id = r.run_id WHERE r.run_id = %(run_id)s
+FOR UPDATE OF r SKIP LOCKED;
+
+-- name: tombstone_insert
+INSERT INTO tombstones (run_id, tenant, definition, version, status, started_at, finished_at, events,
+                        last_hash, purged_at, purged_by, reason, state)
+VALUES (%(run_id)s, %(tenant)s, %(definition)s, %(version)s, %(status)s, %(started_at)s, %(finished_at)s, %(events)s,
+        %(last_hash)s, %(purged_at)s, %(purged_by)s, %(reason)s, 'purging');
+
+-- name: finished_run_delete
+DELETE FROM finished_runs WHERE run_id = %(run_id)s;
+
+-- name: run_delete
+DELETE FROM runs WHERE run_id = %(run_id)s;
+
+-- name: tombstone_get
+SELECT run_id, tenant, definition, version, status, started_at, finished_at, events, last_hash,
+       purged_at, purged_by, reason, state, done_at FROM tombstones WHERE run_id = %(run_id)s;
+
+-- name: tombstones_list
+SELECT run_id, tenant, definition, version, status, started_at, finished_at, events, last_hash,
+       purged_at, purged_by, reason, state, done_at FROM tombstones
+WHERE (CAST(%(tenant)s AS TEXT) IS NULL OR tenant = %(tenant)s) AND run_id > %(after)s
+ORDER BY run_id LIMIT %(limit)s;
+
+-- name: tombstones_purging
+SELECT run_id, tenant, definition, version, status, started_at, finished_at, events, last_hash,
+       purged_at, purged_by, reason, state, done_at FROM tombstones
+WHERE state = 'purging' AND run_id >= %(from)s
+  AND (CAST(%(partitions)s AS INTEGER[]) IS NULL OR part = ANY(%(partitions)s))
+ORDER BY run_id LIMIT %(limit)s;
+
+-- name: tombstone_counts
+SELECT state, COUNT(*) FROM tombstones WHERE tenant = %(tenant)s GROUP BY state;
+
+-- name: tombstone_done
+UPDATE tombstones SET state = 'purged', done_at = %(done_at)s WHERE run_id = %(run_id)s AND state = 'purging';
+
+-- name: purge_events
+DELETE FROM events WHERE run_id = %(run_id)s
+  AND seq IN (SELECT seq FROM events WHERE run_id = %(run_id)s ORDER BY seq LIMIT %(limit)s);
+
+-- name: purge_tasks
+DELETE FROM tasks WHERE task_id IN (
+    SELECT task_id FROM tasks WHERE run_id = %(run_id)s AND status NOT IN ('ready', 'leased') LIMIT %(limit)s);
+
+-- name: purge_timers
+DELETE FROM timers WHERE run_id = %(run_id)s
+  AND ctid = ANY(ARRAY(SELECT ctid FROM timers WHERE run_id = %(run_id)s LIMIT %(limit)s));
+
+-- name: purge_approval_decisions
+DELETE FROM approval_decisions WHERE (request_id, approver) IN (
+    SELECT d.request_id, d.approver FROM approval_decisions d JOIN approval_requests a ON a.request_id = d.request_id
+    WHERE a.run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: purge_approval_links
+DELETE FROM approval_links WHERE link_id IN (
+    SELECT link_id FROM approval_links WHERE run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: purge_approval_requests
+DELETE FROM approval_requests WHERE request_id IN (
+    SELECT request_id FROM approval_requests WHERE run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: purge_notifications
+DELETE FROM notifications WHERE id IN (
+    SELECT id FROM notifications WHERE run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: purge_holds
+DELETE FROM holds WHERE id IN (
+    SELECT id FROM holds WHERE run_id = %(run_id)s AND released_at IS NOT NULL LIMIT %(limit)s);
+
+-- name: tombstones_with_rows
+SELECT t.run_id, t.state FROM tombstones t
+WHERE (CAST(%(tenant)s AS TEXT) IS NULL OR t.tenant = %(tenant)s)
+  AND (EXISTS (SELECT 1 FROM runs r WHERE r.run_id = t.run_id)
+       OR (t.state = 'purged' AND EXISTS (SELECT 1 FROM events e WHERE e.run_id = t.run_id)))
+ORDER BY t.run_id LIMIT %(limit)s;
+
+-- name: event_partitions
+SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'events'::regclass ORDER BY c.relname;
+
+-- name: partition_live_run
+SELECT run_id FROM runs WHERE run_id >= %(lo)s AND run_id < %(hi)s LIMIT 1;

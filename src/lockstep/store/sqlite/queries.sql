@@ -329,3 +329,130 @@ WHERE key = :key;
 
 -- name: login_counter_delete
 DELETE FROM login_counters WHERE key = :key;
+
+-- Retention (sqltx/retention.py): legal holds, tombstones, the purge's candidates and deletes.
+
+-- name: retention_lock_run
+SELECT tenant, status FROM runs WHERE run_id = :run_id;
+
+-- name: retention_lock_tenant
+SELECT name FROM tenants WHERE name = :name;
+
+-- name: retention_share_tenant
+SELECT name FROM tenants WHERE name = :name;
+
+-- name: hold_insert
+INSERT INTO holds (tenant, run_id, reason, held_by, held_at)
+VALUES (:tenant, :run_id, :reason, :held_by, :held_at) RETURNING id;
+
+-- name: hold_active
+SELECT id, tenant, run_id, reason, held_by, held_at, released_by, released_at, release_reason FROM holds
+WHERE tenant = :tenant AND COALESCE(run_id, '') = COALESCE(:run_id, '') AND released_at IS NULL;
+
+-- name: hold_release
+UPDATE holds SET released_by = :released_by, released_at = :released_at, release_reason = :release_reason
+WHERE id = :id AND released_at IS NULL;
+
+-- name: holds_list
+SELECT id, tenant, run_id, reason, held_by, held_at, released_by, released_at, release_reason FROM holds
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (:active = 0 OR released_at IS NULL)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: holds_of_run
+SELECT id, tenant, run_id, reason, held_by, held_at, released_by, released_at, release_reason FROM holds
+WHERE run_id = :run_id ORDER BY id;
+
+-- name: run_holds_count
+SELECT COUNT(*) FROM holds WHERE tenant = :tenant AND run_id IS NOT NULL AND released_at IS NULL;
+
+-- name: purge_candidates
+SELECT f.run_id FROM finished_runs f
+WHERE f.tenant = :tenant AND f.finished_at <= :cutoff
+  AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.run_id = f.run_id AND h.released_at IS NULL)
+ORDER BY f.finished_at, f.run_id LIMIT :limit;
+
+-- name: purge_due_count
+SELECT COUNT(*) FROM finished_runs f
+WHERE f.tenant = :tenant AND f.finished_at <= :cutoff
+  AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.run_id = f.run_id AND h.released_at IS NULL);
+
+-- name: purge_next_due
+SELECT MIN(f.finished_at) FROM finished_runs f
+WHERE f.tenant = :tenant AND f.finished_at > :cutoff
+  AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.run_id = f.run_id AND h.released_at IS NULL);
+
+-- name: finished_count
+SELECT COUNT(*) FROM finished_runs WHERE tenant = :tenant;
+
+-- name: purge_run_row
+SELECT r.tenant, r.definition, r.version, r.status, r.created_at, f.finished_at, r.seq, r.last_hash
+FROM runs r JOIN finished_runs f ON f.run_id = r.run_id WHERE r.run_id = :run_id;
+
+-- name: tombstone_insert
+INSERT INTO tombstones (run_id, tenant, definition, version, status, started_at, finished_at, events,
+                        last_hash, purged_at, purged_by, reason, state)
+VALUES (:run_id, :tenant, :definition, :version, :status, :started_at, :finished_at, :events,
+        :last_hash, :purged_at, :purged_by, :reason, 'purging');
+
+-- name: finished_run_delete
+DELETE FROM finished_runs WHERE run_id = :run_id;
+
+-- name: run_delete
+DELETE FROM runs WHERE run_id = :run_id;
+
+-- name: tombstone_get
+SELECT run_id, tenant, definition, version, status, started_at, finished_at, events, last_hash,
+       purged_at, purged_by, reason, state, done_at FROM tombstones WHERE run_id = :run_id;
+
+-- name: tombstones_list
+SELECT run_id, tenant, definition, version, status, started_at, finished_at, events, last_hash,
+       purged_at, purged_by, reason, state, done_at FROM tombstones
+WHERE (:tenant IS NULL OR tenant = :tenant) AND run_id > :after ORDER BY run_id LIMIT :limit;
+
+-- name: tombstones_purging
+SELECT run_id, tenant, definition, version, status, started_at, finished_at, events, last_hash,
+       purged_at, purged_by, reason, state, done_at FROM tombstones
+WHERE state = 'purging' AND run_id >= :from ORDER BY run_id LIMIT :limit;
+
+-- name: tombstone_counts
+SELECT state, COUNT(*) FROM tombstones WHERE tenant = :tenant GROUP BY state;
+
+-- name: tombstone_done
+UPDATE tombstones SET state = 'purged', done_at = :done_at WHERE run_id = :run_id AND state = 'purging';
+
+-- name: purge_events
+DELETE FROM events WHERE run_id = :run_id
+  AND seq IN (SELECT seq FROM events WHERE run_id = :run_id ORDER BY seq LIMIT :limit);
+
+-- name: purge_tasks
+DELETE FROM tasks WHERE rowid IN (
+    SELECT rowid FROM tasks WHERE run_id = :run_id AND status NOT IN ('ready', 'leased') LIMIT :limit);
+
+-- name: purge_timers
+DELETE FROM timers WHERE rowid IN (SELECT rowid FROM timers WHERE run_id = :run_id LIMIT :limit);
+
+-- name: purge_approval_decisions
+DELETE FROM approval_decisions WHERE rowid IN (
+    SELECT d.rowid FROM approval_decisions d JOIN approval_requests a ON a.request_id = d.request_id
+    WHERE a.run_id = :run_id LIMIT :limit);
+
+-- name: purge_approval_links
+DELETE FROM approval_links WHERE rowid IN (SELECT rowid FROM approval_links WHERE run_id = :run_id LIMIT :limit);
+
+-- name: purge_approval_requests
+DELETE FROM approval_requests WHERE rowid IN (
+    SELECT rowid FROM approval_requests WHERE run_id = :run_id LIMIT :limit);
+
+-- name: purge_notifications
+DELETE FROM notifications WHERE rowid IN (SELECT rowid FROM notifications WHERE run_id = :run_id LIMIT :limit);
+
+-- name: purge_holds
+DELETE FROM holds WHERE id IN (
+    SELECT id FROM holds WHERE run_id = :run_id AND released_at IS NOT NULL LIMIT :limit);
+
+-- name: tombstones_with_rows
+SELECT t.run_id, t.state FROM tombstones t
+WHERE (:tenant IS NULL OR t.tenant = :tenant)
+  AND (EXISTS (SELECT 1 FROM runs r WHERE r.run_id = t.run_id)
+       OR (t.state = 'purged' AND EXISTS (SELECT 1 FROM events e WHERE e.run_id = t.run_id)))
+ORDER BY t.run_id LIMIT :limit;

@@ -12,6 +12,7 @@
     tenants.py        TenantsTx
     principals.py     PrincipalsTx: users, sessions, login counters
     audit.py          AuditTx
+    retention.py      RetentionTx: legal holds, tombstones, the purge's reads and deletes
     metrics.py        MetricsTx
 
 A backend (`sqlite/adapter.py`, `postgres/adapter.py`) subclasses SqlTx with its connection, its own
@@ -27,6 +28,7 @@ from .definitions import SqlDefinitionsTx
 from .metrics import SqlMetricsTx
 from .notifications import SqlNotificationsTx
 from .principals import SqlPrincipalsTx
+from .retention import SqlRetentionTx
 from .runs import SqlRunsTx
 from .scheduler import SqlSchedulerTx
 from .tenants import SqlTenantsTx
@@ -46,6 +48,7 @@ class SqlTx(
     SqlPrincipalsTx,
     SqlAuditTx,
     SqlMetricsTx,
+    SqlRetentionTx,
 ):
     """Operations inside one transaction, shared by the SQL backends: every protocol of the port's Tx.
     (SqlRunsTx already builds on work, scheduler, approvals and notifications: an append writes their
