@@ -29,6 +29,7 @@ from ..store import ConcurrencyError, UserRow
 from .kernel import Kernel
 from .views import (
     EmailSet,
+    GrantsChanged,
     KeyRotated,
     Membership,
     NewUser,
@@ -39,9 +40,11 @@ from .views import (
     UserView,
 )
 
-__all__ = ["ROLES", "TENANT_SETTINGS", "Principal", "Principals"]
+__all__ = ["GRANTS", "ROLES", "TENANT_SETTINGS", "Principal", "Principals"]
 
 ROLES = ("admin", "operator", "approver", "viewer", "worker")
+# Permissions given to one user, never by a role: read_sensitive may reveal sealed values (app/reveal.py).
+GRANTS = ("read_sensitive",)
 NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_.-]{0,62}[a-z0-9])?$")
 KEY_PREFIX = "lsk_"
 SESSION_TTL = timedelta(hours=12)
@@ -79,8 +82,11 @@ class Principal:
     # The user's credential generation when these credentials were checked: a session opened for this
     # principal records it, so a change committed after the check still ends that session.
     credential_generation: int = 0
+    grants: tuple[str, ...] = ()
 
     def can(self, permission: str) -> bool:
+        if permission in GRANTS:
+            return permission in self.grants
         return any(permission in PERMISSIONS.get(r, frozenset()) for r in self.roles)
 
     def require(self, permission: str) -> None:
@@ -111,7 +117,7 @@ def _check_password(password: str, stored: str | None) -> bool:
 
 
 def _principal(u: UserRow) -> Principal:
-    return Principal(u.tenant, u.name, u.roles, u.groups, u.generation)
+    return Principal(u.tenant, u.name, u.roles, u.groups, u.generation, u.grants)
 
 
 # zxcvbn refuses longer input (its matching is superlinear); what follows 72 characters only adds strength.
@@ -301,6 +307,22 @@ class Principals:
         u = self._update(tenant, name, **changes)
         return Membership(tenant=tenant, user=name, roles=list(u.roles), groups=list(u.groups))
 
+    def set_grant(
+        self, tenant: str, name: str, grant: str, *, granted: bool, by: str | None = None
+    ) -> GrantsChanged:
+        """Give a user a grant (or take it back): audited, effective on their next request."""
+        if grant not in GRANTS:
+            raise InvalidInput(f"unknown grant {grant!r}; grants: {', '.join(GRANTS)}")
+        with self.kernel.write() as tx:
+            u = tx.user(tenant, name)
+            if u is None:
+                raise NotFound(f"no user {name} in tenant {tenant}")
+            grants = tuple(g for g in u.grants if g != grant) + ((grant,) if granted else ())
+            tx.update_user(replace(u, grants=grants))
+            action = "user.grant" if granted else "user.revoke"
+            tx.audit(iso(self.kernel.clock()), tenant, by, action, name, "ok", {"grant": grant})
+        return GrantsChanged(tenant=tenant, user=name, grants=list(grants))
+
     def users(self, tenant: str) -> list[UserView]:
         with self.kernel.read() as tx:
             rows = tx.users(tenant)
@@ -312,6 +334,7 @@ class Principals:
                 disabled=u.disabled,
                 password=u.password_hash is not None,
                 created_at=u.created_at,
+                grants=list(u.grants),
             )
             for u in rows
         ]

@@ -13,6 +13,7 @@ A `Store` opens transactions; a transaction, `Tx`, offers every aggregate's oper
     PrincipalsTx     users, sessions, login counters
     AuditTx          the audit log
     MetricsTx        aggregates for the metrics endpoint
+    KeysTx           tenant data keys and run keys (wrapped: the store never sees a clear key)
 
 Each protocol is implemented by the module of the same name in `sqltx/` (RunsTx by `sqltx/runs.py`).
 
@@ -26,7 +27,7 @@ import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ..core.effects import Effect
 from ..core.events import Event
@@ -41,17 +42,21 @@ __all__ = [
     "DefinitionsTx",
     "DueTimer",
     "ExpiredLease",
+    "KeysTx",
     "LoadedRun",
     "MetricsTx",
     "NotificationsTx",
     "PrincipalsTx",
     "RowLocked",
+    "RunKeyRow",
     "RunsTx",
     "SchedulerTx",
     "SchemaError",
+    "Sealer",
     "Store",
     "StoreUnavailable",
     "TaskRow",
+    "TenantKeyRow",
     "TenantRow",
     "TenantsTx",
     "Tx",
@@ -102,10 +107,39 @@ class DefinitionsTx(Protocol):
 
 
 # --- runs and events ---------------------------------------------------------------------------
-@dataclass(frozen=True)
 class LoadedRun:
-    state: RunState
-    last_hash: str
+    """A run as loaded for a command: `stored`, the snapshot as written (a sealed value is a marker:
+    core/sealed.py), and `state`, the clear state decisions are made on: the same object when nothing is
+    sealed. A sealed run's clear state is opened on first use, inside the transaction that loaded it
+    (reads that only show the run, which use `stored`, never open anything)."""
+
+    __slots__ = ("_open", "_state", "last_hash", "stored")
+
+    def __init__(
+        self,
+        state: RunState | None,
+        last_hash: str,
+        *,
+        stored: RunState | None = None,
+        opener: Callable[[], RunState] | None = None,
+    ) -> None:
+        if state is None and (stored is None or opener is None):
+            raise ValueError("a LoadedRun needs its state, or its stored state and an opener")
+        self._state = state
+        self.stored: RunState = cast(RunState, stored if stored is not None else state)
+        self.last_hash = last_hash
+        self._open = opener
+
+    @property
+    def state(self) -> RunState:
+        if self._state is None:
+            self._state = cast(Callable[[], RunState], self._open)()
+        return self._state
+
+    @property
+    def sealed(self) -> bool:
+        """Whether the stored state holds sealed values (then it is not the clear state)."""
+        return self._open is not None or self.stored is not self._state
 
 
 class RunsTx(Protocol):
@@ -122,9 +156,12 @@ class RunsTx(Protocol):
         now_ms: int,
         request_digest: str | None = None,
         lease_until_ms: int | None = None,
+        clear: RunState | None = None,
     ) -> None:
-        """Append `events` after `before` (or create the run), write the snapshot and apply `effects`;
-        an attempt leased by these events holds its lease until `lease_until_ms` (else its deadline)."""
+        """Append `events` after `before` (or create the run), write the snapshot `after` and apply
+        `effects`; an attempt leased by these events holds its lease until `lease_until_ms` (else its
+        deadline). Events, `after` and effects are the stored (sealed) forms; `clear` is the clear
+        state when it differs (kept in the process's state cache, never written)."""
         ...
 
     def runs(
@@ -164,6 +201,8 @@ class TaskRow:
     lease_owner: str | None
     lease_expires_at: int | None
     deadline: int | None
+    # Whether the stored input may hold sealed values (a marker): then it is opened before a hand-over.
+    sealed: bool = False
 
 
 class WorkTx(Protocol):
@@ -274,6 +313,8 @@ class UserRow:
     email: str | None = None
     # Goes up with every credential change (password, API key, disable); sessions record it.
     generation: int = 0
+    # Per-user grants beyond the roles (read_sensitive: may reveal sealed values), off by default.
+    grants: tuple[str, ...] = ()
 
 
 class PrincipalsTx(Protocol):
@@ -336,6 +377,87 @@ class MetricsTx(Protocol):
     def stats(self, now_ms: int) -> dict[str, Any]: ...
 
 
+# --- keys: tenant data keys (wrapped by the key provider) and run keys (wrapped by a tenant key) -----
+@dataclass(frozen=True)
+class TenantKeyRow:
+    tenant: str
+    version: int
+    wrapped: str  # base64 of nonce || ciphertext+tag: the provider's wrapping of the tenant's data key
+    provider: str  # which key provider (and key) wrapped it, e.g. local:<fingerprint>
+    created_at: str
+    retired_at: str | None  # set when a newer version exists: no new run keys are wrapped under it
+
+
+@dataclass(frozen=True)
+class RunKeyRow:
+    """A run's data key, wrapped under its tenant's key `key_version`, with that tenant key row (a
+    foreign key keeps it while this row uses it); or, once the run was forgotten, no key at all."""
+
+    run_id: str
+    tenant: str
+    key_version: int | None
+    wrapped: str | None
+    forgotten_at: str | None
+    tenant_key: TenantKeyRow | None
+
+
+class KeysTx(Protocol):
+    def tenant_keys(self, tenant: str) -> list[TenantKeyRow]:
+        """Every stored version of a tenant's data key, oldest first."""
+        ...
+
+    def insert_tenant_key(self, row: TenantKeyRow) -> bool:
+        """Add a version; False (nothing written) if that version exists already."""
+        ...
+
+    def retire_tenant_keys(self, tenant: str, below: int, at: str) -> None: ...
+    def delete_tenant_key(self, tenant: str, version: int) -> bool:
+        """Delete a retired version no run key is wrapped under any more; False if one still is."""
+        ...
+
+    def run_key(self, run_id: str) -> RunKeyRow | None: ...
+    def insert_run_key(self, run_id: str, tenant: str, key_version: int, wrapped: str) -> None:
+        """Store a run's key (ConcurrencyError if the run has one, or its tenant key version is gone)."""
+        ...
+
+    def forget_run_key(self, run_id: str, tenant: str, at: str) -> None:
+        """Destroy a run's key, keeping a row that says it was forgotten (so none is made again)."""
+        ...
+
+    def forget_tenant_run_keys(self, tenant: str, at: str) -> int: ...
+    def delete_all_tenant_keys(self, tenant: str) -> int:
+        """Delete every version of a tenant's key (after forget_tenant_run_keys: none is in use)."""
+        ...
+
+    def stale_run_keys(self, limit: int) -> list[RunKeyRow]:
+        """Run keys wrapped under a version older than their tenant's newest (locked, skipping rows
+        another transaction holds, where the backend has row locks): what a re-wrap pass works on."""
+        ...
+
+    def rewrap_run_key(self, run_id: str, old_version: int, new_version: int, wrapped: str) -> bool: ...
+    def run_key_counts(self, tenant: str) -> dict[int, int]:
+        """How many run keys are wrapped under each version of the tenant's key."""
+        ...
+
+    def forgotten_run_keys(self, tenant: str) -> int: ...
+
+
+class Sealer(Protocol):
+    """Seals and opens a run's sensitive values (implemented by the application layer's key ring: the
+    store holds only wrapped keys, and calls `open` to give a command the clear state and a worker its
+    clear input)."""
+
+    def seal(
+        self, tx: Tx, tenant: str, run_id: str, values: Sequence[tuple[str, Any]]
+    ) -> list[dict[str, str]]:
+        """One marker per (label, clear value), under the run's data key (created with the first)."""
+        ...
+
+    def open(self, tx: Tx, tenant: str, run_id: str, value: Any) -> Any:
+        """`value` with every marker of the run replaced by its clear value."""
+        ...
+
+
 # --- the transaction and the store -------------------------------------------------------------
 class Tx(
     TxControl,
@@ -349,6 +471,7 @@ class Tx(
     PrincipalsTx,
     AuditTx,
     MetricsTx,
+    KeysTx,
     Protocol,
 ):
     """Operations inside one transaction: every aggregate's."""
@@ -356,6 +479,8 @@ class Tx(
 
 class Store(Protocol):
     url: str
+    # Opens sealed values on load (set by the application layer; None: this process seals nothing).
+    sealer: Sealer | None
 
     def write(self) -> AbstractContextManager[Tx]: ...
     def read(self) -> AbstractContextManager[Tx]: ...

@@ -13,6 +13,16 @@ from .approvals import (
     RevokedLink,
 )
 from .base import Marker, Recorded, TenantJson, View, plain
+from .keys import (
+    GrantsChanged,
+    KeyFileCreated,
+    KeysRotated,
+    KeysStatus,
+    KeyVersion,
+    RunForgotten,
+    TenantKeys,
+    TenantShredded,
+)
 from .operate import (
     BulkMigration,
     DefinitionDocument,
@@ -60,8 +70,13 @@ __all__ = [
     "DefinitionVersion",
     "EmailSet",
     "EventView",
+    "GrantsChanged",
     "InboxItem",
+    "KeyFileCreated",
     "KeyRotated",
+    "KeyVersion",
+    "KeysRotated",
+    "KeysStatus",
     "LinkRef",
     "LinkView",
     "Marker",
@@ -77,6 +92,7 @@ __all__ = [
     "RepairResult",
     "RetryResult",
     "RevokedLink",
+    "RunForgotten",
     "RunStatus",
     "RunSummary",
     "RunView",
@@ -84,7 +100,9 @@ __all__ = [
     "StepView",
     "TaskView",
     "TenantJson",
+    "TenantKeys",
     "TenantSettings",
+    "TenantShredded",
     "TenantView",
     "UserEnabled",
     "UserView",
