@@ -340,7 +340,10 @@ class Runs:
                     DeadLetter(
                         run_id=r.run_id,
                         step=att["step"],
-                        reason=att["reason"],
+                        # A sealed reason is shown as its redaction marker's text.
+                        reason=att["reason"]
+                        if isinstance(att["reason"], str)
+                        else canonical_json(att["reason"]),
                         since=att["since"],
                         definition=r.definition,
                     )

@@ -21,6 +21,7 @@ import structlog
 
 from ..app.approvals import Approvals
 from ..app.service import Service
+from ..core.sealed import READ_GRANT, REDACTED, contains_marker
 from ..errors import InvalidInput, LockstepError
 from .mail import SmtpChannel, smtp_channel
 from .outbound import OutboundPolicy
@@ -34,6 +35,7 @@ __all__ = [
     "SmtpChannel",
     "WebhookChannel",
     "channel_from_spec",
+    "shown_details",
 ]
 
 log = logging.getLogger("lockstep.notify")
@@ -79,6 +81,16 @@ def channel_from_spec(
         f"unknown notification channel {spec!r}: use log, webhook:https://HOST/PATH or "
         "smtp://HOST:PORT?from=ADDR (smtps:// for implicit TLS)"
     )
+
+
+def shown_details(details: Any) -> str:
+    """The approval details a message carries: a sealed value (or one holding any) is never sent, only
+    a note that it exists and who may read it on the approval page."""
+    if isinstance(details, str):
+        return details
+    if contains_marker(details) or (isinstance(details, dict) and REDACTED in details):
+        return f"(the details are sensitive: only users with the {READ_GRANT} grant read them, in lockstep)"
+    return str(details)
 
 
 def message_id(n: dict[str, Any], approver: str) -> str:
@@ -145,7 +157,7 @@ class Notifier:
                         "tenant": n["tenant"],
                         "definition": state.definition["name"],
                         "email": email,
-                        "details": (state.approval or {}).get("details", ""),
+                        "details": shown_details((state.approval or {}).get("details", "")),
                         "message_id": message_id(n, approver),
                     }
                 )

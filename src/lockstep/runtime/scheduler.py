@@ -40,6 +40,7 @@ class Scheduler:
         self._partitions_at = 0.0
         self._maintained_at = 0.0
         self._swept_at = 0.0
+        self._rewrapped_at = 0.0
 
     def _refresh_partitions(self) -> None:
         """Renew (or rebalance) this scheduler's share of partitions a few times per lease period."""
@@ -57,6 +58,10 @@ class Scheduler:
         if time.monotonic() - self._swept_at >= 1.0:
             self._swept_at = time.monotonic()
             done += self.service.dead_letter_unserved()
+        if time.monotonic() - self._rewrapped_at >= 1.0:
+            # Key rotation's background re-wrap (app/keys/manage.py): resumable batches, none if idle.
+            self._rewrapped_at = time.monotonic()
+            done += self.service.rewrap_keys(self.batch)
         if time.monotonic() - self._maintained_at >= 3600:
             self._maintained_at = time.monotonic()
             self.service.maintain()

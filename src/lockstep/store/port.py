@@ -429,6 +429,10 @@ class KeysTx(Protocol):
         """Delete every version of a tenant's key (after forget_tenant_run_keys: none is in use)."""
         ...
 
+    def rotating_tenants(self) -> list[tuple[str, int]]:
+        """(tenant, newest version) of each tenant with more than one version of its key."""
+        ...
+
     def stale_run_keys(self, limit: int) -> list[RunKeyRow]:
         """Run keys wrapped under a version older than their tenant's newest (locked, skipping rows
         another transaction holds, where the backend has row locks): what a re-wrap pass works on."""

@@ -108,6 +108,10 @@ class Keys:
         key says so) and the next pass goes on where this one stopped. 0: nothing left (or no key)."""
         if self.ring.provider is None:
             return 0
+        with self.kernel.read() as tx:
+            rotating = [t for t, _newest in tx.rotating_tenants()]
+        if not rotating:
+            return 0  # the common case: one small read per pass
         moved: dict[tuple[str, int, int], int] = {}
         with self.kernel.write() as tx:
             rows = tx.stale_run_keys(limit)
@@ -121,7 +125,7 @@ class Keys:
             for (tenant, old, new), n in moved.items():
                 self._audit(tx, tenant, None, "keys.rewrap", f"{tenant}/v{new}", from_version=old, run_keys=n)
         if len(rows) < limit:
-            self._retire_unused()
+            self._retire_unused(rotating)
         return sum(moved.values())
 
     def _rewrap_one(self, tx: Tx, row: RunKeyRow, target: TenantKeyRow) -> bool:
@@ -133,13 +137,13 @@ class Keys:
         wrapped = self.ring.wrap_run_key(key, row.tenant, row.run_id, target)
         return tx.rewrap_run_key(row.run_id, int(row.key_version or 0), target.version, wrapped)
 
-    def _retire_unused(self) -> None:
+    def _retire_unused(self, tenants: list[str]) -> None:
         with self.kernel.write() as tx:
-            for t in tx.tenants():
-                rows = tx.tenant_keys(t.name)
+            for tenant in tenants:
+                rows = tx.tenant_keys(tenant)
                 for r in rows[:-1]:
-                    if r.retired_at is not None and tx.delete_tenant_key(t.name, r.version):
-                        self._audit(tx, t.name, None, "keys.retire", f"{t.name}/v{r.version}")
+                    if r.retired_at is not None and tx.delete_tenant_key(tenant, r.version):
+                        self._audit(tx, tenant, None, "keys.retire", f"{tenant}/v{r.version}")
 
     # --- crypto-shredding ----------------------------------------------------------------------
     def forget(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> RunForgotten:

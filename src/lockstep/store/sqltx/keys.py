@@ -77,9 +77,12 @@ class SqlKeysTx(SqlBase):
     def delete_all_tenant_keys(self, tenant: str) -> int:
         return int(self.c.execute(self.q["tenant_keys_delete_all"], {"tenant": tenant}).rowcount)
 
+    def rotating_tenants(self) -> list[tuple[str, int]]:
+        return [(r[0], int(r[1])) for r in self.c.execute(self.q["tenant_keys_rotating"], {}).fetchall()]
+
     def stale_run_keys(self, limit: int) -> list[RunKeyRow]:
         out: list[RunKeyRow] = []
-        for tenant, newest in self.c.execute(self.q["tenant_keys_rotating"], {}).fetchall():
+        for tenant, newest in self.rotating_tenants():
             if len(out) >= limit:
                 break
             params = {"tenant": tenant, "newest": newest, "limit": limit - len(out)}
