@@ -25,8 +25,8 @@ from lockstep.testing import find_pg_bin
 
 TENANT = "acme"
 CARD = "4111-WOMBAT-0017"
-TOKEN = "TOK-QUOKKA-5521"
-ERROR_SECRET = "ERR-NUMBAT-3307"
+TOKEN = "TOK-QUOKKA-5521"  # noqa: S105 - a made-up payment token
+ERROR_SECRET = "ERR-NUMBAT-3307"  # noqa: S105 - a made-up bank reference
 # Every sensitive value a run of PAY stores: none may be found in clear anywhere.
 SECRETS = (CARD, TOKEN, ERROR_SECRET)
 # A value that is NOT sensitive: a raw scan must find it (so a scan that reads nothing cannot pass).
@@ -69,7 +69,9 @@ PAY: dict[str, Any] = {
 # A definition of the same tenant that declares nothing sensitive (the classification says None).
 PLAIN: dict[str, Any] = {
     "name": "plain",
-    "steps": [{"id": "charge", "activity": "card.charge", "input": {"card": "${input.card}"}, "timeout": "10s"}],
+    "steps": [
+        {"id": "charge", "activity": "card.charge", "input": {"card": "${input.card}"}, "timeout": "10s"}
+    ],
 }
 
 # Which pointers of each event's data the classification marks sensitive for PAY: the input field, its
@@ -105,7 +107,7 @@ def charge(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def receipt(data: dict[str, Any]) -> dict[str, Any]:
-    from lockstep.runtime.activity import ActivityError  # noqa: PLC0415 - kept beside its one use
+    from lockstep.runtime.activity import ActivityError
 
     SEEN.append(data)
     raise ActivityError("Declined", f"the bank says {ERROR_SECRET} for {data['ref']}", retryable=False)
@@ -138,7 +140,7 @@ def pg_dump(url: str) -> bytes:
     candidates = [Path(os.path.realpath(found / "initdb")).parent / "pg_dump"] if found else []
     exe = next((str(c) for c in candidates if c.exists()), None) or shutil.which("pg_dump")
     assert exe, "pg_dump is needed for the PostgreSQL scan"
-    done = subprocess.run([exe, "--data-only", url], capture_output=True, timeout=120, check=True)  # noqa: S603
+    done = subprocess.run([exe, "--data-only", url], capture_output=True, timeout=120, check=True)
     return done.stdout
 
 

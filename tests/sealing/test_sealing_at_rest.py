@@ -37,7 +37,8 @@ def test_no_sensitive_value_is_stored_or_logged_in_clear(
     SEEN.clear()
     runs = [world.through(CARD, CLEAR_REF) for _ in range(3)]
     # The activities got their inputs in clear (the charge the card, the receipt the token).
-    assert {"card": CARD, "ref": CLEAR_REF} in SEEN and {"token": TOKEN, "ref": CLEAR_REF} in SEEN
+    assert {"card": CARD, "ref": CLEAR_REF} in SEEN
+    assert {"token": TOKEN, "ref": CLEAR_REF} in SEEN
     # They were really there: revealed to the auditor, the values come back exactly.
     shown = world.service.reveal.run(world.principal("auditor"), runs[0], channel="test")
     assert shown.input == {"card": CARD, "ref": CLEAR_REF}
@@ -73,7 +74,8 @@ def _copy_marker(world: World, source: str, target: str) -> None:
     with world.service.read() as tx:
         src = tx.load_run(source).stored.input["card"]
         dst = tx.load_run(target).stored
-    assert isinstance(src, dict) and "$sealed" in src
+    assert isinstance(src, dict)
+    assert "$sealed" in src
     raw = dst.to_json()
     raw["input"]["card"] = src
     sql = "UPDATE runs SET snapshot = ? WHERE run_id = ?"
@@ -82,14 +84,14 @@ def _copy_marker(world: World, source: str, target: str) -> None:
 
 def _raw_sql(url: str, statement: str, params: tuple[object, ...]) -> None:
     if url.startswith("sqlite:"):
-        import sqlite3  # noqa: PLC0415
+        import sqlite3
 
         conn = sqlite3.connect(url[len("sqlite:///") :], timeout=10)
         with conn:
             conn.execute(statement, params)
         conn.close()
         return
-    import psycopg  # noqa: PLC0415
+    import psycopg
 
     with psycopg.connect(url, autocommit=True) as pg:
         pg.execute(statement.replace("?", "%s").encode(), params)
@@ -110,7 +112,8 @@ def test_a_sealed_value_copied_into_another_run_does_not_open(world: World) -> N
         world.service.cancel(TENANT, b, "stop", "admin")
     assert CARD not in str(found.value)
     problems = [v for v in world.service.verify(b) if not v.ok]
-    assert problems and "snapshot differs" in problems[0].problems[0]
+    assert problems
+    assert "snapshot differs" in problems[0].problems[0]
     # The run it came from still opens.
     assert world.service.reveal.run(world.principal("auditor"), a, channel="test").input["card"] == CARD
 
@@ -130,8 +133,9 @@ def test_a_sealed_value_copied_into_another_tenants_run_does_not_open(world: Wor
 
 def test_a_run_input_cannot_forge_a_sealed_value(world: World) -> None:
     """`$sealed` is reserved: an input holding it is refused before anything is written."""
+    forged = {"$sealed": "ls1.RunStarted/input/card.AAAA"}
     with pytest.raises(InvalidInput, match="reserved") as found:
-        world.engine.start("plain", input={"card": {"$sealed": "ls1.RunStarted/input/card.AAAA"}}, tenant=TENANT)
+        world.engine.start("plain", input={"card": forged}, tenant=TENANT)
     assert found.value.code == "reserved_key"
     with world.service.read() as tx:
         assert tx.runs(TENANT, status=None, definition="plain", after="", limit=10) == []
@@ -140,7 +144,7 @@ def test_a_run_input_cannot_forge_a_sealed_value(world: World) -> None:
 def test_verify_needs_no_key(world: World) -> None:
     """A process without the key verifies every sealed run: the chain covers the stored markers."""
     run_id = world.through(CARD, CLEAR_REF)
-    from lockstep.engine import Engine  # noqa: PLC0415
+    from lockstep.engine import Engine
 
     with Engine.open(world.url) as keyless:
         assert keyless.service.keys.ring.provider is None
