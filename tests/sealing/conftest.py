@@ -16,7 +16,16 @@ from typing import Any
 import httpx
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from sealkit import PAY, PLAIN, TENANT, charge, classification_double, receipt  # tests/sealing: on sys.path
+from sealkit import (  # tests/sealing: on sys.path
+    PAY,
+    PAY_AUTO,
+    PLAIN,
+    TENANT,
+    charge,
+    classification_double,
+    confirm,
+    receipt,
+)
 
 from lockstep.api.app import create_app
 from lockstep.app import kernel as kernel_module
@@ -53,6 +62,7 @@ def registry() -> Registry:
     reg = Registry()
     reg.register("card.charge", charge)
     reg.register("card.receipt", receipt)
+    reg.register("card.confirm", confirm)
     return reg
 
 
@@ -134,6 +144,7 @@ def open_world(url: str, key_file: Path, stack: ExitStack, *, keys: bool = True)
     principals.set_grant(TENANT, "auditor", "read_sensitive", granted=True, by="test")
     engine.publish(PAY, tenant=TENANT)
     engine.publish(PLAIN, tenant=TENANT)
+    engine.publish(PAY_AUTO, tenant=TENANT)
     http = Http(create_app(engine.service, public_url="http://test"), stack)
     return World(url, key_file, engine, api_keys, http, stack)
 

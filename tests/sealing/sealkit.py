@@ -74,6 +74,29 @@ PLAIN: dict[str, Any] = {
     ],
 }
 
+# Runs on their own to the end: the card's token, a short durable timer, then a confirmation that
+# answers the token again (the run's output): for rotation while runs proceed.
+PAY_AUTO: dict[str, Any] = {
+    "name": "pay-auto",
+    "input_schema": PAY["input_schema"],
+    "steps": [
+        {
+            "id": "charge",
+            "activity": "card.charge",
+            "input": {"card": "${input.card}", "ref": "${input.ref}"},
+            "timeout": "10s",
+        },
+        {"id": "settle", "wait": "50ms"},
+        {
+            "id": "confirm",
+            "activity": "card.confirm",
+            "input": {"token": "${steps.charge.output.token}", "ref": "${input.ref}"},
+            "timeout": "10s",
+        },
+    ],
+    "output": {"token": "${steps.confirm.output.token}", "ref": "${input.ref}"},
+}
+
 # Which pointers of each event's data the classification marks sensitive for PAY: the input field, its
 # copies in activity inputs, the charge's output, the approval details that render the card, and an
 # activity's error message with the copies the engine makes of it.
@@ -86,6 +109,7 @@ SEALED_FIELDS: dict[str, tuple[str, ...]] = {
     "StepFailed": ("/error/message",),
     "RunFailed": ("/error/message",),
     "CompensationStarted": ("/error/message",),
+    "RunCompleted": ("/output/token",),
 }
 
 
@@ -104,6 +128,11 @@ def charge(data: dict[str, Any]) -> dict[str, Any]:
     """The payment provider: answers a token for the card (the card itself is what it needs in clear)."""
     SEEN.append(data)
     return {"token": TOKEN if data["card"] == CARD else f"TOK-{data['card']}", "ref": data.get("ref")}
+
+
+def confirm(data: dict[str, Any]) -> dict[str, Any]:
+    SEEN.append(data)
+    return {"token": data["token"], "ref": data["ref"]}
 
 
 def receipt(data: dict[str, Any]) -> dict[str, Any]:
