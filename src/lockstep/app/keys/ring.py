@@ -250,7 +250,7 @@ class KeyRing:
         hit = self._tenants.get(cache_key)
         if hit is not None:
             return hit
-        provider = self.require(f"tenant {row.tenant}'s sealed values")
+        provider = self.require(f"opening tenant {row.tenant}'s sealed values")
         if row.provider != provider.provider_id:
             raise Refused(
                 f"tenant {row.tenant}'s key version {row.version} was wrapped by {row.provider}, but this "
