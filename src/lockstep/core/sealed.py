@@ -82,7 +82,8 @@ def marker_parts(value: Any) -> tuple[str, bytes] | None:
     if len(parts) != 3 or parts[0] != VERSION or not parts[1]:
         raise ValueError(f"malformed sealed value {str(text)[:40]!r}: not {VERSION}.<label>.<payload>")
     try:
-        payload = base64.urlsafe_b64decode(parts[2] + "=" * (-len(parts[2]) % 4))
+        padded = parts[2] + "=" * (-len(parts[2]) % 4)
+        payload = base64.b64decode(padded, altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
         raise ValueError(f"malformed sealed value of {parts[1]}: its payload is not base64url") from None
     return parts[1], payload
