@@ -40,6 +40,7 @@ __all__ = [
     "pointer_set",
     "redact",
     "redaction",
+    "text_of",
 ]
 
 SEALED = "$sealed"
@@ -132,6 +133,13 @@ def contains_marker(value: Any) -> bool:
 def redaction(kind: str = SENSITIVE) -> dict[str, str]:
     """What a read model shows for a sealed value: that one exists, and who may read it."""
     return {REDACTED: kind, "readable_by": READ_GRANT}
+
+
+def text_of(value: Any) -> str:
+    """A value as a sentence shows it: a redaction marker as `[sensitive]` (or `[forgotten]`)."""
+    if type(value) is dict and REDACTED in value:
+        return f"[{value[REDACTED]}]"
+    return str(value)
 
 
 def redact(value: Any, kind: str = SENSITIVE) -> Any:
