@@ -24,7 +24,9 @@ Violations (each must be 0):
 - starts_duplicated: one start key that created two runs;
 - process_died, server_errors, isolation_breached (flagged by the scenarios that attack the server, not
   derived from the log): a lockstep process died; a request was answered 5xx or dropped; a tenant under
-  attack by another saw failed starts or its start latency p99 more than double.
+  attack by another saw failed starts or its start latency p99 more than double;
+- keys_lost (flagged by rotate_under_load): a sealed value that no longer opens to its own value, an
+  activity given something else than the clear value, or a rotation that never completed.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ CHECKS = (
     "process_died",
     "server_errors",
     "isolation_breached",
+    "keys_lost",
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
 EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.refund": "refund"}

@@ -19,6 +19,7 @@ from ...core.state import STATUSES, TERMINAL
 from ...core.timeutil import iso
 from ...errors import InvalidInput, NotFound, Refused
 from ...store import RunKeyRow, TenantKeyRow, Tx
+from .. import failpoints
 from ..kernel import Kernel
 from ..views import KeysRotated, KeysStatus, KeyVersion, RunForgotten, TenantKeys, TenantShredded
 from .ring import KeyRing
@@ -85,9 +86,9 @@ class Keys:
         under it by the scheduler's re-wrap pass, and each older version is deleted once none is left."""
         self.ring.require(f"rotating tenant {tenant}'s key")
         with self.kernel.write() as tx:
-            if tx.tenant(tenant) is None:
-                raise NotFound(f"tenant {tenant} does not exist")
             rows = tx.tenant_keys(tenant)
+            if not rows and tx.tenant(tenant) is None:
+                raise NotFound(f"tenant {tenant} does not exist")
             version = rows[-1].version + 1 if rows else 1
             row = self.ring.new_tenant_key(tx, tenant, version)
             if rows:
@@ -124,6 +125,7 @@ class Keys:
                     moved[k] = moved.get(k, 0) + 1
             for (tenant, old, new), n in moved.items():
                 self._audit(tx, tenant, None, "keys.rewrap", f"{tenant}/v{new}", from_version=old, run_keys=n)
+            failpoints.hit("keys.rewrap", moved=sum(moved.values()))  # written, not yet committed
         if len(rows) < limit:
             self._retire_unused(rotating)
         return sum(moved.values())
@@ -173,7 +175,8 @@ class Keys:
         cancellation without their sensitive values."""
         why = _reason(reason)
         with self.kernel.read() as tx:
-            if tx.tenant(tenant) is None:
+            # The tenant "default" may have runs and keys without a row of its own.
+            if tx.tenant(tenant) is None and not tx.tenant_keys(tenant) and not tx.run_ids(tenant):
                 raise NotFound(f"tenant {tenant} does not exist")
             live = self._unfinished(tx, tenant)
         cancelled: list[str] = []
