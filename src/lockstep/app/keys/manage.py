@@ -95,6 +95,7 @@ class Keys:
                 # The old versions must still open: check before they stop being the current one.
                 self.ring.tenant_cipher(rows[-1])
             tx.retire_tenant_keys(tenant, version, row.created_at)
+            self.ring.forget_current(tenant)
             pending = sum(tx.run_key_counts(tenant).values())
             retired = [r.version for r in rows]
             self._audit(
@@ -118,7 +119,7 @@ class Keys:
             rows = tx.stale_run_keys(limit)
             newest: dict[str, TenantKeyRow] = {}
             for row in rows:
-                target = newest.get(row.tenant) or self.ring.current_tenant_key(tx, row.tenant)
+                target = newest.get(row.tenant) or self.ring.current_tenant_key(tx, row.tenant, fresh=True)
                 newest[row.tenant] = target
                 if self._rewrap_one(tx, row, target):
                     k = (row.tenant, int(row.key_version or 0), target.version)

@@ -36,7 +36,7 @@ from ...core.canonical import compact_json, parse_json
 from ...core.sealed import FORGOTTEN, VERSION, make_marker, map_markers, marker_parts, redaction
 from ...core.timeutil import iso
 from ...errors import Refused
-from ...store import RunKeyRow, TenantKeyRow, Tx
+from ...store import ConcurrencyError, RunKeyRow, TenantKeyRow, Tx
 from .provider import KEY_FILE_ENV, NONCE, KeyProvider
 
 __all__ = ["NO_KEY", "KeyRing", "Ttl", "b64", "unb64"]
@@ -45,6 +45,7 @@ NO_KEY = (
     f"set {KEY_FILE_ENV} to the key file `lockstep keys init` created (or LOCKSTEP_KEY, or the global "
     "--key-file option): the same key on every lockstep process of this database"
 )
+CURRENT_S = 5.0
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -129,6 +130,9 @@ class KeyRing:
         # (tenant, version, wrapped) -> cipher; (run, version, wrapped) -> cipher: see the module's doc.
         self._tenants: Ttl[tuple[str, int, str], AESGCM] = Ttl(256, ttl_s)
         self._runs: Ttl[tuple[str, int, str], AESGCM] = Ttl(size, ttl_s)
+        # The version new run keys are wrapped under, per tenant, read again after CURRENT_S: a rotation
+        # elsewhere is picked up within that time, and until then the re-wrap moves the keys made.
+        self._current: dict[str, tuple[float, TenantKeyRow]] = {}
         # Called with (tx, tenant, version) when this process creates a tenant key (the audit).
         self.on_created: Callable[[Tx, str, int, str], None] | None = None
 
@@ -196,10 +200,15 @@ class KeyRing:
     def drop(self, run_id: str | None = None, tenant: str | None = None) -> None:
         """Forget this process's cached keys of a run or a tenant (after forgetting or shredding them)."""
         if tenant is not None:  # run entries do not name their tenant: shredding is rare, drop them all
+            self._current.pop(tenant, None)
             self._tenants.drop(lambda k: k[0] != tenant)
             self._runs.drop(lambda _k: False)
         else:
             self._runs.drop(lambda k: k[0] != run_id)
+
+    def forget_current(self, tenant: str) -> None:
+        """Read the tenant's current key version again next time (this process rotated it)."""
+        self._current.pop(tenant, None)
 
     # --- keys ----------------------------------------------------------------------------------
     def _cipher(self, tx: Tx, tenant: str, run_id: str, *, create: bool) -> AESGCM | None:
@@ -261,13 +270,16 @@ class KeyRing:
         self._tenants.put(cache_key, aes)
         return aes
 
-    def current_tenant_key(self, tx: Tx, tenant: str) -> TenantKeyRow:
+    def current_tenant_key(self, tx: Tx, tenant: str, *, fresh: bool = False) -> TenantKeyRow:
         """The version new run keys are wrapped under: the newest live one, created if there is none."""
+        hit = None if fresh else self._current.get(tenant)
+        if hit is not None and time.monotonic() - hit[0] < CURRENT_S:
+            return hit[1]
         rows = tx.tenant_keys(tenant)
         live = [r for r in rows if r.retired_at is None]
-        if live:
-            return live[-1]
-        return self.new_tenant_key(tx, tenant, (rows[-1].version + 1) if rows else 1)
+        row = live[-1] if live else self.new_tenant_key(tx, tenant, (rows[-1].version + 1) if rows else 1)
+        self._current[tenant] = (time.monotonic(), row)
+        return row
 
     def new_tenant_key(self, tx: Tx, tenant: str, version: int) -> TenantKeyRow:
         provider = self.require(f"sealing tenant {tenant}'s sensitive values")
@@ -284,6 +296,10 @@ class KeyRing:
         under = self.current_tenant_key(tx, tenant)
         key = os.urandom(32)
         wrapped = self.wrap_run_key(key, tenant, run_id, under)
-        tx.insert_run_key(run_id, tenant, under.version, wrapped)
+        try:
+            tx.insert_run_key(run_id, tenant, under.version, wrapped)
+        except ConcurrencyError:
+            self._current.pop(tenant, None)  # e.g. that version was retired and deleted meanwhile
+            raise
         # Not cached here: this transaction may still roll back; the next use reads the committed row.
         return AESGCM(key)

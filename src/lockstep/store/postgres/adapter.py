@@ -65,7 +65,7 @@ class PgTx(SqlTx):
             loaded = self._loaded(row[0], row[1:])
             if loaded is not None:
                 out[row[0]] = loaded
-        return out
+        return self.with_keys(out)
 
     def pipeline(self) -> AbstractContextManager[Any]:
         conn: psycopg.Connection[Any] = self.c

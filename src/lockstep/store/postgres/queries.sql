@@ -444,3 +444,9 @@ SELECT key_version, COUNT(*) FROM run_keys WHERE tenant = %(tenant)s GROUP BY ke
 
 -- name: run_keys_forgotten_count
 SELECT COUNT(*) FROM run_keys WHERE tenant = %(tenant)s AND forgotten_at IS NOT NULL;
+
+-- name: run_keys_get_many
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r LEFT JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.run_id = ANY(%(run_ids)s);

@@ -4,6 +4,7 @@ so a version can be deleted only once no run key uses it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..port import ConcurrencyError, RunKeyRow, TenantKeyRow
@@ -22,6 +23,16 @@ def _run_key(r: Any) -> RunKeyRow:
 
 
 class SqlKeysTx(SqlBase):
+    """A run's key row is read once per transaction (a command opens and seals with it: one read, not
+    three); this transaction's own changes to it replace the remembered row."""
+
+    _run_keys: dict[str, RunKeyRow | None] | None = None
+
+    def _remembered(self) -> dict[str, RunKeyRow | None]:
+        if self._run_keys is None:
+            self._run_keys = {}
+        return self._run_keys
+
     def tenant_keys(self, tenant: str) -> list[TenantKeyRow]:
         return [_tenant_key(r) for r in self.c.execute(self.q["tenant_keys_of"], {"tenant": tenant})]
 
@@ -42,6 +53,7 @@ class SqlKeysTx(SqlBase):
         self.c.execute(self.q["tenant_keys_retire"], {"tenant": tenant, "below": below, "at": at})
 
     def delete_tenant_key(self, tenant: str, version: int) -> bool:
+        self._run_keys = None
         # A run key wrapped under this version by a transaction still in flight makes the delete fail
         # its foreign key check: then the version simply stays until the next pass.
         try:
@@ -53,11 +65,27 @@ class SqlKeysTx(SqlBase):
             return False
         return bool(cur.rowcount == 1)
 
+    def remember_run_keys(self, run_ids: Sequence[str]) -> None:
+        """Read the key rows of several runs with one query (a batch then reads none in its middle,
+        which would send its buffered writes early)."""
+        seen = self._remembered()
+        wanted = [r for r in run_ids if r not in seen]
+        if not wanted:
+            return
+        rows = self.c.execute(self.q["run_keys_get_many"], {"run_ids": self.list_param(wanted)}).fetchall()
+        found = {r[0]: _run_key(r) for r in rows}
+        for run_id in wanted:
+            seen[run_id] = found.get(run_id)
+
     def run_key(self, run_id: str) -> RunKeyRow | None:
-        r = self._one("run_key_get", run_id=run_id)
-        return _run_key(r) if r else None
+        seen = self._remembered()
+        if run_id not in seen:
+            r = self._one("run_key_get", run_id=run_id)
+            seen[run_id] = _run_key(r) if r else None
+        return seen[run_id]
 
     def insert_run_key(self, run_id: str, tenant: str, key_version: int, wrapped: str) -> None:
+        self._remembered().pop(run_id, None)
         try:
             self.c.execute(
                 self.q["run_key_insert"],
@@ -69,12 +97,15 @@ class SqlKeysTx(SqlBase):
             raise ConcurrencyError(f"the key of run {run_id} changed meanwhile") from None
 
     def forget_run_key(self, run_id: str, tenant: str, at: str) -> None:
+        self._remembered().pop(run_id, None)
         self.c.execute(self.q["run_key_forget"], {"run_id": run_id, "tenant": tenant, "at": at})
 
     def forget_tenant_run_keys(self, tenant: str, at: str) -> int:
+        self._run_keys = None
         return int(self.c.execute(self.q["run_keys_forget_tenant"], {"tenant": tenant, "at": at}).rowcount)
 
     def delete_all_tenant_keys(self, tenant: str) -> int:
+        self._run_keys = None
         return int(self.c.execute(self.q["tenant_keys_delete_all"], {"tenant": tenant}).rowcount)
 
     def rotating_tenants(self) -> list[tuple[str, int]]:
@@ -90,6 +121,7 @@ class SqlKeysTx(SqlBase):
         return out
 
     def rewrap_run_key(self, run_id: str, old_version: int, new_version: int, wrapped: str) -> bool:
+        self._remembered().pop(run_id, None)
         cur = self.c.execute(
             self.q["run_key_rewrap"],
             {"run_id": run_id, "old_version": old_version, "new_version": new_version, "wrapped": wrapped},

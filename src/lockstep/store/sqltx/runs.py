@@ -27,6 +27,7 @@ from ...core.state import OutdatedSnapshot, RunState
 from ..port import ConcurrencyError, LoadedRun
 from .approvals import SqlApprovalsTx
 from .base import GENESIS
+from .keys import SqlKeysTx
 from .notifications import SqlNotificationsTx
 from .scheduler import SqlSchedulerTx
 from .work import SqlWorkTx
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["SqlRunsTx"]
 
 
-class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx):
+class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, SqlKeysTx):
     def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None:
         """The run's snapshot. Backends with row locks lock it for this transaction; with `skip_locked`
         they raise RowLocked instead of waiting when another transaction holds it."""
@@ -53,7 +54,14 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx):
             loaded = self.load_run(run_id)
             if loaded is not None:
                 out[run_id] = loaded
-        return out
+        return self.with_keys(out)
+
+    def with_keys(self, loaded: dict[str, LoadedRun]) -> dict[str, LoadedRun]:
+        """`loaded`, after reading the key rows of its sealed runs in one query (see KeysTx)."""
+        sealed = [run_id for run_id, run in loaded.items() if run.sealed]
+        if sealed:
+            self.remember_run_keys(sealed)
+        return loaded
 
     def _loaded(self, run_id: str, row: Any) -> LoadedRun | None:
         if row is None:
@@ -61,27 +69,26 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx):
         cached = self.states.get(run_id, row[2]) if self.states is not None else None
         if cached is not None:
             return LoadedRun(cached[0], row[2], stored=cached[1])
+        raw = parse_json(row[1])
         try:
-            stored = RunState.from_json(parse_json(row[1]))
+            stored = RunState.from_json(raw)
         except OutdatedSnapshot:
             # Written by an older lockstep: the events are the facts, so rebuild the snapshot from them.
             rebuilt = fold([e for e, _h in self.events(run_id)])
             if rebuilt is None:  # pragma: no cover - a run row always has its RunStarted event
                 return None
-            stored = rebuilt
+            stored, raw = rebuilt, rebuilt.to_json(copy_values=False)
         if not maybe_sealed(row[1]):
             return LoadedRun(stored, row[2])
-        return LoadedRun(None, row[2], stored=stored, opener=lambda: self._opened(stored))
+        return LoadedRun(None, row[2], stored=stored, opener=lambda: self._opened(stored, raw))
 
-    def _opened(self, stored: RunState) -> RunState:
-        """The clear state of a run whose snapshot holds sealed values (opened by the sealer)."""
+    def _opened(self, stored: RunState, raw: dict[str, Any]) -> RunState:
+        """The clear state of a run whose snapshot (`raw`, as parsed) holds sealed values."""
         if self.sealer is None:
             raise RuntimeError(f"run {stored.run_id} holds sealed values and this store has no sealer")
         # This transaction is the whole Tx (SqlTx); the mixins alone do not say so to mypy.
-        raw = self.sealer.open(
-            cast("Tx", self), stored.tenant, stored.run_id, stored.to_json(copy_values=False)
-        )
-        return RunState.from_json(raw)
+        tx = cast("Tx", self)
+        return RunState.from_json(self.sealer.open(tx, stored.tenant, stored.run_id, raw))
 
     def run_by_key(self, tenant: str, start_key: str) -> tuple[str, str | None] | None:
         row = self._one("run_by_key", tenant=tenant, start_key=start_key)
