@@ -150,3 +150,23 @@ def test_verify_needs_no_key(world: World) -> None:
         assert keyless.service.keys.ring.provider is None
         report = keyless.verify(run_id)
     assert report[0]["ok"], report
+
+
+def test_a_worker_cannot_forge_a_sealed_value_either(world: World) -> None:
+    """An HTTP worker's `$sealed` output is refused (422 reserved_key); an in-process one fails the
+    attempt (InvalidOutput, not retried); the run stays readable either way."""
+    from datetime import timedelta
+
+    assert world.worker is not None
+    world.worker.stop()
+    world.worker = None
+    run_id = world.engine.start("plain", input={"card": "CLEAR-2"}, tenant=TENANT)
+    (lease,) = world.service.claim("w", ["card.charge"], limit=1, lease_ttl=timedelta(seconds=30))
+    forged = {"token": {"$sealed": "ls1.ActivitySucceeded/output/token.AAAA"}}
+    with pytest.raises(InvalidInput, match="reserved") as e:
+        world.service.complete(lease.task_id, lease.attempt, lease.fencing, forged, strict=True)
+    assert e.value.code == "reserved_key"
+    world.service.complete(lease.task_id, lease.attempt, lease.fencing, forged)
+    shown = world.engine.show(run_id, tenant=TENANT)
+    assert shown["status"] == "failed"
+    assert shown["steps"]["charge"]["error"]["code"] == "InvalidOutput"

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
+import msgspec
+
 from ..core.canonical import compact_json
 from ..core.commands import Command, Rejected, ReportFailure, ReportSuccess
 from ..core.decide import decide
@@ -292,9 +294,11 @@ class Kernel:
         if pointers_of is None and not was_sealed:
             return None
         found: list[tuple[int, str, str, Any]] = []  # (event index, pointer, label, clear value)
+        datas: dict[int, dict[str, Any]] = {}
         for i, e in enumerate(events if pointers_of is not None else ()):
             for pointer in pointers_of(e.data) if pointers_of else ():  # MERGE: sensitive_pointers(...)
-                present, value = pointer_get(e.data_json(), pointer)
+                data = datas.setdefault(i, e.data_json())
+                present, value = pointer_get(data, pointer)
                 if present:
                     found.append((i, pointer, label_of(e.type, pointer), value))
         written = list(events)
@@ -302,13 +306,18 @@ class Kernel:
             if self.sealer is None:  # pragma: no cover - the service always sets one
                 raise Refused("this process cannot seal sensitive values (no key ring)", code="no_key")
             markers = self.sealer.seal(tx, after.tenant, after.run_id, [(f[2], f[3]) for f in found])
-            datas: dict[int, Any] = {}
+            fields: dict[int, set[str]] = {}
             for (i, pointer, _label, _value), marker in zip(found, markers, strict=True):
-                datas[i] = pointer_set(datas.get(i, written[i].data_json()), pointer, marker)
-            for i, data in datas.items():
+                datas[i] = pointer_set(datas[i], pointer, marker)
+                fields.setdefault(i, set()).add(
+                    pointer.split("/", 2)[1].replace("~1", "/").replace("~0", "~")
+                )
+            for i, changed in fields.items():
                 e = written[i]
-                stored_form = {"type": e.type, "data": data, "at": e.at, "seq": e.seq, "v": e.v}
-                written[i] = Event.from_json(stored_form)
+                # The record with the sealed fields in place (unvalidated: a marker may stand where
+                # the record types a string; reading it back keeps it as stored, see core/events.py).
+                record = msgspec.structs.replace(e.data, **{f: datas[i][f] for f in changed})
+                written[i] = Event(record, e.at, e.seq, e.v)
         elif not was_sealed:
             return None  # nothing sensitive in this run so far
         stored = loaded.stored if loaded is not None else None
