@@ -35,7 +35,7 @@ from ..store import ConcurrencyError, LoadedRun, RowLocked, Sealer, Store, Store
 from . import failpoints
 from .quotas import check_value
 
-__all__ = ["STORED", "Classifier", "Kernel", "Listener", "epoch_ms", "lock_run", "utcnow"]
+__all__ = ["STORED", "Classifier", "Kernel", "Listener", "epoch_ms", "lock_run", "refuse_reserved", "utcnow"]
 
 log = logging.getLogger("lockstep.app.kernel")
 T = TypeVar("T")

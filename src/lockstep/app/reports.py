@@ -58,6 +58,7 @@ def success_report(
     InvalidInput instead."""
     try:
         text = canonical_json(output)
+        text.encode()  # a lone surrogate is not JSON that can be stored (nor hashed)
     except RecursionError:
         message = "activity output nests arrays/objects too deep to encode as JSON"
         if strict:

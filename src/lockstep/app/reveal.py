@@ -46,8 +46,12 @@ class Reveal:
         labels = _labels(raw)
         if not labels:
             return self.runs.describe(stored)
-        with self.kernel.read() as tx:
-            opened = self.kernel.opened(tx, stored.tenant, run_id, raw)
+        try:
+            with self.kernel.read() as tx:
+                opened = self.kernel.opened(tx, stored.tenant, run_id, raw)
+        except LockstepError as exc:  # no key, another key, a moved value: a reveal that failed
+            self._audit(principal, run_id, "failed", channel=channel, what="run", code=exc.code)
+            raise
         self._audit(principal, run_id, "ok", channel=channel, what="run", labels=labels)
         return self.runs.describe(RunState.from_json(opened))
 
@@ -64,7 +68,11 @@ class Reveal:
             with self.kernel.read() as tx:
                 return self.kernel.opened(tx, principal.tenant, run_id, data)
 
-        out = self.runs.events(principal.tenant, run_id, opener)
+        try:
+            out = self.runs.events(principal.tenant, run_id, opener)
+        except LockstepError as exc:
+            self._audit(principal, run_id, "failed", channel=channel, what="events", code=exc.code)
+            raise
         if labels:
             self._audit(principal, run_id, "ok", channel=channel, what="events", labels=sorted(labels))
         return out
