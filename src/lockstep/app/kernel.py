@@ -305,7 +305,8 @@ class Kernel:
         if found:
             if self.sealer is None:  # pragma: no cover - the service always sets one
                 raise Refused("this process cannot seal sensitive values (no key ring)", code="no_key")
-            markers = self.sealer.seal(tx, after.tenant, after.run_id, [(f[2], f[3]) for f in found])
+            values = [(f[2], f[3]) for f in found]
+            markers = self.sealer.seal(tx, after.tenant, after.run_id, values, new=loaded is None)
             fields: dict[int, set[str]] = {}
             for (i, pointer, _label, _value), marker in zip(found, markers, strict=True):
                 datas[i] = pointer_set(datas[i], pointer, marker)

@@ -459,9 +459,10 @@ class Sealer(Protocol):
     clear input)."""
 
     def seal(
-        self, tx: Tx, tenant: str, run_id: str, values: Sequence[tuple[str, Any]]
+        self, tx: Tx, tenant: str, run_id: str, values: Sequence[tuple[str, Any]], *, new: bool = False
     ) -> list[dict[str, str]]:
-        """One marker per (label, clear value), under the run's data key (created with the first)."""
+        """One marker per (label, clear value), under the run's data key (created with the first; a
+        `new` run, being created in this transaction, has none yet)."""
         ...
 
     def open(self, tx: Tx, tenant: str, run_id: str, value: Any) -> Any:

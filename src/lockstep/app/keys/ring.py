@@ -145,9 +145,9 @@ class KeyRing:
 
     # --- the store's Sealer --------------------------------------------------------------------
     def seal(
-        self, tx: Tx, tenant: str, run_id: str, values: Sequence[tuple[str, Any]]
+        self, tx: Tx, tenant: str, run_id: str, values: Sequence[tuple[str, Any]], *, new: bool = False
     ) -> list[dict[str, str]]:
-        aes = self._cipher(tx, tenant, run_id, create=True)
+        aes = self._new_run_key(tx, tenant, run_id) if new else self._cipher(tx, tenant, run_id, create=True)
         if aes is None:
             # Forgotten: what the run records from now on is sealed under a key nobody keeps.
             aes = AESGCM(os.urandom(32))
