@@ -27,6 +27,8 @@ Violations (each must be 0):
   attack by another saw failed starts or its start latency p99 more than double;
 - runs_lost, purged_unfinished, purged_held, purged_early, kept_past_retention, purge_incomplete,
   tombstone_mismatch (retention, scenario `purge_under_load`: see purgecheck.py).
+- keys_lost (flagged by rotate_under_load): a sealed value that no longer opens to its own value, an
+  activity given something else than the clear value, or a rotation that never completed.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ CHECKS = (
     "server_errors",
     "isolation_breached",
     *PURGE_CHECKS,
+    "keys_lost",
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
 EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.refund": "refund"}

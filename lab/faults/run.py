@@ -26,6 +26,7 @@ from .base import Ctx, Outcome, Scenario
 from .checker import CHECKS
 from .faultfleet import FaultFleet
 from .scenarios import crash_after_commit, duplicate_delivery, duplicate_timer, lease_expiry, lost_response
+from .scenarios_keys import rotate_under_load
 from .scenarios_ops import (
     approval_replay,
     db_outage,
@@ -69,6 +70,12 @@ SCENARIOS = [
         purge_under_load,
         about="finished runs purged after a retention of seconds while runs start, finish and are held, "
         "and the purging schedulers are SIGKILLed",
+    ),
+    Scenario(
+        "rotate_under_load",
+        "rotate_under_load",
+        rotate_under_load,
+        about="two key rotations while sealed runs proceed; workers and a re-wrapping scheduler SIGKILLed",
     ),
     Scenario(
         "broken_no_fencing",

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from .app.documents import parse_yaml_document
+from .app.keys import KeyProvider, key_provider
 from .app.service import Service, utcnow
 from .core.canonical import JSONObject, JSONValue
 from .core.definition import Limits
@@ -70,10 +71,14 @@ class Engine:
         server_limits: Mapping[str, int] | None = None,
         synchronous: str = "FULL",
         busy_timeout: timedelta = timedelta(seconds=30),
+        keys: KeyProvider | str | Path | None = None,
     ) -> Engine:
         """`server_limits` overrides server-wide limits of core/limits.py by name (SERVER_LIMITS and
         HISTORY_LIMITS, e.g. {"max_request_bytes": 33554432}); a bad name or value raises InvalidInput
-        before the database is opened."""
+        before the database is opened. `keys` is the key that seals sensitive values: a KeyProvider, or
+        the path of a key file (`lockstep keys init`); by default LOCKSTEP_KEY_FILE or LOCKSTEP_KEY,
+        and without either, starting a run of a definition with sensitive fields is refused."""
+        provider = keys if keys is not None and not isinstance(keys, str | Path) else key_provider(keys)
         try:
             configured = (
                 server_limits if isinstance(server_limits, ServerLimits) else ServerLimits(server_limits)
@@ -84,7 +89,7 @@ class Engine:
             store = open_store(url, synchronous=synchronous, busy_timeout_s=busy_timeout.total_seconds())
         except (SchemaError, StoreUnavailable) as exc:
             raise LockstepError(str(exc), code="database") from None
-        return cls(Service(store, clock=clock, limits=limits, server_limits=configured))
+        return cls(Service(store, clock=clock, limits=limits, server_limits=configured, keys=provider))
 
     def close(self) -> None:
         self.service.store.close()

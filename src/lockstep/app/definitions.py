@@ -11,6 +11,7 @@ from ..core.exprcheck import ExprLimits, expression_limits, publish_limits
 from ..core.timeutil import iso
 from ..errors import Conflict, InvalidInput, NotFound
 from ..store import ConcurrencyError, DefinitionRow, PublishTx
+from .kernel import refuse_reserved
 from .port import KernelPort
 from .views import DefinitionDocument, DefinitionVersion, PublishResult
 
@@ -42,6 +43,7 @@ class Definitions:
             d = parse_definition(document, limits)
         except DefinitionError as exc:
             raise InvalidInput(str(exc)) from None
+        refuse_reserved(d.document, "the definition")  # a template must not write a forged sealed value
         for _ in range(3):
             try:
                 with self.kernel.write() as tx:

@@ -14,25 +14,29 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
+import msgspec
+
+from ..core.canonical import compact_json
 from ..core.commands import Command, Rejected, ReportFailure, ReportSuccess
 from ..core.decide import decide
 from ..core.definition import Definition, Limits, parse_definition
 from ..core.effects import effects_of
-from ..core.events import Event
+from ..core.events import Event, EventData
 from ..core.evolve import evolve
 from ..core.exprcheck import STORED_EXPR_LIMITS
 from ..core.limits import DEFAULT_SERVER_LIMITS, SERVER_LIMITS, ServerLimits, Settings
+from ..core.sealed import SEALED, contains_marker, label_of, maybe_sealed, pointer_get, pointer_set
 from ..core.shape import Shape
 from ..core.state import RunState
 from ..errors import Conflict, Gone, InvalidInput, LockstepError, NotFound, Refused, Unavailable
-from ..store import ConcurrencyError, LoadedRun, RetentionTx, RowLocked, Store, StoreUnavailable, Tx
-from ..store.port import ApplyTx, BatchTx, DefinitionsTx, RunsTx, TenantsTx, TxControl
+from ..store import ConcurrencyError, LoadedRun, RetentionTx, RowLocked, Sealer, Store, StoreUnavailable, Tx
+from ..store.port import ApplyTx, BatchTx, DefinitionsTx, RunsTx, SealTx, TenantsTx, TxControl
 from . import failpoints
 from .quotas import check_value
 
-__all__ = ["STORED", "Kernel", "Listener", "epoch_ms", "lock_run", "utcnow"]
+__all__ = ["STORED", "Classifier", "Kernel", "Listener", "epoch_ms", "lock_run", "refuse_reserved", "utcnow"]
 
 log = logging.getLogger("lockstep.app.kernel")
 T = TypeVar("T")
@@ -41,6 +45,14 @@ P = ParamSpec("P")
 
 # Called with (state after, events) for every committed command (metrics, logs, waking workers).
 Listener = Callable[[RunState, list[Event]], None]
+
+# Which pointers of one event's data hold sensitive values, for a definition that declares any (None:
+# it declares nothing sensitive). MERGE(i16-classify): this hook stands in for core/sensitive.py until
+# the classification slice is merged; `Kernel._sealed` is the one place that calls it, and there
+# `definition.sensitivity.any` and `sensitive_pointers(e.data, definition)` replace it (then delete
+# the hook, `classify` and the tests' doubles).
+Classifier = Callable[[Definition], Callable[[EventData], tuple[str, ...]] | None]
+classify: Classifier | None = None
 
 # Stored versions were valid when published; limits changed since must not make them unrunnable.
 STORED = Limits(
@@ -84,6 +96,8 @@ class Kernel:
         # enforces one (HTTP, YAML, login, metrics, publish, the core's history bounds) reads it here.
         self.server_limits = server_limits
         self.listeners: list[Listener] = []
+        # Seals sensitive values and opens them (app/keys; set by the service, shared with the store).
+        self.sealer: Sealer | None = getattr(store, "sealer", None)
         self._definitions: dict[tuple[str, str, int], Definition] = {}
         self._settings: dict[str, tuple[float, Settings]] = {}
         # Per thread: the (state, events) of the write transaction in progress, for the listeners.
@@ -199,11 +213,14 @@ class Kernel:
         self, tenant: str, value: object, size_limit: str, what: str, root: str = "value"
     ) -> Shape:
         """quotas.check_value with the tenant's settings. They are cached for a few seconds, so a refusal
-        is checked again with settings read fresh: a limit raised a moment ago is never refused by."""
+        is checked again with settings read fresh: a limit raised a moment ago is never refused by.
+        A value holding a `$sealed` object is refused: that key is reserved for sealed values."""
         try:
-            return check_value(self.settings_of(tenant), tenant, value, size_limit, what, root)
+            shape = check_value(self.settings_of(tenant), tenant, value, size_limit, what, root)
         except InvalidInput:
-            return check_value(self.settings_of(tenant, fresh=True), tenant, value, size_limit, what, root)
+            shape = check_value(self.settings_of(tenant, fresh=True), tenant, value, size_limit, what, root)
+        refuse_reserved(value, what)
+        return shape
 
     # --- commands ------------------------------------------------------------------------------
     def apply(
@@ -247,20 +264,82 @@ class Kernel:
             for e in more:
                 after = evolve(after, e)
             events = [*events, *more]
+        sealed = self._sealed(tx, loaded, after, events, definition)
+        stored, written = sealed if sealed is not None else (after, events)
         tx.append(
             loaded,
-            after,
-            events,
-            effects_of(events),
+            stored,
+            written,
+            effects_of(written),
             now_ms=epoch_ms(now),
             request_digest=request_digest,
             lease_until_ms=epoch_ms(lease_until) if lease_until is not None else None,
+            clear=after if sealed is not None else None,
         )
         failpoints.hit(f"commit.{type(command).__name__}", run=after.run_id)  # written, not yet committed
         buffer = getattr(self._local, "buffer", None)
         if buffer is not None:
-            buffer.append((after, events))
+            buffer.append((stored, written))  # observers (logs, metrics) see the stored form only
         return after, events
+
+    def _sealed(
+        self,
+        tx: ApplyTx,
+        loaded: LoadedRun | None,
+        after: RunState,
+        events: list[Event],
+        definition: Definition,
+    ) -> tuple[RunState, list[Event]] | None:
+        """The stored form of a transition (its snapshot and events) when its definition declares
+        sensitive fields or the run holds sealed values already; None (the clear form is the stored
+        one, at no cost) otherwise. Each sensitive value becomes a marker under the run's key; the
+        stored snapshot is the fold of the stored events over the stored snapshot before."""
+        hook = classify  # MERGE(i16-classify): `if not definition.sensitivity.any` (see `classify`)
+        pointers_of = hook(definition) if hook is not None else None
+        was_sealed = loaded is not None and loaded.sealed
+        if pointers_of is None and not was_sealed:
+            return None
+        found: list[tuple[int, str, str, Any]] = []  # (event index, pointer, label, clear value)
+        datas: dict[int, dict[str, Any]] = {}
+        for i, e in enumerate(events if pointers_of is not None else ()):
+            for pointer in pointers_of(e.data) if pointers_of else ():  # MERGE: sensitive_pointers(...)
+                data = datas.setdefault(i, e.data_json())
+                present, value = pointer_get(data, pointer)
+                if present:
+                    found.append((i, pointer, label_of(e.type, pointer), value))
+        written = list(events)
+        if found:
+            if self.sealer is None:  # pragma: no cover - the service always sets one
+                raise Refused("this process cannot seal sensitive values (no key ring)", code="no_key")
+            values = [(f[2], f[3]) for f in found]
+            markers = self.sealer.seal(tx, after.tenant, after.run_id, values, new=loaded is None)
+            fields: dict[int, set[str]] = {}
+            for (i, pointer, _label, _value), marker in zip(found, markers, strict=True):
+                datas[i] = pointer_set(datas[i], pointer, marker)
+                fields.setdefault(i, set()).add(
+                    pointer.split("/", 2)[1].replace("~1", "/").replace("~0", "~")
+                )
+            for i, changed in fields.items():
+                e = written[i]
+                # The record with the sealed fields in place (unvalidated: a marker may stand where
+                # the record types a string; reading it back keeps it as stored, see core/events.py).
+                record = msgspec.structs.replace(e.data, **{f: datas[i][f] for f in changed})
+                written[i] = Event(record, e.at, e.seq, e.v)
+        elif not was_sealed:
+            return None  # nothing sensitive in this run so far
+        stored = loaded.stored if loaded is not None else None
+        for e in written:
+            stored = evolve(stored, e)
+        if stored is None:  # pragma: no cover - events always create or keep a state
+            raise RuntimeError("decide produced events but no state")
+        return stored, written
+
+    def opened(self, tx: SealTx, tenant: str, run_id: str, value: Any) -> Any:
+        """`value` (stored: e.g. a task's input) with the run's sealed values opened, for a hand-over to
+        the activity that needs them in clear."""
+        if self.sealer is None:
+            raise Refused(f"run {run_id} holds sealed values and this process has no key", code="no_key")
+        return self.sealer.open(tx, tenant, run_id, value)
 
     def command(
         self,
@@ -293,11 +372,12 @@ class Kernel:
         raise Conflict(f"run {run_id} is being changed by other writers; try again")
 
     def state(self, tenant: str | None, run_id: str) -> RunState:
+        """The run as stored, for read models: a sealed value is a marker (read models redact it)."""
         with self.read() as tx:
             loaded = tx.load_run(run_id)
-            if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
+            if loaded is None or (tenant is not None and loaded.stored.tenant != tenant):
                 raise self.missing(tx, run_id, tenant)
-        return loaded.state
+        return loaded.stored
 
     def missing(self, tx: RetentionTx, run_id: str, tenant: str | None) -> LockstepError:
         """Why a run is not there: Gone, saying when and why, if it was purged (its tombstone); else
@@ -320,4 +400,14 @@ class Kernel:
                 "events": t.events,
                 "last_hash": t.last_hash,
             },
+        )
+
+
+def refuse_reserved(value: Any, what: str) -> None:
+    """InvalidInput for a value holding an object with the key `$sealed`: only sealed values may."""
+    if isinstance(value, dict | list) and maybe_sealed(compact_json(value)) and contains_marker(value):
+        raise InvalidInput(
+            f"{what} holds an object with the key {SEALED!r}, which is reserved for sealed values; "
+            "rename that key",
+            code="reserved_key",
         )

@@ -224,7 +224,7 @@ class Metrics:
         return self.activity_label(state.tenant, name)
 
     def _code(self, state: RunState, d: ActivityFailed | ActivityTimedOut) -> str:
-        code = str(d.error["code"])
+        code = str(d.error.get("code"))  # a stored error may be sealed whole: then it has no code
         if code in ENGINE_ERROR_CODES:
             return code
         if code in self.declared_codes(state):

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
+from ..core.canonical import JSONValue
 from ..core.commands import Command
 from ..core.definition import Definition
 from ..core.events import Event
@@ -20,7 +21,7 @@ from ..core.limits import ServerLimits, Settings
 from ..core.shape import Shape
 from ..core.state import RunState
 from ..errors import LockstepError
-from ..store import ApplyTx, BatchTx, DefinitionsTx, LoadedRun, RetentionTx, TenantsTx, TxControl
+from ..store import ApplyTx, BatchTx, DefinitionsTx, LoadedRun, RetentionTx, SealTx, TenantsTx, TxControl
 from .kernel import Listener
 
 __all__ = ["Housekeeping", "KernelPort"]
@@ -64,6 +65,7 @@ class KernelPort(Protocol[TxT_co]):
         skip_locked: bool = False,
     ) -> T | None: ...
 
+    def opened(self, tx: SealTx, tenant: str, run_id: str, value: JSONValue) -> JSONValue: ...
     def missing(self, tx: RetentionTx, run_id: str, tenant: str | None) -> LockstepError: ...
     def definition_for(self, tx: DefinitionsTx, tenant: str, name: str, version: int) -> Definition: ...
     def definition_of(self, tx: DefinitionsTx, state: RunState) -> Definition: ...

@@ -13,10 +13,11 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from ..core.canonical import JSONValue, canonical_json, digest
+from ..core.canonical import JSONValue, canonical_json
 from ..core.commands import Command, Rejected, ReportFailure, ReportSuccess
 from ..core.flow import run_of_task
 from ..core.limits import Settings, tenant_limit
+from ..core.sealed import SEALED, contains_marker
 from ..core.shape import Shape, over_limit, shape_of
 from ..errors import InvalidInput, NotFound, Refused
 from ..store import ClaimTx, CommandTx, LoadedRun, TenantsTx
@@ -56,7 +57,8 @@ def success_report(
     for in-process workers; with `strict` (HTTP workers, who can fix and resend) it is refused with
     InvalidInput instead."""
     try:
-        digest(output)
+        text = canonical_json(output)
+        text.encode()  # a lone surrogate is not JSON that can be stored (nor hashed)
     except RecursionError:
         message = "activity output nests arrays/objects too deep to encode as JSON"
         if strict:
@@ -66,6 +68,11 @@ def success_report(
         if strict:
             raise InvalidInput(f"output is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
         message = f"activity output is not JSON: {exc}"
+        return failure_report(task_id, attempt, fencing, "InvalidOutput", message, retryable=False)
+    if f'"{SEALED}":' in text and contains_marker(output):  # a forged sealed value would break the run
+        message = f"activity output holds an object with the key {SEALED!r}, reserved for sealed values"
+        if strict:
+            raise InvalidInput(message + "; rename that key", code="reserved_key")
         return failure_report(task_id, attempt, fencing, "InvalidOutput", message, retryable=False)
     return ReportSuccess(task_id, attempt, fencing, output)
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 from ..core.canonical import JSONValue, canonical_json, digest
 from ..core.commands import CancelRun, Rejected, RetryStep, StartRun
 from ..core.events import chain_hash
 from ..core.evolve import fold
 from ..core.explain import explain
+from ..core.sealed import FORGOTTEN, SENSITIVE, map_markers, redaction
 from ..core.shape import Shape, for_view
 from ..core.state import RunState
 from ..errors import Conflict, InvalidInput, NotFound
@@ -205,7 +206,29 @@ class Runs:
     def show(self, tenant: str | None, run_id: str) -> RunView:
         return self.describe(self.kernel.state(tenant, run_id))
 
+    def redaction_of(self, run_id: str) -> Any:
+        """A function making the redaction marker of `run_id`'s sealed values: "forgotten" once the run's
+        key was destroyed, else "sensitive" (the key row is read once, on the first marker met)."""
+        kind: list[str] = []
+
+        def shown(_marker: Any) -> Any:
+            if not kind:
+                with self.kernel.read() as tx:
+                    row = tx.run_key(run_id)
+                kind.append(FORGOTTEN if row is not None and row.wrapped is None else SENSITIVE)
+            return redaction(kind[0])
+
+        return shown
+
+    def redacted(self, s: RunState) -> RunState:
+        """`s` with each sealed value replaced by its redaction marker (`s` itself if it holds none)."""
+        raw = s.to_json(copy_values=False)
+        shown = map_markers(raw, self.redaction_of(s.run_id))
+        return s if shown is raw else RunState.from_json(shown)
+
     def describe(self, s: RunState) -> RunView:
+        """The view of a run: every sealed value in it redacted (reveal.py opens them first)."""
+        s = self.redacted(s)
         now = self.kernel.clock()
         why = explain(s, now)
         steps = {}
@@ -252,10 +275,12 @@ class Runs:
         d = self.kernel.definition(s.tenant, s.definition["name"], s.definition["version"])
         return d.index.get(step_id, len(d.index))
 
-    def events(self, tenant: str | None, run_id: str) -> list[EventView]:
+    def events(self, tenant: str | None, run_id: str, opener: Any = None) -> list[EventView]:
+        """The run's history as stored, sealed values redacted; `opener` (reveal.py's) opens them."""
         self.kernel.state(tenant, run_id)
         with self.kernel.read() as tx:
             rows = tx.events(run_id)
+        shown = self.redaction_of(run_id)
         out = []
         for e, _h in rows:
             item: dict[str, JSONValue] = {"seq": e.seq, "type": e.type, "at": e.at}
@@ -264,7 +289,7 @@ class Runs:
                 item["step"] = data["step"]
             if "attempt" in data:
                 item["attempt"] = data["attempt"]
-            item["data"] = for_view(data)
+            item["data"] = for_view(map_markers(opener(data) if opener else data, shown))
             out.append(EventView(**item))  # step and attempt stay unset when the event has none
         return out
 
@@ -316,7 +341,10 @@ class Runs:
                     DeadLetter(
                         run_id=r.run_id,
                         step=att["step"],
-                        reason=att["reason"],
+                        # A sealed reason is shown as its redaction marker's text.
+                        reason=att["reason"]
+                        if isinstance(att["reason"], str)
+                        else canonical_json(att["reason"]),
                         since=att["since"],
                         definition=r.definition,
                     )
@@ -332,7 +360,7 @@ class Runs:
             with self.kernel.read() as tx:
                 loaded = tx.load_run(rid)
                 rows = tx.events(rid)
-                if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
+                if loaded is None or (tenant is not None and loaded.stored.tenant != tenant):
                     raise self.kernel.missing(tx, rid, tenant)  # Gone if purged, else NotFound
             problems = []
             h = GENESIS
@@ -350,10 +378,11 @@ class Runs:
             except ValueError as exc:
                 problems.append(f"replay failed: {exc}")
                 replayed = None
+            # Both sides as stored: sealed values are compared as their markers, so verify needs no key.
             if replayed is not None and canonical_json(replayed.to_json()) != canonical_json(
-                loaded.state.to_json()
+                loaded.stored.to_json()
             ):
-                diff = [k for k, v in replayed.to_json().items() if loaded.state.to_json().get(k) != v]
+                diff = [k for k, v in replayed.to_json().items() if loaded.stored.to_json().get(k) != v]
                 problems.append(f"snapshot differs from replay in: {', '.join(diff)}")
             report.append(VerifyResult(run_id=rid, events=len(rows), ok=not problems, problems=problems))
         return report

@@ -10,6 +10,8 @@ Each call is the feature service's own bound method, so its signature and docstr
     principals/     tenants, users, keys, sessions   approvals/  links, decisions, inboxes
     repair.py       operator repair, migrations      quotas.py   tenant limits (values, starts)
     retention.py    legal holds, status, tombstones  purge.py    the purge pass (scheduler)
+    keys/           encryption keys: seal/open, rotation, re-wrap, forget, shred
+    reveal.py       sensitive values shown to a user with the read_sensitive grant (audited)
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from ..store import Store
 from .approvals import Approvals
 from .definitions import Definitions
 from .kernel import Kernel, utcnow
+from .keys import KeyProvider, KeyRing, Keys
 from .principals import Principals
 from .repair import Repairs
 from .reports import Reports, failure_report, success_report
 from .retention import Retention
+from .reveal import Reveal
 from .runs import Runs, new_run_id
 from .sweeps import Sweeps
 from .work import TaskLease, Work
@@ -46,8 +50,13 @@ class Service:
         limits: Limits | None = None,
         server_limits: ServerLimits = DEFAULT_SERVER_LIMITS,
         unserved_after: timedelta = timedelta(hours=1),
+        keys: KeyProvider | None = None,
     ) -> None:
+        # One key ring per process: the kernel seals with it, the store opens with it.
+        ring = KeyRing(keys, clock)
+        store.sealer = ring
         kernel = self.kernel = Kernel(store, clock=clock, server_limits=server_limits)
+        kernel.sealer = ring
         definitions = Definitions(kernel, limits)
         work = Work(kernel)
         reports = Reports(kernel, work)
@@ -58,6 +67,8 @@ class Service:
         self.approvals = Approvals(kernel, runs, self.principals)
         self.repairs = Repairs(kernel, runs)
         self.retention = Retention(kernel)
+        self.keys = Keys(kernel, ring)
+        self.reveal = Reveal(kernel, runs, self.principals)
 
         # The kernel: what runtime/ and the tests reach below the feature calls.
         self.store = kernel.store
@@ -113,3 +124,4 @@ class Service:
         self.scheduler_partitions = sweeps.scheduler_partitions
         self.next_wakeup = sweeps.next_wakeup
         self.maintain = sweeps.maintain
+        self.rewrap_keys = self.keys.rewrap

@@ -338,7 +338,7 @@ class Work:
             t.attempt,
             t.kind,
             t.activity,
-            t.input,
+            self.kernel.opened(tx, t.tenant, t.run_id, t.input) if t.sealed else t.input,
             t.idempotency_key,
             t.definition,
             t.version,

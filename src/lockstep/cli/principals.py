@@ -174,10 +174,18 @@ tenant_opt = click.option("--tenant", "tenant", help="Tenant (default: the globa
 @tenant_opt
 @click.option("--roles", required=True, help="Comma-separated: admin, operator, approver, viewer, worker.")
 @click.option("--groups", default="", help="Comma-separated group names, e.g. finance,managers.")
+@click.option(
+    "--grant", "grants", multiple=True, type=click.Choice(["read_sensitive"]), help="A per-user grant."
+)
 @pass_ctx
-def users_create(c: Ctx, name: str, tenant: str | None, roles: str, groups: str) -> None:
+def users_create(
+    c: Ctx, name: str, tenant: str | None, roles: str, groups: str, grants: tuple[str, ...]
+) -> None:
     """Create a user; prints its API key ONCE (only a hash is stored)."""
-    print_json(_principals(c).create_user(tenant or c.tenant, name, _csv(roles), _csv(groups)))
+    created = _principals(c).create_user(tenant or c.tenant, name, _csv(roles), _csv(groups))
+    for g in grants:
+        _principals(c).set_grant(tenant or c.tenant, name, g, granted=True, by=os.environ.get("USER"))
+    print_json(created)
 
 
 @users.command("disable")

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ..app.views import RunView, plain
 from ..app.views.recorded import ErrorInfo
+from ..core.sealed import text_of
 
 __all__ = ["STATUS_STYLE", "err", "fail", "out", "print_json", "print_run"]
 
@@ -46,7 +47,7 @@ def _error(error: ErrorInfo | str) -> str:
     """An error's code and message; a marker (a stored value too large to show) as it is."""
     if isinstance(error, str):
         return error
-    return f"{error.get('code')}: {error.get('message')}"
+    return f"{error.get('code')}: {text_of(error.get('message'))}"
 
 
 def print_run(s: RunView) -> None:

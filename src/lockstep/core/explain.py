@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import TypedDict
 
 from .canonical import JSONObject
+from .sealed import text_of
 from .state import RunState
 from .timeutil import format_duration, parse_iso
 
@@ -184,7 +185,7 @@ def _explain(s: RunState, now: datetime) -> Waiting:
         n = ((st.compensation or {}).get("attempts", 0) if comp else st.attempts) if st else 0
         return {
             "wait_reason": f"{prefix}{'compensation of ' if comp else ''}step {t.step} attempt {n} failed "
-            f"({err.get('code')}: {err.get('message')}); backing off until {t.fire_at} "
+            f"({err.get('code')}: {text_of(err.get('message'))}); backing off until {t.fire_at} "
             f"(in {_in(t.fire_at, now)})",
             "waiting_since": t.scheduled_at,
             "waiting_until": t.fire_at,

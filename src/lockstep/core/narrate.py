@@ -53,6 +53,7 @@ from .events import (
     WorkflowMigrated,
     data_of,
 )
+from .sealed import REDACTED, text_of
 from .timeutil import format_duration, parse_iso
 
 __all__ = ["narrate", "sentence"]
@@ -68,7 +69,9 @@ def narrate(type_: str, data: Mapping[str, JSONValue], at: str | None = None) ->
 
 
 def _err(e: Mapping[str, JSONValue] | None) -> str:
-    return f"{e.get('code')}: {e.get('message')}" if e else "unknown error"
+    if e and REDACTED in e:  # the whole error was sealed
+        return text_of(e)
+    return f"{e.get('code')}: {text_of(e.get('message'))}" if e else "unknown error"
 
 
 def _by(actor: str | None) -> str:
@@ -189,7 +192,7 @@ def _approvals_and_repairs(d: Rest) -> str:
             who = ", ".join([*p["users"], *(f"group {g}" for g in p["groups"])])
             return (
                 f"approval requested at step {d.step}: {p['quorum']} of {{{who}}} must approve by "
-                f"{d.expires_at} ({d.details})"
+                f"{d.expires_at} ({text_of(d.details)})"
             )
         case ApprovalLinkIssued():
             return f"approval link {d.link_id} issued to {d.approver} (expires {d.expires_at})"

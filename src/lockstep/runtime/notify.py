@@ -21,7 +21,8 @@ import structlog
 
 from ..app.approvals import Approvals
 from ..app.service import Service
-from ..core.canonical import JSONObject
+from ..core.canonical import JSONObject, JSONValue
+from ..core.sealed import READ_GRANT, REDACTED, contains_marker
 from ..errors import InvalidInput, LockstepError
 from ..store import ApprovalRequestRow, NotificationRow
 from .mail import SmtpChannel, smtp_channel
@@ -36,6 +37,7 @@ __all__ = [
     "SmtpChannel",
     "WebhookChannel",
     "channel_from_spec",
+    "shown_details",
 ]
 
 log = logging.getLogger("lockstep.notify")
@@ -81,6 +83,16 @@ def channel_from_spec(
         f"unknown notification channel {spec!r}: use log, webhook:https://HOST/PATH or "
         "smtp://HOST:PORT?from=ADDR (smtps:// for implicit TLS)"
     )
+
+
+def shown_details(details: JSONValue) -> str:
+    """The approval details a message carries: a sealed value (or one holding any) is never sent, only
+    a note that it exists and who may read it on the approval page."""
+    if isinstance(details, str):
+        return details
+    if contains_marker(details) or (isinstance(details, dict) and REDACTED in details):
+        return f"(the details are sensitive: only users with the {READ_GRANT} grant read them, in lockstep)"
+    return str(details)
 
 
 def message_id(n: NotificationRow, approver: str) -> str:
@@ -147,7 +159,7 @@ class Notifier:
                         "tenant": n["tenant"],
                         "definition": state.definition["name"],
                         "email": email,
-                        "details": (state.approval or {}).get("details", ""),
+                        "details": shown_details((state.approval or {}).get("details", "")),
                         "message_id": message_id(n, approver),
                     }
                 )

@@ -52,6 +52,7 @@ class Scheduler:
         self.purge = Purge(service.kernel, runs_per_batch=min(100, purge_batch), rows_per_batch=purge_batch)
         self._purged_at = 0.0
         self._purge_more = False
+        self._rewrapped_at = 0.0
 
     def _refresh_partitions(self) -> None:
         """Renew (or rebalance) this scheduler's share of partitions a few times per lease period."""
@@ -72,6 +73,10 @@ class Scheduler:
         if self._purge_more or time.monotonic() - self._purged_at >= self.purge_interval:
             self._purged_at = time.monotonic()
             done += self._purge()
+        if time.monotonic() - self._rewrapped_at >= 1.0:
+            # Key rotation's background re-wrap (app/keys/manage.py): resumable batches, none if idle.
+            self._rewrapped_at = time.monotonic()
+            done += self.service.rewrap_keys(self.batch)
         if time.monotonic() - self._maintained_at >= 3600:
             self._maintained_at = time.monotonic()
             self.service.maintain()

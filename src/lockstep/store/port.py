@@ -14,6 +14,7 @@ A `Store` opens transactions; a transaction, `Tx`, offers every aggregate's oper
     AuditTx          the audit log
     RetentionTx      legal holds, tombstones, the purge of finished runs past retention
     MetricsTx        aggregates for the metrics endpoint
+    KeysTx           tenant data keys and run keys (wrapped: the store never sees a clear key)
 
 Each protocol is implemented by the module of the same name in `sqltx/` (RunsTx by `sqltx/runs.py`).
 
@@ -45,7 +46,7 @@ import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypedDict
+from typing import Any, Literal, Protocol, TypedDict, cast
 
 from ..core.canonical import JSONObject, JSONValue
 from ..core.effects import Effect
@@ -77,6 +78,7 @@ __all__ = [
     "EventPartition",
     "ExpiredLease",
     "HoldRow",
+    "KeysTx",
     "LinkRow",
     "LoadedRun",
     "MetricsTx",
@@ -89,9 +91,12 @@ __all__ = [
     "QuotaTx",
     "RetentionTx",
     "RowLocked",
+    "RunKeyRow",
     "RunsTx",
     "SchedulerTx",
     "SchemaError",
+    "SealTx",
+    "Sealer",
     "StartTx",
     "Store",
     "StoreStats",
@@ -99,6 +104,7 @@ __all__ = [
     "SweepTx",
     "TaskRow",
     "TaskTx",
+    "TenantKeyRow",
     "TenantRow",
     "TenantsTx",
     "TimerTx",
@@ -158,10 +164,39 @@ class DefinitionsTx(Protocol):
 
 
 # --- runs and events ---------------------------------------------------------------------------
-@dataclass(frozen=True)
 class LoadedRun:
-    state: RunState
-    last_hash: str
+    """A run as loaded for a command: `stored`, the snapshot as written (a sealed value is a marker:
+    core/sealed.py), and `state`, the clear state decisions are made on: the same object when nothing is
+    sealed. A sealed run's clear state is opened on first use, inside the transaction that loaded it
+    (reads that only show the run, which use `stored`, never open anything)."""
+
+    __slots__ = ("_open", "_state", "last_hash", "stored")
+
+    def __init__(
+        self,
+        state: RunState | None,
+        last_hash: str,
+        *,
+        stored: RunState | None = None,
+        opener: Callable[[], RunState] | None = None,
+    ) -> None:
+        if state is None and (stored is None or opener is None):
+            raise ValueError("a LoadedRun needs its state, or its stored state and an opener")
+        self._state = state
+        self.stored: RunState = cast(RunState, stored if stored is not None else state)
+        self.last_hash = last_hash
+        self._open = opener
+
+    @property
+    def state(self) -> RunState:
+        if self._state is None:
+            self._state = cast(Callable[[], RunState], self._open)()
+        return self._state
+
+    @property
+    def sealed(self) -> bool:
+        """Whether the stored state holds sealed values (then it is not the clear state)."""
+        return self._open is not None or self.stored is not self._state
 
 
 class RunsTx(Protocol):
@@ -178,9 +213,12 @@ class RunsTx(Protocol):
         now_ms: int,
         request_digest: str | None = None,
         lease_until_ms: int | None = None,
+        clear: RunState | None = None,
     ) -> None:
-        """Append `events` after `before` (or create the run), write the snapshot and apply `effects`;
-        an attempt leased by these events holds its lease until `lease_until_ms` (else its deadline)."""
+        """Append `events` after `before` (or create the run), write the snapshot `after` and apply
+        `effects`; an attempt leased by these events holds its lease until `lease_until_ms` (else its
+        deadline). Events, `after` and effects are the stored (sealed) forms; `clear` is the clear
+        state when it differs (kept in the process's state cache, never written)."""
         ...
 
     def runs(
@@ -220,6 +258,8 @@ class TaskRow:
     lease_owner: str | None
     lease_expires_at: int | None
     deadline: int | None
+    # Whether the stored input may hold sealed values (a marker): then it is opened before a hand-over.
+    sealed: bool = False
 
 
 class DeadTaskRow(TypedDict):
@@ -392,6 +432,8 @@ class UserRow:
     email: str | None = None
     # Goes up with every credential change (password, API key, disable); sessions record it.
     generation: int = 0
+    # Per-user grants beyond the roles (read_sensitive: may reveal sealed values), off by default.
+    grants: tuple[str, ...] = ()
 
 
 class PrincipalsTx(Protocol):
@@ -471,6 +513,103 @@ class MetricsTx(Protocol):
     def stats(self, now_ms: int) -> StoreStats: ...
 
 
+# --- keys: tenant data keys (wrapped by the key provider) and run keys (wrapped by a tenant key) -----
+@dataclass(frozen=True)
+class TenantKeyRow:
+    tenant: str
+    version: int
+    wrapped: str  # base64 of nonce || ciphertext+tag: the provider's wrapping of the tenant's data key
+    provider: str  # which key provider (and key) wrapped it, e.g. local:<fingerprint>
+    created_at: str
+    retired_at: str | None  # set when a newer version exists: no new run keys are wrapped under it
+
+
+@dataclass(frozen=True)
+class RunKeyRow:
+    """A run's data key, wrapped under its tenant's key `key_version`, with that tenant key row (a
+    foreign key keeps it while this row uses it); or, once the run was forgotten, no key at all."""
+
+    run_id: str
+    tenant: str
+    key_version: int | None
+    wrapped: str | None
+    forgotten_at: str | None
+    tenant_key: TenantKeyRow | None
+
+
+class KeysTx(Protocol):
+    def tenant_keys(self, tenant: str) -> list[TenantKeyRow]:
+        """Every stored version of a tenant's data key, oldest first."""
+        ...
+
+    def insert_tenant_key(self, row: TenantKeyRow) -> bool:
+        """Add a version; False (nothing written) if that version exists already."""
+        ...
+
+    def retire_tenant_keys(self, tenant: str, below: int, at: str) -> None: ...
+    def delete_tenant_key(self, tenant: str, version: int) -> bool:
+        """Delete a retired version no run key is wrapped under any more; False if one still is."""
+        ...
+
+    def run_key(self, run_id: str) -> RunKeyRow | None:
+        """The run's key row (read once per transaction)."""
+        ...
+
+    def remember_run_keys(self, run_ids: Sequence[str]) -> None:
+        """Read several runs' key rows now, with one query, for the run_key calls that follow."""
+        ...
+
+    def insert_run_key(self, run_id: str, tenant: str, key_version: int, wrapped: str) -> None:
+        """Store a run's key (ConcurrencyError if the run has one, or its tenant key version is gone)."""
+        ...
+
+    def forget_run_key(self, run_id: str, tenant: str, at: str) -> None:
+        """Destroy a run's key, keeping a row that says it was forgotten (so none is made again)."""
+        ...
+
+    def forget_tenant_run_keys(self, tenant: str, at: str) -> int: ...
+    def delete_all_tenant_keys(self, tenant: str) -> int:
+        """Delete every version of a tenant's key (after forget_tenant_run_keys: none is in use)."""
+        ...
+
+    def rotating_tenants(self) -> list[tuple[str, int]]:
+        """(tenant, newest version) of each tenant with more than one version of its key."""
+        ...
+
+    def stale_run_keys(self, limit: int) -> list[RunKeyRow]:
+        """Run keys wrapped under a version older than their tenant's newest (locked, skipping rows
+        another transaction holds, where the backend has row locks): what a re-wrap pass works on."""
+        ...
+
+    def rewrap_run_key(self, run_id: str, old_version: int, new_version: int, wrapped: str) -> bool: ...
+    def run_key_counts(self, tenant: str) -> dict[int, int]:
+        """How many run keys are wrapped under each version of the tenant's key."""
+        ...
+
+    def forgotten_run_keys(self, tenant: str) -> int: ...
+
+
+class SealTx(KeysTx, AuditTx, Protocol):
+    """Sealing and opening: the run keys, and the audit of a tenant key created on first use."""
+
+
+class Sealer(Protocol):
+    """Seals and opens a run's sensitive values (implemented by the application layer's key ring: the
+    store holds only wrapped keys, and calls `open` to give a command the clear state and a worker its
+    clear input)."""
+
+    def seal(
+        self, tx: SealTx, tenant: str, run_id: str, values: Sequence[tuple[str, Any]], *, new: bool = False
+    ) -> list[dict[str, str]]:
+        """One marker per (label, clear value), under the run's data key (created with the first; a
+        `new` run, being created in this transaction, has none yet)."""
+        ...
+
+    def open(self, tx: SealTx, tenant: str, run_id: str, value: Any) -> Any:
+        """`value` with every marker of the run replaced by its clear value."""
+        ...
+
+
 # --- the transaction and the store -------------------------------------------------------------
 class Tx(
     TxControl,
@@ -485,14 +624,15 @@ class Tx(
     AuditTx,
     MetricsTx,
     RetentionTx,
+    KeysTx,
     Protocol,
 ):
     """Operations inside one transaction: every aggregate's."""
 
 
 # --- what the callers need: intersections of the aggregates (see the module's docstring) ---------
-class ApplyTx(RunsTx, TenantsTx, Protocol):
-    """Appending a decided command: the run, and its tenant's settings (the history bound)."""
+class ApplyTx(RunsTx, TenantsTx, SealTx, Protocol):
+    """Appending a decided command: the run, its tenant's settings (the history bound), its keys."""
 
 
 class BatchTx(TxControl, RunsTx, Protocol):
@@ -550,6 +690,8 @@ class AuthTx(PrincipalsTx, AuditTx, Protocol):
 
 class Store(Protocol):
     url: str
+    # Opens sealed values on load (set by the application layer; None: this process seals nothing).
+    sealer: Sealer | None
 
     def write(self) -> AbstractContextManager[Tx]: ...
     def read(self) -> AbstractContextManager[Tx]: ...

@@ -31,6 +31,7 @@ from .pages import (
     principals_of,
     service_of,
 )
+from .reveal import router as reveal_router
 
 __all__ = ["mount"]
 
@@ -231,6 +232,7 @@ def run_page(request: Request, run_id: str, session: Session) -> HTMLResponse:
             "events": events,
             "can_cancel": me.can("cancel"),
             "can_operate": me.can("operate"),
+            "revealed": False,
         },
     )
 
@@ -367,6 +369,7 @@ def _page_of(path: str) -> str:
 def mount(app: FastAPI) -> None:
     app.include_router(router)
     app.include_router(approve_router)
+    app.include_router(reveal_router)
     app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
 
     @app.exception_handler(LoginRequired)

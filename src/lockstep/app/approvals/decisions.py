@@ -43,7 +43,7 @@ class ApprovalDecisions:
     def inspect(self, principal: Principal, token: str) -> ApprovalPage:
         """What the approval page shows for a token; never changes anything."""
         link = self._link_for(principal, token, consuming=False)
-        state = self.kernel.state(principal.tenant, link["run_id"])
+        state = self.runs.redacted(self.kernel.state(principal.tenant, link["run_id"]))
         a = state.approval if state.approval and state.approval["request_id"] == link["request_id"] else None
         ref = LinkRef(
             request_id=link["request_id"], step=link["step"], approver=link["approver"], run_id=link["run_id"]

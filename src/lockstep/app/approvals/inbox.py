@@ -40,7 +40,7 @@ class Inbox:
             if not r["allow_initiator"] and r["initiator"] == principal.name:
                 continue
             try:
-                state = self.kernel.state(principal.tenant, r["run_id"])
+                state = self.runs.redacted(self.kernel.state(principal.tenant, r["run_id"]))
             except NotFound:  # pragma: no cover
                 continue
             if state.approval is None or state.approval["request_id"] != r["request_id"]:
@@ -64,7 +64,7 @@ class Inbox:
         """What the inbox's Review page shows: the pending request at `step`, for a logged-in approver.
         No link is minted (the session is the identity; a link authorizes nothing), so opening it any
         number of times appends nothing to the run's history."""
-        state = self.kernel.state(principal.tenant, run_id)
+        state = self.runs.redacted(self.kernel.state(principal.tenant, run_id))
         a = state.approval
         if a is None or a["step"] != step:
             raise Conflict(f"run {run_id} is not waiting for an approval at step {step}", code="not_waiting")

@@ -13,9 +13,9 @@ from ...store import AccountsTx
 from ..port import KernelPort
 from .accounts import TENANT_SETTINGS, Accounts
 from .credentials import Credentials, check_password_policy
-from .roles import ROLES, Principal
+from .roles import GRANTS, ROLES, Principal
 
-__all__ = ["ROLES", "TENANT_SETTINGS", "Principal", "Principals", "check_password_policy"]
+__all__ = ["GRANTS", "ROLES", "TENANT_SETTINGS", "Principal", "Principals", "check_password_policy"]
 
 
 class Principals:
@@ -35,6 +35,7 @@ class Principals:
         self.set_email = accounts.set_email
         self.rotate_key = accounts.rotate_key
         self.set_membership = accounts.set_membership
+        self.set_grant = accounts.set_grant
         self.users = accounts.users
         self.principal = accounts.principal
         self.audit = accounts.audit

@@ -18,6 +18,7 @@ from ...store import AccountsTx, ConcurrencyError, UserRow
 from ..port import KernelPort
 from ..views import (
     EmailSet,
+    GrantsChanged,
     KeyRotated,
     Membership,
     NewUser,
@@ -28,7 +29,7 @@ from ..views import (
     UserView,
 )
 from .credentials import check_password_policy, hash_password, new_api_key, sha256_hex
-from .roles import ROLES, Principal, check_name, principal_of
+from .roles import GRANTS, ROLES, Principal, check_name, principal_of
 
 __all__ = ["TENANT_SETTINGS", "Accounts", "UserChanges"]
 
@@ -198,6 +199,22 @@ class Accounts:
         u = self._update(tenant, name, **changes)
         return Membership(tenant=tenant, user=name, roles=list(u.roles), groups=list(u.groups))
 
+    def set_grant(
+        self, tenant: str, name: str, grant: str, *, granted: bool, by: str | None = None
+    ) -> GrantsChanged:
+        """Give a user a grant (or take it back): audited, effective on their next request."""
+        if grant not in GRANTS:
+            raise InvalidInput(f"unknown grant {grant!r}; grants: {', '.join(GRANTS)}")
+        with self.kernel.write() as tx:
+            u = tx.user(tenant, name)
+            if u is None:
+                raise NotFound(f"no user {name} in tenant {tenant}")
+            grants = tuple(g for g in u.grants if g != grant) + ((grant,) if granted else ())
+            tx.update_user(replace(u, grants=grants))
+            action = "user.grant" if granted else "user.revoke"
+            tx.audit(iso(self.kernel.clock()), tenant, by, action, name, "ok", {"grant": grant})
+        return GrantsChanged(tenant=tenant, user=name, grants=list(grants))
+
     def users(self, tenant: str) -> list[UserView]:
         with self.kernel.read() as tx:
             rows = tx.users(tenant)
@@ -209,6 +226,7 @@ class Accounts:
                 disabled=u.disabled,
                 password=u.password_hash is not None,
                 created_at=u.created_at,
+                grants=list(u.grants),
             )
             for u in rows
         ]

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from ...errors import Forbidden, InvalidInput
 from ...store import UserRow
 
-__all__ = ["NAME_RE", "PERMISSIONS", "ROLES", "Principal", "check_name", "principal_of"]
+__all__ = ["GRANTS", "NAME_RE", "PERMISSIONS", "ROLES", "Principal", "check_name", "principal_of"]
 
 ROLES = ("admin", "operator", "approver", "viewer", "worker")
+# Permissions given to one user, never by a role: read_sensitive may reveal sealed values (app/reveal.py).
+GRANTS = ("read_sensitive",)
 NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_.-]{0,62}[a-z0-9])?$")
 # Permissions by role. `approver` and `worker` see no runs: they act only through their own endpoints.
 PERMISSIONS: dict[str, frozenset[str]] = {
@@ -31,8 +33,11 @@ class Principal:
     # The user's credential generation when these credentials were checked: a session opened for this
     # principal records it, so a change committed after the check still ends that session.
     credential_generation: int = 0
+    grants: tuple[str, ...] = ()
 
     def can(self, permission: str) -> bool:
+        if permission in GRANTS:
+            return permission in self.grants
         return any(permission in PERMISSIONS.get(r, frozenset()) for r in self.roles)
 
     def require(self, permission: str) -> None:
@@ -44,7 +49,7 @@ class Principal:
 
 
 def principal_of(u: UserRow) -> Principal:
-    return Principal(u.tenant, u.name, u.roles, u.groups, u.generation)
+    return Principal(u.tenant, u.name, u.roles, u.groups, u.generation, u.grants)
 
 
 def check_name(kind: str, name: str) -> None:

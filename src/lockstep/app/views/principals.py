@@ -51,6 +51,7 @@ class UserView(View):
     disabled: bool
     password: bool = Field(description="whether the user has a password (for the UI)")
     created_at: str
+    grants: list[str] = Field(default=[], description="per-user grants, e.g. read_sensitive")
 
 
 class UserEnabled(View):

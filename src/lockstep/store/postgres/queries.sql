@@ -155,11 +155,11 @@ UPDATE tenants SET bucket_tokens = %(tokens)s, bucket_at_ms = %(at_ms)s WHERE na
 SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants ORDER BY name;
 
 -- name: user_get
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants
 FROM users WHERE tenant = %(tenant)s AND name = %(name)s;
 
 -- name: user_by_key
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants
 FROM users WHERE key_hash = %(key_hash)s;
 
 -- name: user_insert
@@ -168,11 +168,11 @@ VALUES (%(tenant)s, %(name)s, %(roles)s, %(groups)s, %(key_hash)s, NULL, 0, %(cr
 
 -- name: user_update
 UPDATE users SET roles = %(roles)s, groups = %(groups)s, key_hash = %(key_hash)s, password_hash = %(password_hash)s,
-                 disabled = %(disabled)s, email = %(email)s
+                 disabled = %(disabled)s, email = %(email)s, grants = %(grants)s
 WHERE tenant = %(tenant)s AND name = %(name)s;
 
 -- name: users_list
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants
 FROM users WHERE tenant = %(tenant)s ORDER BY name;
 
 -- name: session_insert
@@ -275,7 +275,7 @@ UPDATE notifications SET status = 'leased', lease_expires_at = %(until)s, attemp
 UPDATE notifications SET status = %(status)s, last_error = %(error)s, available_at = %(available_at)s WHERE id = %(id)s;
 
 -- name: users_in_groups
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation FROM users
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants FROM users
 WHERE tenant = %(tenant)s;
 
 -- name: run_load_skip_locked
@@ -535,3 +535,64 @@ WHERE i.inhparent = 'events'::regclass ORDER BY c.relname;
 
 -- name: partition_live_run
 SELECT run_id FROM runs WHERE run_id >= %(lo)s AND run_id < %(hi)s LIMIT 1;
+-- name: tenant_keys_of
+SELECT tenant, version, wrapped, provider, created_at, retired_at FROM tenant_keys
+WHERE tenant = %(tenant)s ORDER BY version;
+
+-- name: tenant_key_insert
+INSERT INTO tenant_keys (tenant, version, wrapped, provider, created_at, retired_at)
+VALUES (%(tenant)s, %(version)s, %(wrapped)s, %(provider)s, %(created_at)s, NULL) ON CONFLICT (tenant, version) DO NOTHING;
+
+-- name: tenant_keys_retire
+UPDATE tenant_keys SET retired_at = %(at)s WHERE tenant = %(tenant)s AND version < %(below)s AND retired_at IS NULL;
+
+-- name: tenant_key_delete_unused
+DELETE FROM tenant_keys WHERE tenant = %(tenant)s AND version = %(version)s AND retired_at IS NOT NULL
+AND NOT EXISTS (SELECT 1 FROM run_keys WHERE tenant = %(tenant)s AND key_version = %(version)s);
+
+-- name: tenant_keys_delete_all
+DELETE FROM tenant_keys WHERE tenant = %(tenant)s;
+
+-- name: tenant_keys_rotating
+SELECT tenant, MAX(version) FROM tenant_keys GROUP BY tenant HAVING COUNT(*) > 1 ORDER BY tenant;
+
+-- name: run_key_get
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r LEFT JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.run_id = %(run_id)s;
+
+-- name: run_key_insert
+INSERT INTO run_keys (run_id, tenant, key_version, wrapped) VALUES (%(run_id)s, %(tenant)s, %(key_version)s, %(wrapped)s);
+
+-- name: run_key_forget
+INSERT INTO run_keys (run_id, tenant, key_version, wrapped, forgotten_at)
+VALUES (%(run_id)s, %(tenant)s, NULL, NULL, %(at)s)
+ON CONFLICT (run_id) DO UPDATE SET key_version = NULL, wrapped = NULL, forgotten_at = excluded.forgotten_at;
+
+-- name: run_keys_forget_tenant
+UPDATE run_keys SET key_version = NULL, wrapped = NULL, forgotten_at = %(at)s
+WHERE tenant = %(tenant)s AND forgotten_at IS NULL;
+
+-- name: run_keys_stale
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.tenant = %(tenant)s AND r.key_version < %(newest)s ORDER BY r.run_id LIMIT %(limit)s
+FOR UPDATE OF r SKIP LOCKED;
+
+-- name: run_key_rewrap
+UPDATE run_keys SET key_version = %(new_version)s, wrapped = %(wrapped)s
+WHERE run_id = %(run_id)s AND key_version = %(old_version)s;
+
+-- name: run_key_counts
+SELECT key_version, COUNT(*) FROM run_keys WHERE tenant = %(tenant)s GROUP BY key_version ORDER BY key_version;
+
+-- name: run_keys_forgotten_count
+SELECT COUNT(*) FROM run_keys WHERE tenant = %(tenant)s AND forgotten_at IS NOT NULL;
+
+-- name: run_keys_get_many
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r LEFT JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.run_id = ANY(%(run_ids)s);

@@ -140,11 +140,11 @@ UPDATE tenants SET bucket_tokens = :tokens, bucket_at_ms = :at_ms WHERE name = :
 SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants ORDER BY name;
 
 -- name: user_get
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants
 FROM users WHERE tenant = :tenant AND name = :name;
 
 -- name: user_by_key
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants
 FROM users WHERE key_hash = :key_hash;
 
 -- name: user_insert
@@ -153,11 +153,11 @@ VALUES (:tenant, :name, :roles, :groups, :key_hash, NULL, 0, :created_at);
 
 -- name: user_update
 UPDATE users SET roles = :roles, groups = :groups, key_hash = :key_hash, password_hash = :password_hash,
-                 disabled = :disabled, email = :email
+                 disabled = :disabled, email = :email, grants = :grants
 WHERE tenant = :tenant AND name = :name;
 
 -- name: users_list
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants
 FROM users WHERE tenant = :tenant ORDER BY name;
 
 -- name: session_insert
@@ -260,7 +260,7 @@ UPDATE notifications SET status = 'leased', lease_expires_at = :until, attempts 
 UPDATE notifications SET status = :status, last_error = :error, available_at = :available_at WHERE id = :id;
 
 -- name: users_in_groups
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation FROM users
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants FROM users
 WHERE tenant = :tenant;
 
 -- name: ready_tenants
@@ -456,3 +456,63 @@ WHERE (:tenant IS NULL OR t.tenant = :tenant)
   AND (EXISTS (SELECT 1 FROM runs r WHERE r.run_id = t.run_id)
        OR (t.state = 'purged' AND EXISTS (SELECT 1 FROM events e WHERE e.run_id = t.run_id)))
 ORDER BY t.run_id LIMIT :limit;
+-- name: tenant_keys_of
+SELECT tenant, version, wrapped, provider, created_at, retired_at FROM tenant_keys
+WHERE tenant = :tenant ORDER BY version;
+
+-- name: tenant_key_insert
+INSERT INTO tenant_keys (tenant, version, wrapped, provider, created_at, retired_at)
+VALUES (:tenant, :version, :wrapped, :provider, :created_at, NULL) ON CONFLICT (tenant, version) DO NOTHING;
+
+-- name: tenant_keys_retire
+UPDATE tenant_keys SET retired_at = :at WHERE tenant = :tenant AND version < :below AND retired_at IS NULL;
+
+-- name: tenant_key_delete_unused
+DELETE FROM tenant_keys WHERE tenant = :tenant AND version = :version AND retired_at IS NOT NULL
+AND NOT EXISTS (SELECT 1 FROM run_keys WHERE tenant = :tenant AND key_version = :version);
+
+-- name: tenant_keys_delete_all
+DELETE FROM tenant_keys WHERE tenant = :tenant;
+
+-- name: tenant_keys_rotating
+SELECT tenant, MAX(version) FROM tenant_keys GROUP BY tenant HAVING COUNT(*) > 1 ORDER BY tenant;
+
+-- name: run_key_get
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r LEFT JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.run_id = :run_id;
+
+-- name: run_key_insert
+INSERT INTO run_keys (run_id, tenant, key_version, wrapped) VALUES (:run_id, :tenant, :key_version, :wrapped);
+
+-- name: run_key_forget
+INSERT INTO run_keys (run_id, tenant, key_version, wrapped, forgotten_at)
+VALUES (:run_id, :tenant, NULL, NULL, :at)
+ON CONFLICT (run_id) DO UPDATE SET key_version = NULL, wrapped = NULL, forgotten_at = excluded.forgotten_at;
+
+-- name: run_keys_forget_tenant
+UPDATE run_keys SET key_version = NULL, wrapped = NULL, forgotten_at = :at
+WHERE tenant = :tenant AND forgotten_at IS NULL;
+
+-- name: run_keys_stale
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.tenant = :tenant AND r.key_version < :newest ORDER BY r.run_id LIMIT :limit;
+
+-- name: run_key_rewrap
+UPDATE run_keys SET key_version = :new_version, wrapped = :wrapped
+WHERE run_id = :run_id AND key_version = :old_version;
+
+-- name: run_key_counts
+SELECT key_version, COUNT(*) FROM run_keys WHERE tenant = :tenant GROUP BY key_version ORDER BY key_version;
+
+-- name: run_keys_forgotten_count
+SELECT COUNT(*) FROM run_keys WHERE tenant = :tenant AND forgotten_at IS NOT NULL;
+
+-- name: run_keys_get_many
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r LEFT JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.run_id IN (SELECT value FROM json_each(:run_ids));

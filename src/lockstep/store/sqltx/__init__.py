@@ -13,6 +13,7 @@
     principals.py     PrincipalsTx: users, sessions, login counters
     audit.py          AuditTx
     retention.py      RetentionTx: legal holds, tombstones, the purge's reads and deletes
+    keys.py           KeysTx: tenant data keys and run keys (wrapped)
     metrics.py        MetricsTx
 
 A backend (`sqlite/adapter.py`, `postgres/adapter.py`) subclasses SqlTx with its connection, its own
@@ -25,6 +26,7 @@ from .approvals import SqlApprovalsTx
 from .audit import SqlAuditTx
 from .base import GENESIS, ms_of
 from .definitions import SqlDefinitionsTx
+from .keys import SqlKeysTx
 from .metrics import SqlMetricsTx
 from .notifications import SqlNotificationsTx
 from .principals import SqlPrincipalsTx
@@ -49,6 +51,7 @@ class SqlTx(
     SqlAuditTx,
     SqlMetricsTx,
     SqlRetentionTx,
+    SqlKeysTx,
 ):
     """Operations inside one transaction, shared by the SQL backends: every protocol of the port's Tx.
     (SqlRunsTx already builds on work, scheduler, approvals and notifications: an append writes their

@@ -8,6 +8,7 @@ from typing import Any
 
 from ...core.canonical import compact_json, parse_json
 from ...core.effects import CloseTask, CreateTask, DeadLetterTask, LeaseTask
+from ...core.sealed import maybe_sealed
 from ...core.state import RunState
 from ..port import DeadTaskRow, TaskRow
 from .base import SqlBase, ms_of
@@ -37,6 +38,7 @@ class SqlWorkTx(SqlBase):
             r[16],
             r[17],
             r[18],
+            maybe_sealed(r[8]),
         )
 
     def task(self, task_id: str) -> TaskRow | None:
