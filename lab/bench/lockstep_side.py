@@ -12,10 +12,7 @@ from typing import Any
 import psycopg
 
 from lockstep import Engine, Registry, activity
-from lockstep.app import kernel
 from lockstep.app.keys import LocalKeyProvider
-from lockstep.core.definition import Definition
-from lockstep.core.events import EventData
 
 from .common import durability, summarize_latencies
 
@@ -43,15 +40,11 @@ SEALED_DEFINITION: dict[str, Any] = {
             "id": f"s{i}",
             "activity": "bench.echo",
             "input": {"n": "${input.n}", "card": "${input.card}"},
+            "output_sensitive": ["/card"],
             "timeout": "30s",
         }
         for i in range(1, STEPS + 1)
     ],
-}
-SEALED_FIELDS = {
-    "RunStarted": ("/input/card",),
-    "ActivityScheduled": ("/input/card",),
-    "ActivitySucceeded": ("/output/card",),
 }
 FAILED = ("failed", "cancelled", "needs_attention")
 
@@ -62,14 +55,6 @@ def _noop(payload: dict[str, Any]) -> dict[str, Any]:
 
 def _echo(payload: dict[str, Any]) -> dict[str, Any]:
     return {"n": payload.get("n"), "card": payload.get("card")}
-
-
-def _classify(definition: Definition) -> Callable[[EventData], tuple[str, ...]] | None:
-    """MERGE(i16-classify): stands in for core/sensitive.py until it is merged (then delete this, the
-    hook set in run_lockstep, and add `output_sensitive: [/card]` to SEALED_DEFINITION's steps)."""
-    if definition.name != SEALED_DEFINITION["name"]:
-        return None
-    return lambda data: SEALED_FIELDS.get(data.type, ())
 
 
 class _Observer:
@@ -175,7 +160,6 @@ def run_lockstep(
     registry = Registry()
     activity("bench.noop", registry=registry)(_noop)
     activity("bench.echo", registry=registry)(_echo)
-    kernel.classify = _classify
     engine = Engine.open(url, keys=LocalKeyProvider(os.urandom(32)))
     obs = _Observer(url)
     worker = engine.worker(registry, concurrency=concurrency, poll_interval=timedelta(milliseconds=poll_ms))

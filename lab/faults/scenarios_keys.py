@@ -4,23 +4,18 @@ of a re-wrap batch (written, not committed). Every run must finish with its own 
 must have been given the clear value, every run key must end on the newest version and the older
 versions must be gone.
 
-MERGE(i16-classify): until core/sensitive.py is merged, the driver process (which starts the runs, and
-so seals their inputs and first activity inputs) takes its sensitivity from the sealing tests' double,
-installed by `_classify`; the worker processes seal nothing new but open and re-fold what is sealed. At
-the merge `_classify` goes: the definition declares `amount` sensitive itself (`x-lockstep-sensitive`).
+The definition declares `amount` sensitive (`x-lockstep-sensitive`), so every process of the fleet seals
+it (driver, workers, schedulers).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
-from lockstep.app import kernel
 from lockstep.app.keys import KEY_FILE_ENV, create_key_file
 from lockstep.app.principals import Principal
-from lockstep.core.definition import Definition
-from lockstep.core.events import ActivitySucceeded, EventData
+from lockstep.core.events import ActivitySucceeded
 from lockstep.engine import Engine
 
 from ..fleet import wait_until
@@ -28,13 +23,6 @@ from .base import Ctx, Supervisor, pay_definition, settle_time
 from .checker import Verdict
 
 __all__ = ["rotate_under_load"]
-
-SEALED = {"RunStarted": ("/input/amount",), "ActivityScheduled": ("/input/amount",)}
-
-
-def _classify(definition: Definition) -> Callable[[EventData], tuple[str, ...]] | None:
-    """MERGE(i16-classify): the stand-in for the real classification (see the module's docstring)."""
-    return (lambda data: SEALED.get(data.type, ())) if definition.name == "pay" else None
 
 
 def _definition() -> dict[str, Any]:
@@ -61,12 +49,10 @@ def rotate_under_load(ctx: Ctx) -> tuple[Verdict, float | None]:
     key = f.dir / "lockstep.key"
     create_key_file(key)
     f.env[KEY_FILE_ENV] = str(key)  # every worker, scheduler and CLI of the fleet has the key
-    kernel.classify = _classify
     engine = Engine.open(f.db_url, keys=key)
     try:
         return _drive(ctx, engine)
     finally:
-        kernel.classify = None
         engine.close()
 
 

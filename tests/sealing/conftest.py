@@ -22,13 +22,11 @@ from sealkit import (  # tests/sealing: on sys.path
     PLAIN,
     TENANT,
     charge,
-    classification_double,
     confirm,
     receipt,
 )
 
 from lockstep.api.app import create_app
-from lockstep.app import kernel as kernel_module
 from lockstep.app.keys import create_key_file
 from lockstep.app.principals import Principal
 from lockstep.engine import Engine
@@ -42,13 +40,6 @@ USERS: list[tuple[str, list[str]]] = [
     ("auditor", ["viewer"]),
     ("admin", ["admin"]),
 ]
-
-
-@pytest.fixture(autouse=True)
-def classification(monkeypatch: pytest.MonkeyPatch) -> None:
-    """MERGE(i16-classify): the one place these tests get sensitivity from until core/sensitive.py is
-    merged (then: delete this fixture's body, and the hook it sets)."""
-    monkeypatch.setattr(kernel_module, "classify", classification_double)
 
 
 @pytest.fixture(autouse=True)

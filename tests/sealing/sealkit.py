@@ -1,12 +1,8 @@
 """What the sealing tests share: distinctive sensitive values, a definition that carries them through
 every kind of field (run input, activity input and output, approval details, an activity's error
-message), the classification standing in for core/sensitive.py, raw scans of what is stored.
-
-MERGE(i16-classify): `SEALED_FIELDS` and `classification_double` stand in for the classification slice
-(core/sensitive.py). At the merge: delete both, delete the `classify` hook in app/kernel.py, and make
-the `classification` fixture (conftest.py) a no-op; PAY then declares its sensitive fields itself (the
-`x-lockstep-sensitive` annotation is already there; add `output_sensitive: [/token]` to `charge`), and
-every test here must pass unchanged: they check what is stored and shown, never how it was classified.
+message), raw scans of what is stored. PAY declares its sensitive fields itself (`x-lockstep-sensitive`
+on the card, `output_sensitive` on the charge); the tests check what is stored and shown, never how it
+was classified (tests/core/test_sensitive_*.py do that).
 """
 
 from __future__ import annotations
@@ -15,12 +11,9 @@ import os
 import shutil
 import sqlite3
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lockstep.core.definition import Definition
-from lockstep.core.events import EventData
 from lockstep.testing import find_pg_bin
 
 TENANT = "acme"
@@ -44,6 +37,7 @@ PAY: dict[str, Any] = {
             "id": "charge",
             "activity": "card.charge",
             "input": {"card": "${input.card}", "ref": "${input.ref}"},
+            "output_sensitive": ["/token"],
             "timeout": "10s",
         },
         {
@@ -96,28 +90,6 @@ PAY_AUTO: dict[str, Any] = {
     ],
     "output": {"token": "${steps.confirm.output.token}", "ref": "${input.ref}"},
 }
-
-# Which pointers of each event's data the classification marks sensitive for PAY: the input field, its
-# copies in activity inputs, the charge's output, the approval details that render the card, and an
-# activity's error message with the copies the engine makes of it.
-SEALED_FIELDS: dict[str, tuple[str, ...]] = {
-    "RunStarted": ("/input/card",),
-    "ActivityScheduled": ("/input/card", "/input/token"),
-    "ActivitySucceeded": ("/output/token",),
-    "ApprovalRequested": ("/details",),
-    "ActivityFailed": ("/error/message",),
-    "StepFailed": ("/error/message",),
-    "RunFailed": ("/error/message",),
-    "CompensationStarted": ("/error/message",),
-    "RunCompleted": ("/output/token",),
-}
-
-
-def classification_double(definition: Definition) -> Callable[[EventData], tuple[str, ...]] | None:
-    """MERGE(i16-classify): stands in for `definition.sensitivity.any` and `sensitive_pointers`."""
-    if not definition.name.startswith("pay"):
-        return None
-    return lambda data: SEALED_FIELDS.get(data.type, ())
 
 
 # The inputs the activities received (this process's workers), to check they were given clear values.

@@ -23,7 +23,6 @@ from lockstep.errors import Refused
 from lockstep.runtime.notify import Notifier
 
 HIDDEN = redaction(SENSITIVE)
-CLI = Path(__file__).parent / "classified_cli.py"
 
 
 def _clear_of_secrets(text: str) -> None:
@@ -128,7 +127,7 @@ def _cli(
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
     env["USER"] = user
-    argv = [sys.executable, str(CLI), "--db", world.url, "--tenant", TENANT]
+    argv = [sys.executable, "-m", "lockstep", "--db", world.url, "--tenant", TENANT]
     if key:
         argv += ["--key-file", str(world.key_file)]
     done = subprocess.run([*argv, *args], env=env, capture_output=True, text=True, timeout=120, check=False)

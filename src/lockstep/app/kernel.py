@@ -23,11 +23,12 @@ from ..core.commands import Command, Rejected, ReportFailure, ReportSuccess
 from ..core.decide import decide
 from ..core.definition import Definition, Limits, parse_definition
 from ..core.effects import effects_of
-from ..core.events import Event, EventData
+from ..core.events import Event
 from ..core.evolve import evolve
 from ..core.exprcheck import STORED_EXPR_LIMITS
 from ..core.limits import DEFAULT_SERVER_LIMITS, SERVER_LIMITS, ServerLimits, Settings
 from ..core.sealed import SEALED, contains_marker, label_of, maybe_sealed, pointer_get, pointer_set
+from ..core.sensitive import batch_pointers
 from ..core.shape import Shape
 from ..core.state import RunState
 from ..errors import Conflict, Gone, InvalidInput, LockstepError, NotFound, Refused, Unavailable
@@ -36,7 +37,7 @@ from ..store.port import ApplyTx, BatchTx, DefinitionsTx, RunsTx, SealTx, Tenant
 from . import failpoints
 from .quotas import check_value
 
-__all__ = ["STORED", "Classifier", "Kernel", "Listener", "epoch_ms", "lock_run", "refuse_reserved", "utcnow"]
+__all__ = ["STORED", "Kernel", "Listener", "epoch_ms", "lock_run", "refuse_reserved", "utcnow"]
 
 log = logging.getLogger("lockstep.app.kernel")
 T = TypeVar("T")
@@ -45,14 +46,6 @@ P = ParamSpec("P")
 
 # Called with (state after, events) for every committed command (metrics, logs, waking workers).
 Listener = Callable[[RunState, list[Event]], None]
-
-# Which pointers of one event's data hold sensitive values, for a definition that declares any (None:
-# it declares nothing sensitive). MERGE(i16-classify): this hook stands in for core/sensitive.py until
-# the classification slice is merged; `Kernel._sealed` is the one place that calls it, and there
-# `definition.sensitivity.any` and `sensitive_pointers(e.data, definition)` replace it (then delete
-# the hook, `classify` and the tests' doubles).
-Classifier = Callable[[Definition], Callable[[EventData], tuple[str, ...]] | None]
-classify: Classifier | None = None
 
 # Stored versions were valid when published; limits changed since must not make them unrunnable.
 STORED = Limits(
@@ -264,7 +257,10 @@ class Kernel:
             for e in more:
                 after = evolve(after, e)
             events = [*events, *more]
-        sealed = self._sealed(tx, loaded, after, events, definition)
+        target = getattr(command, "target", None)  # a migration decides under the version it moves to
+        sealed = self._sealed(
+            tx, loaded, after, events, definition, target if isinstance(target, Definition) else None
+        )
         stored, written = sealed if sealed is not None else (after, events)
         tx.append(
             loaded,
@@ -289,20 +285,21 @@ class Kernel:
         after: RunState,
         events: list[Event],
         definition: Definition,
+        target: Definition | None = None,
     ) -> tuple[RunState, list[Event]] | None:
         """The stored form of a transition (its snapshot and events) when its definition declares
         sensitive fields or the run holds sealed values already; None (the clear form is the stored
         one, at no cost) otherwise. Each sensitive value becomes a marker under the run's key; the
         stored snapshot is the fold of the stored events over the stored snapshot before."""
-        hook = classify  # MERGE(i16-classify): `if not definition.sensitivity.any` (see `classify`)
-        pointers_of = hook(definition) if hook is not None else None
+        classified = definition.sensitivity.any or (target is not None and target.sensitivity.any)
         was_sealed = loaded is not None and loaded.sealed
-        if pointers_of is None and not was_sealed:
+        if not classified and not was_sealed:
             return None
         found: list[tuple[int, str, str, Any]] = []  # (event index, pointer, label, clear value)
         datas: dict[int, dict[str, Any]] = {}
-        for i, e in enumerate(events if pointers_of is not None else ()):
-            for pointer in pointers_of(e.data) if pointers_of else ():  # MERGE: sensitive_pointers(...)
+        pointers = batch_pointers([e.data for e in events], definition, target) if classified else []
+        for i, e in enumerate(events if classified else ()):
+            for pointer in pointers[i]:
                 data = datas.setdefault(i, e.data_json())
                 present, value = pointer_get(data, pointer)
                 if present:
