@@ -87,3 +87,18 @@ def test_shredding_a_tenant_refuses_while_runs_are_unfinished_then_destroys_ever
     assert world.service.reveal.run(world.principal("auditor"), fresh, channel="test").input["card"] == (
         "4111-AFTER-0001"
     )
+
+
+def test_purging_a_sealed_run_deletes_its_key_with_its_rows(world: World) -> None:
+    """A purged run's data key goes with its events (retention's RUN_ROWS): no key of a purged run is
+    left to open a copy of its values, and the other runs keep theirs."""
+    run_id = world.through(CARD, CLEAR_REF)
+    other = world.through(CARD, "REF-OTHER")
+    with world.service.read() as tx:
+        assert tx.run_key(run_id) is not None
+    world.service.retention.purge_run(TENANT, run_id, "erasure request", "admin")
+    with world.service.read() as tx:
+        assert tx.run_key(run_id) is None
+        assert tx.run_key(other) is not None
+        assert tx.tombstone(run_id) is not None
+    assert world.service.reveal.run(world.principal("auditor"), other, channel="test").input["card"] == CARD

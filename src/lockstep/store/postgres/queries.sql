@@ -521,6 +521,9 @@ DELETE FROM notifications WHERE id IN (
 DELETE FROM holds WHERE id IN (
     SELECT id FROM holds WHERE run_id = %(run_id)s AND released_at IS NOT NULL LIMIT %(limit)s);
 
+-- name: purge_run_keys
+DELETE FROM run_keys WHERE run_id = %(run_id)s;
+
 -- name: tombstones_with_rows
 SELECT t.run_id, t.state FROM tombstones t
 WHERE (CAST(%(tenant)s AS TEXT) IS NULL OR t.tenant = %(tenant)s)

@@ -450,12 +450,16 @@ DELETE FROM notifications WHERE rowid IN (SELECT rowid FROM notifications WHERE 
 DELETE FROM holds WHERE id IN (
     SELECT id FROM holds WHERE run_id = :run_id AND released_at IS NOT NULL LIMIT :limit);
 
+-- name: purge_run_keys
+DELETE FROM run_keys WHERE run_id = :run_id;
+
 -- name: tombstones_with_rows
 SELECT t.run_id, t.state FROM tombstones t
 WHERE (:tenant IS NULL OR t.tenant = :tenant)
   AND (EXISTS (SELECT 1 FROM runs r WHERE r.run_id = t.run_id)
        OR (t.state = 'purged' AND EXISTS (SELECT 1 FROM events e WHERE e.run_id = t.run_id)))
 ORDER BY t.run_id LIMIT :limit;
+
 -- name: tenant_keys_of
 SELECT tenant, version, wrapped, provider, created_at, retired_at FROM tenant_keys
 WHERE tenant = :tenant ORDER BY version;

@@ -14,7 +14,7 @@ __all__ = ["RUN_ROWS", "SqlRetentionTx"]
 
 # Every table whose rows are keyed by a run, besides `events` and `runs`, in the order its purge
 # deletes them (a row that is found through another goes first: decisions before their requests).
-# THE place to add a new table keyed by run (e.g. the `run_keys` of per-run encryption): a name here,
+# THE place to add a new table keyed by run: a name here,
 # a `purge_<name>` query in both queries.sql files, and its delete guard in the next migration.
 RUN_ROWS = (
     "tasks",
@@ -24,6 +24,7 @@ RUN_ROWS = (
     "approval_requests",
     "notifications",
     "holds",
+    "run_keys",  # the run's data key (app/keys): its sealed values go with it
 )
 
 
