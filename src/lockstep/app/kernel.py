@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Concatenate, Literal, ParamSpec, TypeVar
 
 import msgspec
 
-from ..core.canonical import compact_json
+from ..core.canonical import JSONObject, JSONValue, compact_json
 from ..core.commands import Command, Rejected, ReportFailure, ReportSuccess
 from ..core.decide import decide
 from ..core.definition import Definition, Limits, parse_definition
@@ -295,8 +295,8 @@ class Kernel:
         was_sealed = loaded is not None and loaded.sealed
         if not classified and not was_sealed:
             return None
-        found: list[tuple[int, str, str, Any]] = []  # (event index, pointer, label, clear value)
-        datas: dict[int, dict[str, Any]] = {}
+        found: list[tuple[int, str, str, JSONValue]] = []  # (event index, pointer, label, clear value)
+        datas: dict[int, JSONObject] = {}
         pointers = batch_pointers([e.data for e in events], definition, target) if classified else []
         for i, e in enumerate(events if classified else ()):
             for pointer in pointers[i]:
@@ -331,7 +331,7 @@ class Kernel:
             raise RuntimeError("decide produced events but no state")
         return stored, written
 
-    def opened(self, tx: SealTx, tenant: str, run_id: str, value: Any) -> Any:
+    def opened(self, tx: SealTx, tenant: str, run_id: str, value: JSONValue) -> JSONValue:
         """`value` (stored: e.g. a task's input) with the run's sealed values opened, for a hand-over to
         the activity that needs them in clear."""
         if self.sealer is None:
@@ -400,7 +400,7 @@ class Kernel:
         )
 
 
-def refuse_reserved(value: Any, what: str) -> None:
+def refuse_reserved(value: JSONValue, what: str) -> None:
     """InvalidInput for a value holding an object with the key `$sealed`: only sealed values may."""
     if isinstance(value, dict | list) and maybe_sealed(compact_json(value)) and contains_marker(value):
         raise InvalidInput(

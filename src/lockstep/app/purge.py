@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
+from ..core.limits import Settings
 from ..core.timeutil import format_duration, iso
 from ..errors import Unavailable
 from ..store import EventPartition, TombstoneRow, Tx
@@ -37,7 +37,7 @@ RETENTION = "retention"  # the tenant setting: seconds a finished run is kept af
 PURGED_BY = "retention"
 
 
-def retention_of(settings: dict[str, Any]) -> timedelta | None:
+def retention_of(settings: Settings) -> timedelta | None:
     """A tenant's retention (None: finished runs are kept forever)."""
     value = settings.get(RETENTION)
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:

@@ -10,8 +10,8 @@ release and purge is an audit row, written in the same transaction as the change
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
+from ..core.limits import Settings
 from ..core.state import TERMINAL
 from ..core.timeutil import format_duration, iso, parse_iso
 from ..errors import Conflict, InvalidInput, NotFound, Refused
@@ -174,7 +174,7 @@ class Retention:
                 out.append(self._tenant_status(tx, row.name, row.settings, now))
         return RetentionStatus(at=iso(now), tenants=out)
 
-    def _tenant_status(self, tx: Tx, name: str, settings: dict[str, Any], now: datetime) -> TenantRetention:
+    def _tenant_status(self, tx: Tx, name: str, settings: Settings, now: datetime) -> TenantRetention:
         keep = retention_of(settings)
         tenant_hold = tx.active_hold(name, None)
         due, next_due = 0, None

@@ -4,8 +4,7 @@ the audit log (who, which run, which fields: never a value). Everyone else sees 
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..core.canonical import JSONValue
 from ..core.sealed import READ_GRANT, map_markers, marker_parts
 from ..core.state import RunState
 from ..errors import Forbidden, LockstepError, NotFound
@@ -17,11 +16,11 @@ from .views import EventView, RunView
 __all__ = ["Reveal"]
 
 
-def _labels(value: Any) -> list[str]:
+def _labels(value: JSONValue) -> list[str]:
     """The labels (fields) of the markers in `value`, for the audit row."""
     found: list[str] = []
 
-    def seen(marker: dict[str, Any]) -> Any:
+    def seen(marker: dict[str, JSONValue]) -> JSONValue:
         try:
             parts = marker_parts(marker)
         except ValueError:
@@ -60,7 +59,7 @@ class Reveal:
         self._allowed(principal, run_id, channel, "events")
         labels: set[str] = set()
 
-        def opener(data: Any) -> Any:
+        def opener(data: JSONValue) -> JSONValue:
             found = _labels(data)
             if not found:
                 return data
@@ -95,5 +94,5 @@ class Reveal:
             self._audit(principal, run_id, "refused", channel=channel, what=what, code=exc.code)
             raise
 
-    def _audit(self, principal: Principal, run_id: str, outcome: str, **detail: Any) -> None:
+    def _audit(self, principal: Principal, run_id: str, outcome: str, **detail: JSONValue) -> None:
         self.principals.audit(principal.tenant, principal.name, "sensitive.read", run_id, outcome, **detail)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import Any
+
+from .canonical import JSONValue
 
 __all__ = [
     "PointerError",
@@ -76,7 +77,7 @@ def _index(segment: str, size: int) -> int | None:
     return i if i < size else None
 
 
-def _child(value: Any, segment: str) -> tuple[bool, Any]:
+def _child(value: JSONValue, segment: str) -> tuple[bool, JSONValue]:
     if isinstance(value, Mapping):
         return (True, value[segment]) if segment in value else (False, None)
     if isinstance(value, list):
@@ -85,7 +86,7 @@ def _child(value: Any, segment: str) -> tuple[bool, Any]:
     return False, None
 
 
-def get_at(value: Any, pointer: str) -> Any:
+def get_at(value: JSONValue, pointer: str) -> JSONValue:
     """The value at `pointer`; raise KeyError when nothing is there (PointerError when malformed)."""
     for segment in parse_pointer(pointer):
         found, value = _child(value, segment)
@@ -94,7 +95,7 @@ def get_at(value: Any, pointer: str) -> Any:
     return value
 
 
-def exists_at(value: Any, pointer: str) -> bool:
+def exists_at(value: JSONValue, pointer: str) -> bool:
     """Whether `pointer` names a place that holds a value (an explicit null counts)."""
     for segment in parse_pointer(pointer):
         found, value = _child(value, segment)
@@ -103,7 +104,9 @@ def exists_at(value: Any, pointer: str) -> bool:
     return True
 
 
-def _replaced(value: Any, segments: tuple[str, ...], make: Callable[[Any], Any]) -> Any:
+def _replaced(
+    value: JSONValue, segments: tuple[str, ...], make: Callable[[JSONValue], JSONValue]
+) -> JSONValue:
     if not segments:
         return make(value)
     head, rest = segments[0], segments[1:]
@@ -116,13 +119,15 @@ def _replaced(value: Any, segments: tuple[str, ...], make: Callable[[Any], Any])
     raise KeyError(format_pointer(segments))
 
 
-def replace_at(value: Any, pointer: str, new: Any) -> Any:
+def replace_at(value: JSONValue, pointer: str, new: JSONValue) -> JSONValue:
     """A copy of `value` with the value at `pointer` replaced by `new` (KeyError when nothing is there);
     `value` itself is not changed, and what is not on the path is shared, not copied."""
     return _replaced(value, parse_pointer(pointer), lambda _old: new)
 
 
-def replace_many(value: Any, pointers: Iterable[str], make: Callable[[str, Any], Any]) -> Any:
+def replace_many(
+    value: JSONValue, pointers: Iterable[str], make: Callable[[str, JSONValue], JSONValue]
+) -> JSONValue:
     """`value` with the value at each pointer replaced by make(pointer, old value), in order; a pointer
     that names nothing is skipped. Give pointers none of which is inside another (see `minimal`)."""
     for p in pointers:

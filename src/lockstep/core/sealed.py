@@ -21,7 +21,8 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable
-from typing import Any
+
+from .canonical import JSONValue
 
 __all__ = [
     "FORGOTTEN",
@@ -73,7 +74,7 @@ def make_marker(label: str, payload: bytes) -> dict[str, str]:
     return {SEALED: f"{VERSION}.{label}.{text}"}
 
 
-def marker_parts(value: Any) -> tuple[str, bytes] | None:
+def marker_parts(value: JSONValue) -> tuple[str, bytes] | None:
     """(label, payload) of a marker; None for any other value. A `$sealed` object that is not a
     well-formed marker raises ValueError: it cannot be opened, and must not pass for a clear value."""
     if type(value) is not dict or SEALED not in value:
@@ -90,13 +91,13 @@ def marker_parts(value: Any) -> tuple[str, bytes] | None:
     return parts[1], payload
 
 
-def map_markers(value: Any, fn: Callable[[dict[str, Any]], Any]) -> Any:
+def map_markers(value: JSONValue, fn: Callable[[dict[str, JSONValue]], JSONValue]) -> JSONValue:
     """`value` with every marker replaced by `fn(marker)`; containers without one are returned as they
     are (shared, not copied), so a value with no marker costs one walk and no allocation."""
     if type(value) is dict:
         if SEALED in value:
             return fn(value)
-        out: dict[str, Any] | None = None
+        out: dict[str, JSONValue] | None = None
         for k, v in value.items():
             if type(v) is dict or type(v) is list:
                 nv = map_markers(v, fn)
@@ -106,7 +107,7 @@ def map_markers(value: Any, fn: Callable[[dict[str, Any]], Any]) -> Any:
                     out[k] = nv
         return value if out is None else out
     if type(value) is list:
-        items: list[Any] | None = None
+        items: list[JSONValue] | None = None
         for i, v in enumerate(value):
             if type(v) is dict or type(v) is list:
                 nv = map_markers(v, fn)
@@ -118,10 +119,10 @@ def map_markers(value: Any, fn: Callable[[dict[str, Any]], Any]) -> Any:
     return value
 
 
-def contains_marker(value: Any) -> bool:
+def contains_marker(value: JSONValue) -> bool:
     found = False
 
-    def seen(m: dict[str, Any]) -> Any:
+    def seen(m: dict[str, JSONValue]) -> JSONValue:
         nonlocal found
         found = True
         return m
@@ -135,14 +136,14 @@ def redaction(kind: str = SENSITIVE) -> dict[str, str]:
     return {REDACTED: kind, "readable_by": READ_GRANT}
 
 
-def text_of(value: Any) -> str:
+def text_of(value: JSONValue) -> str:
     """A value as a sentence shows it: a redaction marker as `[sensitive]` (or `[forgotten]`)."""
     if type(value) is dict and REDACTED in value:
         return f"[{value[REDACTED]}]"
     return str(value)
 
 
-def redact(value: Any, kind: str = SENSITIVE) -> Any:
+def redact(value: JSONValue, kind: str = SENSITIVE) -> JSONValue:
     """`value` with every marker replaced by the redaction marker of `kind`."""
     shown = redaction(kind)
     return map_markers(value, lambda _m: dict(shown))
@@ -154,7 +155,7 @@ def _tokens(pointer: str) -> list[str]:
     return [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
 
 
-def _child(doc: Any, step: str) -> tuple[bool, Any]:
+def _child(doc: JSONValue, step: str) -> tuple[bool, JSONValue]:
     if type(doc) is dict:
         return (step in doc, doc.get(step))
     if type(doc) is list and step.isdigit() and (len(step) == 1 or not step.startswith("0")):
@@ -163,7 +164,7 @@ def _child(doc: Any, step: str) -> tuple[bool, Any]:
     return False, None
 
 
-def pointer_get(doc: Any, pointer: str) -> tuple[bool, Any]:
+def pointer_get(doc: JSONValue, pointer: str) -> tuple[bool, JSONValue]:
     """(found, value) at an RFC 6901 pointer ("/a/0/b") inside `doc`."""
     for token in _tokens(pointer):
         found, doc = _child(doc, token)
@@ -172,12 +173,12 @@ def pointer_get(doc: Any, pointer: str) -> tuple[bool, Any]:
     return True, doc
 
 
-def pointer_set(doc: Any, pointer: str, value: Any) -> Any:
+def pointer_set(doc: JSONValue, pointer: str, value: JSONValue) -> JSONValue:
     """A copy of `doc` with `value` at `pointer` (which must exist): only the containers on the path are
     copied; everything else is shared."""
     tokens = _tokens(pointer)
 
-    def put(node: Any, i: int) -> Any:
+    def put(node: JSONValue, i: int) -> JSONValue:
         token = tokens[i]
         found, child = _child(node, token)
         if not found:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .canonical import JSONValue
 from .events import (
     ActivityFailed,
     ActivityScheduled,
@@ -200,7 +201,7 @@ def batch_pointers(
 _UNKNOWN = "?"  # no step id: a step of this version can never be called that
 
 
-def _under(base: str, value: Any, pointers: Pointers) -> list[str]:
+def _under(base: str, value: JSONValue, pointers: Pointers) -> list[str]:
     """`pointers` (relative to `value`, which the event holds at `base`) that name a value there."""
     out = []
     for p in pointers:

@@ -27,12 +27,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ...core.canonical import compact_json, parse_json
+from ...core.canonical import JSONObject, JSONValue, compact_json, parse_json
 from ...core.sealed import FORGOTTEN, VERSION, make_marker, map_markers, marker_parts, redaction
 from ...core.timeutil import iso
 from ...errors import Refused
@@ -145,7 +145,13 @@ class KeyRing:
 
     # --- the store's Sealer --------------------------------------------------------------------
     def seal(
-        self, tx: SealTx, tenant: str, run_id: str, values: Sequence[tuple[str, Any]], *, new: bool = False
+        self,
+        tx: SealTx,
+        tenant: str,
+        run_id: str,
+        values: Sequence[tuple[str, JSONValue]],
+        *,
+        new: bool = False,
     ) -> list[dict[str, str]]:
         aes = self._new_run_key(tx, tenant, run_id) if new else self._cipher(tx, tenant, run_id, create=True)
         if aes is None:
@@ -160,13 +166,13 @@ class KeyRing:
             )
         return out
 
-    def open(self, tx: SealTx, tenant: str, run_id: str, value: Any) -> Any:
+    def open(self, tx: SealTx, tenant: str, run_id: str, value: JSONValue) -> JSONValue:
         row = tx.run_key(run_id)
         if row is not None and row.wrapped is None:
             return map_markers(value, lambda _m: redaction(FORGOTTEN))
         aes = self._stored_cipher(row, tenant) if row is not None else None
 
-        def one(marker: dict[str, Any]) -> Any:
+        def one(marker: JSONObject) -> JSONValue:
             try:
                 parts = marker_parts(marker)
             except ValueError as exc:

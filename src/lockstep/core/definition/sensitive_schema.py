@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator, Mapping
-from typing import Any
 from urllib.parse import unquote
 
+from ..canonical import JSONValue
 from ..pointer import PointerError, format_pointer, get_at, parse_pointer
 
 __all__ = ["ANNOTATION", "annotated", "check_pointer", "mentions"]
@@ -29,7 +29,7 @@ _MEMBER, _SAME, _ANY, _NONE = "member", "same", "any", "none"
 _SCALARS = ("string", "number", "integer", "boolean", "null")
 
 
-def _children(node: Mapping[str, Any]) -> Iterator[tuple[str, Any, str, str]]:
+def _children(node: Mapping[str, JSONValue]) -> Iterator[tuple[str, JSONValue, str, str]]:
     """(path suffix, subschema, how its place relates to the node's, member name) of every subschema."""
     for kw, how in (("properties", _MEMBER), ("patternProperties", _ANY), ("dependentSchemas", _SAME)):
         sub = node.get(kw)
@@ -66,7 +66,7 @@ def _children(node: Mapping[str, Any]) -> Iterator[tuple[str, Any, str, str]]:
             yield f".{kw}", sub, how, ""
 
 
-def _ref(root: Mapping[str, Any], node: Mapping[str, Any]) -> tuple[str, Any] | None:
+def _ref(root: Mapping[str, JSONValue], node: Mapping[str, JSONValue]) -> tuple[str, JSONValue] | None:
     """The local target of the node's $ref, with its path in the document (None: none, or not local)."""
     ref = node.get("$ref")
     if not isinstance(ref, str) or not ref.startswith("#") or (len(ref) > 1 and ref[1] != "/"):
@@ -94,14 +94,14 @@ def mentions(schema: object) -> bool:
     return False
 
 
-def annotated(schema: Mapping[str, Any]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def annotated(schema: Mapping[str, JSONValue]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """The places the annotations mark, as (pointer, where the annotation is), and the problems found."""
     marked: list[tuple[str, str]] = []
     problems: list[tuple[str, str]] = []
     seen: set[int] = set()
     visits = 0
     # (node, its path in the document, the place in the input, marks its container, $refs followed)
-    stack: list[tuple[Any, str, tuple[str, ...], bool, frozenset[str]]] = [
+    stack: list[tuple[JSONValue, str, tuple[str, ...], bool, frozenset[str]]] = [
         (schema, "input_schema", (), False, frozenset())
     ]
     while stack:
@@ -141,10 +141,10 @@ def annotated(schema: Mapping[str, Any]) -> tuple[list[tuple[str, str]], list[tu
     return marked, problems
 
 
-def _unreached(schema: Mapping[str, Any], seen: set[int]) -> list[tuple[str, str]]:
+def _unreached(schema: Mapping[str, JSONValue], seen: set[int]) -> list[tuple[str, str]]:
     """Annotations the walk did not reach: they would mark nothing, which an author never means."""
     out = []
-    stack: list[tuple[Any, str]] = [(schema, "input_schema")]
+    stack: list[tuple[JSONValue, str]] = [(schema, "input_schema")]
     while stack:
         node, path = stack.pop()
         if not isinstance(node, Mapping):
@@ -161,7 +161,9 @@ def _unreached(schema: Mapping[str, Any], seen: set[int]) -> list[tuple[str, str
     return sorted(out)
 
 
-def _alternatives(root: Mapping[str, Any], nodes: list[Any], budget: list[int]) -> list[Any]:
+def _alternatives(
+    root: Mapping[str, JSONValue], nodes: list[JSONValue], budget: list[int]
+) -> list[JSONValue]:
     """The nodes and every subschema that describes the same place (allOf..., local $refs)."""
     out, stack, refs = [], list(nodes), set()
     while stack and budget[0] > 0:
@@ -178,13 +180,13 @@ def _alternatives(root: Mapping[str, Any], nodes: list[Any], budget: list[int]) 
     return out
 
 
-def check_pointer(schema: Mapping[str, Any], pointer: str) -> str | None:
+def check_pointer(schema: Mapping[str, JSONValue], pointer: str) -> str | None:
     """Why `pointer` names a place the schema does not have (None: it has it, or does not say)."""
     segments = parse_pointer(pointer)
-    frontier: list[Any] = [schema]
+    frontier: list[JSONValue] = [schema]
     budget = [MAX_VISITS]
     for depth, seg in enumerate(segments):
-        nxt: list[Any] = []
+        nxt: list[JSONValue] = []
         names: set[str] = set()
         arrays = open_ = False
         scalar = ""

@@ -17,8 +17,8 @@ wait's `until` (the time the scheduler fires). A choice condition stores nothing
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from ..canonical import JSONValue
 from ..expr import Expr, Template
 from ..exprreads import reads
 from ..pointer import PointerError, format_pointer, minimal, parse_pointer
@@ -70,8 +70,8 @@ def pointer_list(c: Checker, path: str, raw: object, lim: Limits) -> tuple[str, 
 
 def classify(
     c: Checker,
-    document: Mapping[str, Any],
-    schema: Mapping[str, Any] | None,
+    document: Mapping[str, JSONValue],
+    schema: Mapping[str, JSONValue] | None,
     steps: list[Step],
     output: Template | None,
     lim: Limits,
