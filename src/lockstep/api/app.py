@@ -9,7 +9,7 @@ from fastapi import FastAPI, Response
 from .. import __version__
 from ..app.observability import Metrics
 from ..app.service import Service
-from . import approvals, html, limits, metrics, pages, problems, repair, routes, tasks
+from . import approvals, audit, html, limits, metrics, pages, problems, repair, routes, tasks
 
 __all__ = ["create_app"]
 
@@ -45,6 +45,7 @@ def create_app(
     app.include_router(tasks.router)
     app.include_router(approvals.router)
     app.include_router(repair.router)
+    app.include_router(audit.router)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, Any]:

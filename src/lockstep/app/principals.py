@@ -62,7 +62,7 @@ TENANT_SETTINGS: dict[str, str] = {
 }
 # Permissions by role. `approver` and `worker` see no runs: they act only through their own endpoints.
 PERMISSIONS: dict[str, frozenset[str]] = {
-    "admin": frozenset({"read", "start", "cancel", "publish", "operate"}),
+    "admin": frozenset({"read", "start", "cancel", "publish", "operate", "audit"}),
     "operator": frozenset({"read", "start", "cancel", "operate"}),
     "viewer": frozenset({"read"}),
     "approver": frozenset({"approve"}),

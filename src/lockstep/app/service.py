@@ -9,6 +9,7 @@ Each call is the feature service's own bound method, so its signature and docstr
     sweeps.py       timers, lease expiry, dead letters, scheduler partitions
     principals.py   tenants, users, keys, sessions   approvals.py  links, decisions, inboxes
     repair.py       operator repair, migrations      quotas.py   tenant limits (values, starts)
+    audit.py        the audit log: record, read, export, verify its hash chains
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..core.definition import Limits
 from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from ..store import Store
 from .approvals import Approvals
+from .audit import Audit
 from .definitions import Definitions
 from .kernel import Kernel, utcnow
 from .principals import Principals
@@ -55,6 +57,7 @@ class Service:
         self.principals = Principals(kernel)
         self.approvals = Approvals(kernel, runs, self.principals)
         self.repairs = Repairs(kernel, runs)
+        self.audit = Audit(kernel)
 
         # The kernel: what runtime/ and the tests reach below the feature calls.
         self.store = kernel.store
@@ -87,6 +90,7 @@ class Service:
         self.runs = runs.runs
         self.dead_letters = runs.dead_letters
         self.verify = runs.verify
+        self.verify_audit = self.audit.verify
 
         # Workers: leases and results.
         self.local_workers = work.local_workers

@@ -4,6 +4,7 @@ the adapter for a URL. Only this package speaks SQL."""
 from .open import open_store, upgrade_store
 from .port import (
     ApprovalsTx,
+    AuditFilter,
     AuditTx,
     ConcurrencyError,
     DefinitionRow,
@@ -31,6 +32,7 @@ from .port import (
 
 __all__ = [
     "ApprovalsTx",
+    "AuditFilter",
     "AuditTx",
     "ConcurrencyError",
     "DefinitionRow",

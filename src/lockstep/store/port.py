@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..core.auditchain import AuditHead, StoredAudit
 from ..core.effects import Effect
 from ..core.events import Event
 from ..core.state import RunState
@@ -35,6 +36,7 @@ from ..core.throttle import LoginCounter
 
 __all__ = [
     "ApprovalsTx",
+    "AuditFilter",
     "AuditTx",
     "ConcurrencyError",
     "DefinitionRow",
@@ -318,6 +320,20 @@ class PrincipalsTx(Protocol):
 
 
 # --- audit and metrics -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AuditFilter:
+    """What a reader of the audit log asks for; None means any. `action_prefix` matches every action
+    that starts with it; `since` (inclusive) and `until` (exclusive) are timestamps as core.timeutil.iso
+    writes them."""
+
+    actor: str | None = None
+    action: str | None = None
+    action_prefix: str | None = None
+    outcome: str | None = None
+    since: str | None = None
+    until: str | None = None
+
+
 class AuditTx(Protocol):
     def audit(
         self,
@@ -330,6 +346,26 @@ class AuditTx(Protocol):
         detail: dict[str, Any],
     ) -> None: ...
     def audit_log(self, tenant: str, limit: int) -> list[dict[str, Any]]: ...
+    def audit_page(
+        self, tenant: str | None, where: AuditFilter, before: int | None, limit: int
+    ) -> list[StoredAudit]:
+        """Up to `limit` rows of `tenant` (None: the rows without a tenant) matching `where`, newest
+        first, with ids below `before` (None: from the newest)."""
+        ...
+
+    def audit_snapshot(self) -> None:
+        """Make every later read of this (read) transaction see one snapshot; call it first."""
+        ...
+
+    def audit_heads(self) -> list[AuditHead]: ...
+    def audit_head(self, chain: str) -> AuditHead | None: ...
+    def audit_chains_with_rows(self) -> list[str]:
+        """The chains that have rows (core.auditchain.chain_of of their tenants), whatever the heads say."""
+        ...
+
+    def audit_chain_rows(self, chain: str, after: int, limit: int) -> list[StoredAudit]:
+        """Up to `limit` rows of `chain` with ids above `after`, in id order."""
+        ...
 
 
 class MetricsTx(Protocol):

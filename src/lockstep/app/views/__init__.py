@@ -12,6 +12,7 @@ from .approvals import (
     Reassigned,
     RevokedLink,
 )
+from .audit import AuditChainCheck, AuditEntry, AuditPage, AuditProblem, AuditValue, AuditVerifyResult
 from .base import Marker, Recorded, TenantJson, View, plain
 from .operate import (
     BulkMigration,
@@ -51,6 +52,12 @@ from .runs import (
 
 __all__ = [
     "ApprovalPage",
+    "AuditChainCheck",
+    "AuditEntry",
+    "AuditPage",
+    "AuditProblem",
+    "AuditValue",
+    "AuditVerifyResult",
     "BulkMigration",
     "CancelResult",
     "DeadLetter",
