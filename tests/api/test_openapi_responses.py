@@ -88,7 +88,8 @@ def _responses() -> list[tuple[str, dict[str, Any]]]:
                 if path.startswith("/v1") and code.startswith("2"):
                     for media, body in response["content"].items():
                         label = f"{method.upper()} {path} {code}"
-                        out.append((label if media == "application/json" else f"{label} {media}", body["schema"]))
+                        label += "" if media == "application/json" else f" {media}"
+                        out.append((label, body["schema"]))
     return out
 
 
