@@ -19,7 +19,7 @@ from ..app import failpoints
 from ..core.limits import LimitSettingError, ServerLimits, parse_limit_settings
 from ..engine import DEFAULT_DB
 from ..errors import InvalidInput, LockstepError
-from . import admin, approvals, definitions, principals, processes, repair, runs
+from . import admin, approvals, audit, definitions, principals, processes, repair, runs
 from .context import Ctx
 from .render import err, fail
 
@@ -78,7 +78,7 @@ def cli(ctx: click.Context, db: str, tenant: str, limit_settings: tuple[str, ...
     ctx.call_on_close(ctx.obj.close)
 
 
-for _group in (definitions, runs, repair, approvals, principals, processes, admin):
+for _group in (definitions, runs, repair, approvals, principals, processes, admin, audit):
     for _command in _group.COMMANDS:
         cli.add_command(_command)
 
