@@ -22,6 +22,7 @@ from ..core.state import RunState
 from ..core.timeutil import iso, parse_iso
 from ..errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound, Refused
 from ..store import LoadedRun, Tx
+from .audit import Audit
 from .kernel import Kernel
 from .principals import Principal, Principals
 from .runs import Runs
@@ -58,6 +59,7 @@ class Approvals:
         self.runs = runs
         self.principals = principals
         self.base_url = base_url.rstrip("/")
+        self.audit = Audit(kernel)  # links minted and revoked, approvers replaced
 
     def linking_to(self, base_url: str) -> Approvals:
         """The same approvals, minting links under `base_url` (the server's public address)."""
@@ -120,6 +122,8 @@ class Approvals:
                 },
                 _sha(token),
             )
+            detail = {"run_id": run_id, "step": step, "approver": approver, "expires_at": iso(expires)}
+            self.audit.record(tenant, by, "approval.link_mint", link_id, "ok", tx=tx, **detail)
         return MintedLink(
             url=f"{self.base_url}/approve/{token}",
             token=token,
@@ -149,6 +153,7 @@ class Approvals:
                 self.kernel.apply(tx, loaded, cmd, self.kernel.clock(), d)
             except Rejected:
                 tx.revoke_links(link["request_id"], None, link_id)  # request already closed: just revoke
+            self.audit.record(tenant, actor, "approval.link_revoke", link_id, "ok", tx=tx, reason=reason)
         return RevokedLink(link_id=link_id, status="revoked")
 
     # --- deciding ------------------------------------------------------------------------------
@@ -312,7 +317,7 @@ class Approvals:
             raise InvalidInput(f"{new} is not an enabled user of tenant {tenant}")
         cmd = ReplaceApprover(a["request_id"], old, new, reason, actor, user.roles, user.groups)
         try:
-            self.kernel.command(run_id, cmd, tenant)
+            self.audit.command(tenant, actor, "approval.reassign", run_id, cmd, step=step, old=old, new=new)
         except Refused as exc:
             if exc.code in ("not_an_approver", "initiator", "outside_policy") and old in a["policy"]["users"]:
                 raise InvalidInput(str(exc), code="invalid_input") from None
