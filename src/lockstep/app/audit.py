@@ -27,7 +27,7 @@ from ..store import AuditFilter, LoadedRun, Tx
 from .kernel import Kernel
 from .views import AuditChainCheck, AuditEntry, AuditPage, AuditProblem, AuditVerifyResult
 
-__all__ = ["ACTIONS", "MAX_PAGE", "OUTCOMES", "Audit", "audit_filter"]
+__all__ = ["ACTIONS", "MAX_PAGE", "OUTCOMES", "Audit", "audit_filter", "user_change"]
 
 # Every action name written to the audit log, and what it records. Names are `area.verb`; a reader can
 # ask for one (`repair.pause`) or for an area (`repair.`). Names marked (planned) are reserved for the
@@ -53,6 +53,15 @@ ACTIONS: dict[str, str] = {
     "repair.confirm": "a four-eyes proposal confirmed by a second operator",
     "repair.reject": "a four-eyes proposal rejected or withdrawn",
     "audit.export": "an export of the audit log (API or CLI), with its filters",
+    "tenant.create": "a tenant created (CLI or Python API: no actor)",
+    "tenant.settings": "a tenant's limits or quotas changed (the names of the settings)",
+    "user.create": "a user created, with their roles and groups (never the API key)",
+    "user.membership": "a user's roles or groups changed (the new ones)",
+    "user.password": "a user's password set (never the password; their sessions end)",
+    "user.key_rotate": "a user's API key replaced (never the key; their sessions end)",
+    "user.email": "a user's e-mail address changed",
+    "user.disable": "a user disabled (their sessions end)",
+    "user.enable": "a user enabled again",
     "sensitive.read": "(planned) sensitive values shown in clear to a user with read_sensitive",
     "keys.use": "(planned) a tenant's data key unwrapped by the key provider",
     "keys.rotate": "(planned) a tenant's data key rotated (and the re-wrap of stored values)",
@@ -158,6 +167,31 @@ def _bounded(value: Any) -> Any:
         return _bounded(canonical_json(value))
     except (TypeError, ValueError):
         return _bounded(repr(value))
+
+
+# What a change of a user is called in the audit log: the first of these fields it touches.
+_USER_ACTIONS = (
+    ("disabled", "user.disable"),
+    ("password_hash", "user.password"),
+    ("key_hash", "user.key_rotate"),
+    ("email", "user.email"),
+    ("roles", "user.membership"),
+    ("groups", "user.membership"),
+)
+
+
+def user_change(changes: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The action and detail of a change of a user: the names of the fields changed and the new roles
+    and groups, never a hash or a secret."""
+    if changes.get("disabled") is False:
+        action = "user.enable"
+    else:
+        action = next((a for field, a in _USER_ACTIONS if field in changes), "user.update")
+    detail: dict[str, Any] = {"changed": sorted(changes)}
+    for field in ("roles", "groups"):
+        if field in changes:
+            detail[field] = list(changes[field])
+    return action, detail
 
 
 class Audit:

@@ -26,6 +26,7 @@ from ..core.throttle import ThrottlePolicy, admit, expires_at, refund
 from ..core.timeutil import iso
 from ..errors import Conflict, Forbidden, InvalidInput, NotFound, RateLimited
 from ..store import ConcurrencyError, UserRow
+from .audit import Audit, user_change
 from .kernel import Kernel
 from .views import (
     EmailSet,
@@ -164,6 +165,8 @@ def _check_name(kind: str, name: str) -> None:
 class Principals:
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
+        # Changes of tenants and users are audited; no user is logged in (CLI, Python API): no actor.
+        self.log = Audit(kernel)
         values = kernel.server_limits  # the login throttle's limits, as the server is configured
 
         def policy(attempts: str) -> ThrottlePolicy:
@@ -183,6 +186,7 @@ class Principals:
         try:
             with self.kernel.write() as tx:
                 tx.insert_tenant(name, {}, iso(self.kernel.clock()))
+                self.log.record(name, None, "tenant.create", name, "ok", tx=tx)
         except ConcurrencyError:
             raise Conflict(f"tenant {name} already exists") from None
         return TenantSettings(tenant=name, settings={})
@@ -208,6 +212,7 @@ class Principals:
             settings = {**row.settings, **changes}
             settings = {k: v for k, v in settings.items() if v is not None}
             tx.update_tenant_settings(name, settings)
+            self.log.record(name, None, "tenant.settings", name, "ok", tx=tx, changed=sorted(changes))
         return TenantSettings(tenant=name, settings=settings)
 
     def tenants(self) -> list[TenantView]:
@@ -247,6 +252,8 @@ class Principals:
                 )
             except ConcurrencyError:
                 raise Conflict(f"user {name} already exists in tenant {tenant}") from None
+            kept = {"roles": list(dict.fromkeys(roles)), "groups": list(dict.fromkeys(groups))}
+            self.log.record(tenant, None, "user.create", name, "ok", tx=tx, **kept)
         return NewUser(tenant=tenant, user=name, roles=roles, groups=groups, api_key=key)
 
     def _update(self, tenant: str, name: str, *, end_sessions: bool = False, **changes: Any) -> UserRow:
@@ -261,6 +268,8 @@ class Principals:
                 raise NotFound(f"no user {name} in tenant {tenant}")
             u = replace(u, **changes)
             tx.update_user(u)
+            action, detail = user_change(changes)
+            self.log.record(tenant, None, action, name, "ok", tx=tx, **detail)
             return u
 
     def disable_user(self, tenant: str, name: str) -> UserEnabled:
@@ -436,5 +445,5 @@ class Principals:
         outcome: str,
         **detail: Any,
     ) -> None:
-        with self.kernel.write() as tx:
-            tx.audit(iso(self.kernel.clock()), tenant, actor, action, target, outcome, detail)
+        """One audit row in its own transaction: Audit.record (app/audit.py), kept for its callers."""
+        self.log.record(tenant, actor, action, target, outcome, **detail)
