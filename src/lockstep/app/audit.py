@@ -62,6 +62,7 @@ ACTIONS: dict[str, str] = {
     "user.email": "a user's e-mail address changed",
     "user.disable": "a user disabled (their sessions end)",
     "user.enable": "a user enabled again",
+    "user.update": "a user changed otherwise (the names of the fields changed)",
     "sensitive.read": "(planned) sensitive values shown in clear to a user with read_sensitive",
     "keys.use": "(planned) a tenant's data key unwrapped by the key provider",
     "keys.rotate": "(planned) a tenant's data key rotated (and the re-wrap of stored values)",
