@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from ..core.auditchain import ChainCheck, chain_of
+from ..core.auditchain import ChainCheck, StoredAudit, chain_of
 from ..core.canonical import canonical_json
 from ..core.commands import Command
 from ..core.events import Event
@@ -27,7 +27,17 @@ from ..store import AuditFilter, LoadedRun, Tx
 from .kernel import Kernel
 from .views import AuditChainCheck, AuditEntry, AuditPage, AuditProblem, AuditVerifyResult
 
-__all__ = ["ACTIONS", "MAX_PAGE", "OUTCOMES", "Audit", "audit_filter", "user_change"]
+__all__ = [
+    "ACTIONS",
+    "DEFAULT_PAGE",
+    "MAX_PAGE",
+    "OUTCOMES",
+    "Audit",
+    "audit_filter",
+    "decode_cursor",
+    "encode_cursor",
+    "user_change",
+]
 
 # Every action name written to the audit log, and what it records. Names are `area.verb`; a reader can
 # ask for one (`repair.pause`) or for an area (`repair.`). Names marked (planned) are reserved for the
@@ -275,7 +285,9 @@ class Audit:
         more = len(items) == limit
         return AuditPage(items=items, next=encode_cursor(items[-1].id) if more else None)
 
-    def _rows(self, tenant: str | None, where: AuditFilter, before: int | None, limit: int) -> list[Any]:
+    def _rows(
+        self, tenant: str | None, where: AuditFilter, before: int | None, limit: int
+    ) -> list[StoredAudit]:
         with self.kernel.read() as tx:
             return tx.audit_page(tenant, where, before, limit)
 

@@ -345,7 +345,6 @@ class AuditTx(Protocol):
         outcome: str,
         detail: dict[str, Any],
     ) -> None: ...
-    def audit_log(self, tenant: str, limit: int) -> list[dict[str, Any]]: ...
     def audit_page(
         self, tenant: str | None, where: AuditFilter, before: int | None, limit: int
     ) -> list[StoredAudit]:

@@ -203,10 +203,6 @@ VALUES (%(at)s, %(tenant)s, %(actor)s, %(action)s, %(target)s, %(outcome)s, %(de
 UPDATE audit_chains SET rows = %(seq)s, last_id = currval(pg_get_serial_sequence('audit', 'id')), last_hash = %(hash)s
 WHERE chain = %(chain)s;
 
--- name: audit_list
-SELECT id, at, tenant, actor, action, target, outcome, detail FROM audit
-WHERE tenant = %(tenant)s ORDER BY id DESC LIMIT %(limit)s;
-
 -- name: audit_page
 -- One page of a tenant's rows, newest first, below the cursor `before` (an id), with the filters set.
 SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit

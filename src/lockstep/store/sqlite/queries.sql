@@ -188,10 +188,6 @@ VALUES (:at, :tenant, :actor, :action, :target, :outcome, :detail, :seq, :prev_h
 UPDATE audit_chains SET rows = :seq, last_id = last_insert_rowid(), last_hash = :hash
 WHERE chain = :chain;
 
--- name: audit_list
-SELECT id, at, tenant, actor, action, target, outcome, detail FROM audit
-WHERE tenant = :tenant ORDER BY id DESC LIMIT :limit;
-
 -- name: audit_page
 -- One page of a tenant's rows, newest first, below the cursor `before` (an id), with the filters set.
 SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit

@@ -64,22 +64,6 @@ class SqlAuditTx(SqlBase):
             )
             self.c.execute(self.q["audit_chain_advance"], {"chain": chain, "seq": seq, "hash": h})
 
-    def audit_log(self, tenant: str, limit: int) -> list[dict[str, Any]]:
-        rows = self.c.execute(self.q["audit_list"], {"tenant": tenant, "limit": limit}).fetchall()
-        return [
-            {
-                "id": r[0],
-                "at": r[1],
-                "tenant": r[2],
-                "actor": r[3],
-                "action": r[4],
-                "target": r[5],
-                "outcome": r[6],
-                "detail": parse_json(r[7]),
-            }
-            for r in rows
-        ]
-
     def audit_page(
         self, tenant: str | None, where: AuditFilter, before: int | None, limit: int
     ) -> list[StoredAudit]:
