@@ -79,15 +79,17 @@ def _walk(
 
 
 def _responses() -> list[tuple[str, dict[str, Any]]]:
-    """(label, JSON schema) of every 2xx response of a /v1 operation."""
+    """(label, JSON schema) of every 2xx response of a /v1 operation, in each media type it is served as
+    (JSON, or JSON lines: the schema of one line)."""
     out = []
     for path, item in DOCUMENT["paths"].items():
         for method, op in item.items():
             for code, response in op["responses"].items():
                 if path.startswith("/v1") and code.startswith("2"):
-                    out.append(
-                        (f"{method.upper()} {path} {code}", response["content"]["application/json"]["schema"])
-                    )
+                    for media, body in response["content"].items():
+                        label = f"{method.upper()} {path} {code}"
+                        label += "" if media == "application/json" else f" {media}"
+                        out.append((label, body["schema"]))
     return out
 
 

@@ -7,7 +7,7 @@ from fastapi import FastAPI, Response
 from .. import __version__
 from ..app.observability import Metrics
 from ..app.service import Service
-from . import approvals, html, limits, metrics, pages, problems, repair, retention, routes, tasks
+from . import approvals, audit, html, limits, metrics, pages, problems, repair, retention, routes, tasks
 
 __all__ = ["create_app"]
 
@@ -44,6 +44,7 @@ def create_app(
     app.include_router(approvals.router)
     app.include_router(repair.router)
     app.include_router(retention.router)
+    app.include_router(audit.router)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, bool]:

@@ -18,6 +18,7 @@ from ..core.shape import Shape, for_view
 from ..core.state import RunState
 from ..errors import Conflict, InvalidInput, NotFound
 from ..store import ConcurrencyError, StartTx
+from .audit import Audit
 from .kernel import epoch_ms
 from .port import KernelPort
 from .quotas import admit, check_input
@@ -63,6 +64,7 @@ class Runs:
     def __init__(self, kernel: KernelPort[StartTx], work: Work) -> None:
         self.kernel = kernel
         self.work = work  # a start next to an in-process worker leases its first attempt to it
+        self.audit = Audit(kernel)  # cancel and retry are audited
 
     # --- commands ------------------------------------------------------------------------------
     def start(
@@ -182,7 +184,8 @@ class Runs:
     def cancel(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> CancelResult:
         if not reason or not reason.strip():
             raise InvalidInput("a reason is required to cancel a run (--reason TEXT)")
-        state, events = self.kernel.command(run_id, CancelRun(reason.strip(), actor), tenant)
+        cmd = CancelRun(reason.strip(), actor)
+        state, events = self.audit.command(tenant, actor, "run.cancel", run_id, cmd, reason=cmd.reason)
         return CancelResult(run_id=run_id, status=_status(state), accepted=bool(events))
 
     def retry(
@@ -198,7 +201,10 @@ class Runs:
         """Operator: run a step waiting for attention (dead letter, unknown outcome) again."""
         if not reason.strip():
             raise InvalidInput("a reason is required (--reason TEXT)")
-        state, _ = self.kernel.command(run_id, RetryStep(step, reason.strip(), actor, new_key), tenant)
+        cmd = RetryStep(step, reason.strip(), actor, new_key)
+        state, _ = self.audit.command(
+            tenant, actor, "run.retry", run_id, cmd, step=step, new_key=new_key, reason=cmd.reason
+        )
         attempt = state.steps[step].attempts
         return RetryResult(run_id=run_id, step=step, status=_status(state), attempt=attempt)
 

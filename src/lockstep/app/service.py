@@ -12,6 +12,7 @@ Each call is the feature service's own bound method, so its signature and docstr
     retention.py    legal holds, status, tombstones  purge.py    the purge pass (scheduler)
     keys/           encryption keys: seal/open, rotation, re-wrap, forget, shred
     reveal.py       sensitive values shown to a user with the read_sensitive grant (audited)
+    audit.py        the audit log: record, read, export, verify its hash chains
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..core.definition import Limits
 from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from ..store import Store
 from .approvals import Approvals
+from .audit import Audit
 from .definitions import Definitions
 from .kernel import Kernel, utcnow
 from .keys import KeyProvider, KeyRing, Keys
@@ -69,6 +71,7 @@ class Service:
         self.retention = Retention(kernel)
         self.keys = Keys(kernel, ring)
         self.reveal = Reveal(kernel, runs, self.principals)
+        self.audit = Audit(kernel)
 
         # The kernel: what runtime/ and the tests reach below the feature calls.
         self.store = kernel.store
@@ -101,6 +104,7 @@ class Service:
         self.runs = runs.runs
         self.dead_letters = runs.dead_letters
         self.verify = runs.verify
+        self.verify_audit = self.audit.verify
 
         # Workers: leases and results.
         self.local_workers = work.local_workers

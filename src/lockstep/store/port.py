@@ -48,6 +48,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, cast
 
+from ..core.auditchain import AuditHead, StoredAudit
 from ..core.canonical import JSONObject, JSONValue
 from ..core.effects import Effect
 from ..core.events import Event
@@ -62,6 +63,7 @@ __all__ = [
     "ApprovalRequestRow",
     "ApprovalsTx",
     "ApproveTx",
+    "AuditFilter",
     "AuditRow",
     "AuditTx",
     "AuthTx",
@@ -89,6 +91,7 @@ __all__ = [
     "PrincipalsTx",
     "PublishTx",
     "QuotaTx",
+    "RepairTx",
     "RetentionTx",
     "RowLocked",
     "RunKeyRow",
@@ -489,6 +492,20 @@ class AuditRow(TypedDict):
     detail: JSONObject  # what the caller recorded
 
 
+@dataclass(frozen=True)
+class AuditFilter:
+    """What a reader of the audit log asks for; None means any. `action_prefix` matches every action
+    that starts with it; `since` (inclusive) and `until` (exclusive) are timestamps as core.timeutil.iso
+    writes them."""
+
+    actor: str | None = None
+    action: str | None = None
+    action_prefix: str | None = None
+    outcome: str | None = None
+    since: str | None = None
+    until: str | None = None
+
+
 class AuditTx(Protocol):
     def audit(
         self,
@@ -500,7 +517,26 @@ class AuditTx(Protocol):
         outcome: str,
         detail: JSONObject,
     ) -> None: ...
-    def audit_log(self, tenant: str, limit: int) -> list[AuditRow]: ...
+    def audit_page(
+        self, tenant: str | None, where: AuditFilter, before: int | None, limit: int
+    ) -> list[StoredAudit]:
+        """Up to `limit` rows of `tenant` (None: the rows without a tenant) matching `where`, newest
+        first, with ids below `before` (None: from the newest)."""
+        ...
+
+    def audit_snapshot(self) -> None:
+        """Make every later read of this (read) transaction see one snapshot; call it first."""
+        ...
+
+    def audit_heads(self) -> list[AuditHead]: ...
+    def audit_head(self, chain: str) -> AuditHead | None: ...
+    def audit_chains_with_rows(self) -> list[str]:
+        """The chains that have rows (core.auditchain.chain_of of their tenants), whatever the heads say."""
+        ...
+
+    def audit_chain_rows(self, chain: str, after: int, limit: int) -> list[StoredAudit]:
+        """Up to `limit` rows of `chain` with ids above `after`, in id order."""
+        ...
 
 
 class StoreStats(TypedDict):
@@ -666,6 +702,10 @@ class TimerTx(CommandTx, SchedulerTx, Protocol):
 
 class SweepTx(TxControl, TaskTx, SchedulerTx, Protocol):
     """The scheduler's passes: timers, expired leases, unserved tasks, partitions."""
+
+
+class RepairTx(DefinitionsTx, AuditTx, Protocol):
+    """Operator repairs: the run's definition versions, and the audit row of each command."""
 
 
 class PublishTx(DefinitionsTx, TenantsTx, Protocol):

@@ -20,6 +20,7 @@ from ..core.explain import WAIT_KINDS
 from ..core.state import STATUSES
 from ..errors import Gone, InvalidInput, LockstepError, NotFound, RateLimited
 from .approve import router as approve_router
+from .audit import router as audit_router
 from .pages import (
     SESSION_COOKIE,
     CsrfRejected,
@@ -370,6 +371,7 @@ def mount(app: FastAPI) -> None:
     app.include_router(router)
     app.include_router(approve_router)
     app.include_router(reveal_router)
+    app.include_router(audit_router)
     app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
 
     @app.exception_handler(LoginRequired)

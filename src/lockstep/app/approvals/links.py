@@ -16,6 +16,7 @@ from ...core.commands import IssueApprovalLink, Rejected, ReplaceApprover, Revok
 from ...core.timeutil import iso, parse_iso
 from ...errors import Conflict, Forbidden, InvalidInput, NotFound, Refused
 from ...store import ApproveTx
+from ..audit import Audit
 from ..port import KernelPort
 from ..views import LinkView, MintedLink, Reassigned, RevokedLink
 
@@ -34,6 +35,7 @@ class ApprovalLinks:
     def __init__(self, kernel: KernelPort[ApproveTx], base_url: str) -> None:
         self.kernel = kernel
         self.base_url = base_url
+        self.audit = Audit(kernel)  # links minted and revoked, approvers replaced
 
     def mint(
         self,
@@ -88,6 +90,8 @@ class ApprovalLinks:
                 },
                 token_hash(token),
             )
+            detail = {"run_id": run_id, "step": step, "approver": approver, "expires_at": iso(expires)}
+            self.audit.record(tenant, by, "approval.link_mint", link_id, "ok", tx=tx, **detail)
         return MintedLink(
             url=f"{self.base_url}/approve/{token}",
             token=token,
@@ -117,6 +121,7 @@ class ApprovalLinks:
                 self.kernel.apply(tx, loaded, cmd, self.kernel.clock(), d)
             except Rejected:
                 tx.revoke_links(link["request_id"], None, link_id)  # request already closed: just revoke
+            self.audit.record(tenant, actor, "approval.link_revoke", link_id, "ok", tx=tx, reason=reason)
         return RevokedLink(link_id=link_id, status="revoked")
 
     def links(self, tenant: str, run_id: str) -> list[LinkView]:
@@ -145,7 +150,7 @@ class ApprovalLinks:
             raise InvalidInput(f"{new} is not an enabled user of tenant {tenant}")
         cmd = ReplaceApprover(a["request_id"], old, new, reason, actor, user.roles, user.groups)
         try:
-            self.kernel.command(run_id, cmd, tenant)
+            self.audit.command(tenant, actor, "approval.reassign", run_id, cmd, step=step, old=old, new=new)
         except Refused as exc:
             if exc.code in ("not_an_approver", "initiator", "outside_policy") and old in a["policy"]["users"]:
                 raise InvalidInput(str(exc), code="invalid_input") from None

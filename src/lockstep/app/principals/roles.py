@@ -16,7 +16,7 @@ GRANTS = ("read_sensitive",)
 NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_.-]{0,62}[a-z0-9])?$")
 # Permissions by role. `approver` and `worker` see no runs: they act only through their own endpoints.
 PERMISSIONS: dict[str, frozenset[str]] = {
-    "admin": frozenset({"read", "start", "cancel", "publish", "operate"}),
+    "admin": frozenset({"read", "start", "cancel", "publish", "operate", "audit"}),
     "operator": frozenset({"read", "start", "cancel", "operate"}),
     "viewer": frozenset({"read"}),
     "approver": frozenset({"approve"}),

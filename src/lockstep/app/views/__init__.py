@@ -12,6 +12,7 @@ from .approvals import (
     Reassigned,
     RevokedLink,
 )
+from .audit import AuditChainCheck, AuditEntry, AuditPage, AuditProblem, AuditValue, AuditVerifyResult
 from .base import Marker, Recorded, TenantJson, View, plain
 from .keys import (
     GrantsChanged,
@@ -62,6 +63,12 @@ from .runs import (
 
 __all__ = [
     "ApprovalPage",
+    "AuditChainCheck",
+    "AuditEntry",
+    "AuditPage",
+    "AuditProblem",
+    "AuditValue",
+    "AuditVerifyResult",
     "BulkMigration",
     "CancelResult",
     "DeadLetter",

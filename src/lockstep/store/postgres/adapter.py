@@ -217,6 +217,8 @@ class PgStore:
                             continue
                         with conn.transaction():
                             conn.execute(m.sql.encode())
+                            if m.name == "audit_chain":  # the rows written before it, hashed in Python
+                                PgTx(conn, writing=True).chain_legacy_audit()
                             conn.execute(
                                 "INSERT INTO schema_migrations VALUES (%s, %s, %s, %s)",
                                 (m.version, m.name, m.checksum, iso(datetime.now(UTC))),

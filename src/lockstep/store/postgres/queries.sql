@@ -185,13 +185,79 @@ SELECT tenant, "user", csrf, expires_at, generation FROM sessions WHERE id_hash 
 -- name: session_delete
 DELETE FROM sessions WHERE id_hash = %(id_hash)s OR expires_at < %(now)s;
 
--- name: audit_insert
-INSERT INTO audit (at, tenant, actor, action, target, outcome, detail)
-VALUES (%(at)s, %(tenant)s, %(actor)s, %(action)s, %(target)s, %(outcome)s, %(detail)s);
+-- name: audit_tenant_exists
+SELECT 1 FROM tenants WHERE name = %(name)s;
 
--- name: audit_list
-SELECT id, at, tenant, actor, action, target, outcome, detail FROM audit
-WHERE tenant = %(tenant)s ORDER BY id DESC LIMIT %(limit)s;
+-- name: audit_chain_lock
+-- The chain's head, created at GENESIS if it is new, and locked to the end of the transaction (an
+-- upsert's DO UPDATE locks the row): one writer per chain at a time, in commit order.
+INSERT INTO audit_chains (chain, rows, last_id, last_hash) VALUES (%(chain)s, 0, NULL, %(genesis)s)
+ON CONFLICT (chain) DO UPDATE SET chain = excluded.chain
+RETURNING rows, last_hash;
+
+-- name: audit_insert
+INSERT INTO audit (at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash)
+VALUES (%(at)s, %(tenant)s, %(actor)s, %(action)s, %(target)s, %(outcome)s, %(detail)s, %(seq)s, %(prev_hash)s, %(hash)s);
+
+-- name: audit_chain_advance
+UPDATE audit_chains SET rows = %(seq)s, last_id = currval(pg_get_serial_sequence('audit', 'id')), last_hash = %(hash)s
+WHERE chain = %(chain)s;
+
+-- name: audit_page
+-- One page of a tenant's rows, newest first, below the cursor `before` (an id), with the filters set.
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE tenant = %(tenant)s AND id < %(before)s
+  AND (%(actor)s::text IS NULL OR actor = %(actor)s)
+  AND (%(action)s::text IS NULL OR action = %(action)s)
+  AND (%(prefix_lo)s::text IS NULL OR (action >= %(prefix_lo)s AND action < %(prefix_hi)s))
+  AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s)
+  AND (%(since)s::text IS NULL OR at >= %(since)s)
+  AND (%(until)s::text IS NULL OR at < %(until)s)
+ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: audit_page_untenanted
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE tenant IS NULL AND id < %(before)s
+  AND (%(actor)s::text IS NULL OR actor = %(actor)s)
+  AND (%(action)s::text IS NULL OR action = %(action)s)
+  AND (%(prefix_lo)s::text IS NULL OR (action >= %(prefix_lo)s AND action < %(prefix_hi)s))
+  AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s)
+  AND (%(since)s::text IS NULL OR at >= %(since)s)
+  AND (%(until)s::text IS NULL OR at < %(until)s)
+ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: audit_snapshot
+-- Called first in a read transaction: every later read sees the same snapshot (SQLite's reads do).
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+
+-- name: audit_heads
+SELECT chain, rows, last_id, last_hash FROM audit_chains ORDER BY chain;
+
+-- name: audit_head
+SELECT chain, rows, last_id, last_hash FROM audit_chains WHERE chain = %(chain)s;
+
+-- name: audit_row_tenants
+SELECT DISTINCT coalesce(tenant, '') FROM audit;
+
+-- name: audit_chain_rows
+-- A chain's rows in id order, after `after`.
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE tenant = %(tenant)s AND id > %(after)s ORDER BY id LIMIT %(limit)s;
+
+-- name: audit_chain_rows_untenanted
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE (tenant IS NULL OR tenant = '') AND id > %(after)s ORDER BY id LIMIT %(limit)s;
+
+-- name: audit_unchained
+-- Rows written before the chain existed (migration audit_chain), in id order.
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit WHERE hash IS NULL AND id > %(after)s ORDER BY id LIMIT %(limit)s;
+
+-- name: audit_chain_legacy
+UPDATE audit SET seq = %(seq)s, prev_hash = %(prev_hash)s, hash = %(hash)s WHERE id = %(id)s AND hash IS NULL;
+
+-- name: audit_chain_set_head
+INSERT INTO audit_chains (chain, rows, last_id, last_hash) VALUES (%(chain)s, %(rows)s, %(last_id)s, %(last_hash)s)
+ON CONFLICT (chain) DO UPDATE SET rows = excluded.rows, last_id = excluded.last_id, last_hash = excluded.last_hash;
 
 -- name: active_runs_count
 SELECT COUNT(*) FROM runs WHERE tenant = %(tenant)s AND status NOT IN ('completed', 'failed', 'cancelled');

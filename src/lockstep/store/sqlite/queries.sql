@@ -170,13 +170,79 @@ SELECT tenant, user, csrf, expires_at, generation FROM sessions WHERE id_hash = 
 -- name: session_delete
 DELETE FROM sessions WHERE id_hash = :id_hash OR expires_at < :now;
 
--- name: audit_insert
-INSERT INTO audit (at, tenant, actor, action, target, outcome, detail)
-VALUES (:at, :tenant, :actor, :action, :target, :outcome, :detail);
+-- name: audit_tenant_exists
+SELECT 1 FROM tenants WHERE name = :name;
 
--- name: audit_list
-SELECT id, at, tenant, actor, action, target, outcome, detail FROM audit
-WHERE tenant = :tenant ORDER BY id DESC LIMIT :limit;
+-- name: audit_chain_lock
+-- The chain's head, created at GENESIS if it is new, and locked to the end of the transaction (an
+-- upsert's DO UPDATE locks the row): one writer per chain at a time, in commit order.
+INSERT INTO audit_chains (chain, rows, last_id, last_hash) VALUES (:chain, 0, NULL, :genesis)
+ON CONFLICT (chain) DO UPDATE SET chain = excluded.chain
+RETURNING rows, last_hash;
+
+-- name: audit_insert
+INSERT INTO audit (at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash)
+VALUES (:at, :tenant, :actor, :action, :target, :outcome, :detail, :seq, :prev_hash, :hash);
+
+-- name: audit_chain_advance
+UPDATE audit_chains SET rows = :seq, last_id = last_insert_rowid(), last_hash = :hash
+WHERE chain = :chain;
+
+-- name: audit_page
+-- One page of a tenant's rows, newest first, below the cursor `before` (an id), with the filters set.
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE tenant = :tenant AND id < :before
+  AND (:actor IS NULL OR actor = :actor)
+  AND (:action IS NULL OR action = :action)
+  AND (:prefix_lo IS NULL OR (action >= :prefix_lo AND action < :prefix_hi))
+  AND (:outcome IS NULL OR outcome = :outcome)
+  AND (:since IS NULL OR at >= :since)
+  AND (:until IS NULL OR at < :until)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: audit_page_untenanted
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE tenant IS NULL AND id < :before
+  AND (:actor IS NULL OR actor = :actor)
+  AND (:action IS NULL OR action = :action)
+  AND (:prefix_lo IS NULL OR (action >= :prefix_lo AND action < :prefix_hi))
+  AND (:outcome IS NULL OR outcome = :outcome)
+  AND (:since IS NULL OR at >= :since)
+  AND (:until IS NULL OR at < :until)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: audit_snapshot
+-- Called first in a read transaction: every later read sees the same snapshot (SQLite's reads do).
+SELECT 1;
+
+-- name: audit_heads
+SELECT chain, rows, last_id, last_hash FROM audit_chains ORDER BY chain;
+
+-- name: audit_head
+SELECT chain, rows, last_id, last_hash FROM audit_chains WHERE chain = :chain;
+
+-- name: audit_row_tenants
+SELECT DISTINCT coalesce(tenant, '') FROM audit;
+
+-- name: audit_chain_rows
+-- A chain's rows in id order, after `after`.
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE tenant = :tenant AND id > :after ORDER BY id LIMIT :limit;
+
+-- name: audit_chain_rows_untenanted
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE (tenant IS NULL OR tenant = '') AND id > :after ORDER BY id LIMIT :limit;
+
+-- name: audit_unchained
+-- Rows written before the chain existed (migration audit_chain), in id order.
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit WHERE hash IS NULL AND id > :after ORDER BY id LIMIT :limit;
+
+-- name: audit_chain_legacy
+UPDATE audit SET seq = :seq, prev_hash = :prev_hash, hash = :hash WHERE id = :id AND hash IS NULL;
+
+-- name: audit_chain_set_head
+INSERT INTO audit_chains (chain, rows, last_id, last_hash) VALUES (:chain, :rows, :last_id, :last_hash)
+ON CONFLICT (chain) DO UPDATE SET rows = excluded.rows, last_id = excluded.last_id, last_hash = excluded.last_hash;
 
 -- name: active_runs_count
 SELECT COUNT(*) FROM runs WHERE tenant = :tenant AND status NOT IN ('completed', 'failed', 'cancelled');
