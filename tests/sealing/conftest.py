@@ -8,7 +8,7 @@ import functools
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from lockstep.app.principals import Principal
 from lockstep.engine import Engine
 from lockstep.runtime.activity import Registry
 from lockstep.runtime.worker import Worker
+from lockstep.store import AuditFilter
 
 BACKENDS = ["sqlite", "postgresql"]
 USERS: list[tuple[str, list[str]]] = [
@@ -117,7 +118,7 @@ class World:
 
     def audit(self, action: str, tenant: str | None = TENANT) -> list[dict[str, Any]]:
         with self.service.read() as tx:
-            rows = tx.audit_log(tenant, 10_000) if tenant else []
+            rows = [asdict(r) for r in tx.audit_page(tenant, AuditFilter(), None, 10_000)] if tenant else []
         return sorted((r for r in rows if r["action"] == action), key=lambda r: r["id"])
 
 

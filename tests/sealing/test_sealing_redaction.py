@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from lockstep.core.sealed import SENSITIVE, redaction
 from lockstep.engine import Engine
 from lockstep.errors import Refused
 from lockstep.runtime.notify import Notifier
+from lockstep.store import AuditFilter
 
 HIDDEN = redaction(SENSITIVE)
 
@@ -198,13 +200,6 @@ def test_the_cli_manages_keys_forgets_and_shreds(world: World, tmp_path: Path) -
 
 
 def _all_audit(world: World) -> list[dict[str, Any]]:
+    """The tenant's audit rows and those without a tenant (keys init)."""
     with world.service.read() as tx:
-        rows = tx.audit_log(TENANT, 10_000)
-        rows += _tenantless(tx)
-    return rows
-
-
-def _tenantless(tx: Any) -> list[dict[str, Any]]:
-    """Audit rows without a tenant (keys init): read with raw SQL, the port lists a tenant's only."""
-    cur = tx.c.execute("SELECT action FROM audit WHERE tenant IS NULL")
-    return [{"action": r[0]} for r in cur.fetchall()]
+        return [asdict(r) for t in (TENANT, None) for r in tx.audit_page(t, AuditFilter(), None, 10_000)]

@@ -5,6 +5,7 @@ releases and purges are audited; `verify` stays green."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +16,7 @@ from lockstep.app.principals import Principal
 from lockstep.app.service import Service
 from lockstep.core.timeutil import iso, parse_iso
 from lockstep.errors import Conflict, Gone, InvalidInput, NotFound, Refused
-from lockstep.store import Store
+from lockstep.store import AuditFilter, Store
 
 from .conftest import T0, FakeClock, Raw
 
@@ -186,7 +187,7 @@ def test_holds_releases_purges_and_retention_changes_are_audited(
     clock.advance(days=8)
     world.retention.purge.run_pass()
     with store.read() as tx:
-        log = list(reversed(tx.audit_log("acme", 50)))
+        log = [asdict(r) for r in reversed(tx.audit_page("acme", AuditFilter(), None, 50))]
     rows = [(r["action"], r["actor"], r["target"]) for r in log if r["action"].startswith("retention.")]
     assert rows == [
         ("retention.set", "ops", "acme"),
