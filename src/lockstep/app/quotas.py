@@ -13,7 +13,7 @@ from typing import Any
 from ..core.limits import TENANT_LIMITS, tenant_limit
 from ..core.shape import Shape, measure, over_limit
 from ..errors import InvalidInput, RateLimited
-from ..store import Tx
+from ..store import TenantRow, Tx
 
 __all__ = ["admit", "check_input", "check_value", "limit_error", "limit_message", "measured"]
 
@@ -70,10 +70,10 @@ def check_value(
     return shape
 
 
-def check_input(tx: Tx, tenant: str, shape: Shape) -> dict[str, Any]:
-    """The tenant's settings, read fresh in the start's transaction, after refusing an input over its
-    limits (the input was measured before the transaction: nothing is walked while it is open)."""
-    row = tx.tenant(tenant)
+def check_input(row: TenantRow | None, tenant: str, shape: Shape) -> dict[str, Any]:
+    """The tenant's settings from `row` (its row as the start's transaction read it), after refusing an
+    input over its limits (the input was measured before the transaction: nothing is walked while it is
+    open)."""
     settings = row.settings if row else {}
     over = over_limit(settings, shape, "max_input_bytes")
     if over is not None:
@@ -81,9 +81,9 @@ def check_input(tx: Tx, tenant: str, shape: Shape) -> dict[str, Any]:
     return settings
 
 
-def admit(tx: Tx, tenant: str, now_ms: int) -> None:
-    """Tenant limits at the edge, inside the start transaction: refused starts write nothing."""
-    row = tx.tenant(tenant)
+def admit(tx: Tx, row: TenantRow | None, tenant: str, now_ms: int) -> None:
+    """Tenant limits at the edge, inside the start transaction: refused starts write nothing. `row` is
+    the tenant's row as this transaction read it for check_input (one read per start, not two)."""
     if row is None:
         return
     if {"max_active_runs", "max_timers", "starts_per_second"} & row.settings.keys():

@@ -91,7 +91,10 @@ JSON: TypeAlias = Any
 Doc: TypeAlias = dict[str, Any]
 
 
-class _Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+# gc=False (here and on Event): records and envelopes hold only JSON values, which never refer back to
+# them, so they cannot be part of a reference cycle; untracked, the thousands a worker or scheduler
+# creates per second do not trigger or lengthen the cyclic collector's passes.
+class _Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     type: ClassVar[str]
 
 
@@ -549,7 +552,7 @@ AUDIT_ONLY = frozenset(c.type for c in (ResultIgnored, ApprovalLinkIssued, Appro
 KEEPS_PROPOSAL = AUDIT_ONLY | {RepairProposed.type, RepairRejected.type}
 
 
-class Event(msgspec.Struct, frozen=True):
+class Event(msgspec.Struct, frozen=True, gc=False):
     """One fact in its envelope. `seq` is assigned when it is appended (1-based, contiguous per run).
 
     `stored` is empty but for an event read from storage whose data does not fit its record (see the
