@@ -1,4 +1,4 @@
-"""lockstep's test lab: the process harness (`fleet.py`, also used by the tests with real processes), the
+"""lockstep's test lab: the process harness (`fleet/`, also used by the tests with real processes), the
 fault suite and the benchmark. It lives beside the package, not in the wheel: run it from a checkout
 (`python -m lab.faults`, `python -m lab.bench`, or `make faults` / `make bench`)."""
 

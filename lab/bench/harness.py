@@ -180,6 +180,9 @@ def _path(d: dict[str, Any], dotted: str) -> float | None:
 ENGINE_METRICS = (
     "throughput.runs_per_s",
     "throughput.steps_per_s",
+    # lockstep only: the plain and the sealed process interleaved (the cost of encryption)
+    "throughput_plain.steps_per_s",
+    "throughput_sealed.steps_per_s",
     "throughput.elapsed_s",
     "latency.p50_ms",
     "latency.p99_ms",

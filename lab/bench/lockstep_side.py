@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -11,10 +12,11 @@ from typing import Any
 import psycopg
 
 from lockstep import Engine, Registry, activity
+from lockstep.app.keys import LocalKeyProvider
 
 from .common import durability, summarize_latencies
 
-__all__ = ["DEFINITION", "run_lockstep"]
+__all__ = ["DEFINITION", "SEALED_DEFINITION", "run_lockstep"]
 
 STEPS = 3
 DEFINITION: dict[str, Any] = {
@@ -24,11 +26,35 @@ DEFINITION: dict[str, Any] = {
         for i in range(1, STEPS + 1)
     ],
 }
+# The same process with a sensitive field: the card is in the run input, every activity's input and
+# output, so each step seals two values and every command folds the sealed twin state (the cost of
+# encryption, measured side by side with DEFINITION in the same process on the same database).
+SEALED_DEFINITION: dict[str, Any] = {
+    "name": "bench-three-sealed",
+    "input_schema": {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "card": {"type": "string", "x-lockstep-sensitive": True}},
+    },
+    "steps": [
+        {
+            "id": f"s{i}",
+            "activity": "bench.echo",
+            "input": {"n": "${input.n}", "card": "${input.card}"},
+            "output_sensitive": ["/card"],
+            "timeout": "30s",
+        }
+        for i in range(1, STEPS + 1)
+    ],
+}
 FAILED = ("failed", "cancelled", "needs_attention")
 
 
 def _noop(payload: dict[str, Any]) -> dict[str, Any]:
     return {"n": payload.get("n")}
+
+
+def _echo(payload: dict[str, Any]) -> dict[str, Any]:
+    return {"n": payload.get("n"), "card": payload.get("card")}
 
 
 class _Observer:
@@ -65,11 +91,16 @@ class _Observer:
             self._pg.close()
 
 
-def _throughput(engine: Engine, obs: _Observer, runs: int, timeout: float) -> dict[str, Any]:
+def _throughput(
+    engine: Engine, obs: _Observer, runs: int, timeout: float, sealed: bool = False
+) -> dict[str, Any]:
     base = obs.counts().get("completed", 0)  # runs of earlier workloads on the same database
     t0 = time.perf_counter()
     for i in range(runs):
-        engine.start(DEFINITION["name"], input={"n": i})
+        if sealed:
+            engine.start(SEALED_DEFINITION["name"], input={"n": i, "card": f"4111-0000-0000-{i:04d}"})
+        else:
+            engine.start(DEFINITION["name"], input={"n": i})
     started = time.perf_counter()
     deadline = started + timeout
     while True:
@@ -128,16 +159,27 @@ def run_lockstep(
 ) -> dict[str, Any]:
     registry = Registry()
     activity("bench.noop", registry=registry)(_noop)
-    engine = Engine.open(url)
+    activity("bench.echo", registry=registry)(_echo)
+    engine = Engine.open(url, keys=LocalKeyProvider(os.urandom(32)))
     obs = _Observer(url)
     worker = engine.worker(registry, concurrency=concurrency, poll_interval=timedelta(milliseconds=poll_ms))
     try:
         engine.publish(DEFINITION)
+        engine.publish(SEALED_DEFINITION)
         worker.start()
         log("lockstep latency")
         latency = _latency(engine, obs, latency_runs, warmup, timeout)
         log("lockstep throughput")
         throughput = _throughput(engine, obs, throughput_runs, timeout)
+        # The cost of encryption: the plain and the sealed process in quarters, alternately (plain,
+        # sealed, plain, sealed), in the same process on the same database, so the difference between
+        # the two is the sealing.
+        quarter = max(1, throughput_runs // 4)
+        parts: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+        for sealed in (False, True, False, True):
+            log(f"lockstep throughput, {'sealed' if sealed else 'plain'} quarter")
+            parts[sealed].append(_throughput(engine, obs, quarter, timeout, sealed))
+        throughput_plain, throughput_sealed = _combined(parts[False]), _combined(parts[True])
         settings = {
             "worker": "in-process lockstep.Engine.worker (with scheduler), one process",
             "concurrency": concurrency,
@@ -148,4 +190,23 @@ def run_lockstep(
         worker.stop(timeout=30)
         obs.close()
         engine.close()
-    return {"throughput": throughput, "latency": latency, "settings": settings}
+    return {
+        "throughput": throughput,
+        "throughput_plain": throughput_plain,
+        "throughput_sealed": throughput_sealed,
+        "latency": latency,
+        "settings": settings,
+    }
+
+
+def _combined(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    runs = sum(p["runs"] for p in parts)
+    elapsed = sum(p["elapsed_s"] for p in parts)
+    return {
+        "runs": runs,
+        "steps": runs * STEPS,
+        "elapsed_s": elapsed,
+        "start_phase_s": sum(p["start_phase_s"] for p in parts),
+        "runs_per_s": runs / elapsed,
+        "steps_per_s": runs * STEPS / elapsed,
+    }

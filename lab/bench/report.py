@@ -128,6 +128,14 @@ def render_markdown(r: dict[str, Any]) -> str:
                 f"| {label} | {_f(a, digits)} | {_f(b, digits)} | {_f(_ratio(a, b), 2)}x | "
                 + (f"{_f(ref, 0)} commits/s | {_f(_ratio(a, ref), 3)} |" if vs_raw else "— | — |")
             )
+        plain, sealed = lk.get("throughput_plain.steps_per_s"), lk.get("throughput_sealed.steps_per_s")
+        if sealed is not None:
+            out.append(
+                f"\nCost of encryption (lockstep, same process and database, quarters interleaved): "
+                f"{_f(plain)} steps/s without sensitive fields, {_f(sealed)} steps/s with a sensitive card "
+                f"in every run's input and every activity's input and output "
+                f"({_f(100 * (_ratio(sealed, plain) or 0), 1)}%)."
+            )
         for eng, res in (("lockstep", lk), ("DBOS", db)):
             if res.get("errors"):
                 out.append(f"\n{eng} failed in {len(res['errors'])} repetition(s): {res['errors'][0]}")

@@ -24,7 +24,11 @@ Violations (each must be 0):
 - starts_duplicated: one start key that created two runs;
 - process_died, server_errors, isolation_breached (flagged by the scenarios that attack the server, not
   derived from the log): a lockstep process died; a request was answered 5xx or dropped; a tenant under
-  attack by another saw failed starts or its start latency p99 more than double.
+  attack by another saw failed starts or its start latency p99 more than double;
+- runs_lost, purged_unfinished, purged_held, purged_early, kept_past_retention, purge_incomplete,
+  tombstone_mismatch (retention, scenario `purge_under_load`: see purgecheck.py).
+- keys_lost (flagged by rotate_under_load): a sealed value that no longer opens to its own value, an
+  activity given something else than the clear value, or a rotation that never completed.
 """
 
 from __future__ import annotations
@@ -57,9 +61,20 @@ from lockstep.core.evolve import fold
 from lockstep.core.state import TERMINAL, RunState
 from lockstep.engine import Engine
 
-from .downstream import LedgerReader
+from .ledger import LedgerReader
 
-__all__ = ["CHECKS", "Expect", "Monitor", "Verdict", "check"]
+__all__ = ["CHECKS", "PURGE_CHECKS", "Expect", "Monitor", "Verdict", "check"]
+
+# Retention's checks (purgecheck.py flags them after `purge_under_load`).
+PURGE_CHECKS = (
+    "runs_lost",
+    "purged_unfinished",
+    "purged_held",
+    "purged_early",
+    "kept_past_retention",
+    "purge_incomplete",
+    "tombstone_mismatch",
+)
 
 CHECKS = (
     "stuck",
@@ -78,6 +93,8 @@ CHECKS = (
     "process_died",
     "server_errors",
     "isolation_breached",
+    *PURGE_CHECKS,
+    "keys_lost",
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
 EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.refund": "refund"}

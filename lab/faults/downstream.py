@@ -20,49 +20,29 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
-import random
 import re
 import signal
 import socket
-import sqlite3
 import sys
 import threading
-import time
 from collections.abc import Mapping, Sequence
-from contextlib import closing, suppress
+from contextlib import suppress
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from socketserver import TCPServer
 from types import FrameType
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 from urllib.parse import urlsplit
+
+from .ledger import LedgerReader, LedgerWriter
+from .settings import FaultSettings
 
 __all__ = ["Downstream", "FaultSettings", "LedgerReader", "main"]
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS requests (
-    id INTEGER PRIMARY KEY, at REAL, kind TEXT, idempotency_key TEXT, body_sha TEXT, run_id TEXT,
-    step TEXT, attempt INT, outcome TEXT, status INT);
-CREATE TABLE IF NOT EXISTS effects (
-    idempotency_key TEXT PRIMARY KEY, kind TEXT, run_id TEXT, step TEXT, attempt INT, body_sha TEXT,
-    response TEXT, at REAL);
-CREATE TABLE IF NOT EXISTS notifications (id INTEGER PRIMARY KEY, at REAL, body TEXT);
-"""
 KIND = re.compile(r"[a-z_]{1,32}")
 MAX_BODY = 1 << 20
-BUSY_TIMEOUT_S = 30.0
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    # Autocommit mode: transactions are opened explicitly (BEGIN IMMEDIATE) where a decision needs one.
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-    # WAL survives a killed process with synchronous=NORMAL (only power loss could drop the last commits),
-    # and that is the failure this suite injects; FULL would fsync on every request for nothing.
-    conn.execute("PRAGMA synchronous=NORMAL")
-    return conn
 
 
 def _canonical_sha(body: object) -> str:
@@ -88,177 +68,12 @@ class _HttpError(Exception):
         self.detail = detail
 
 
-class _Decision(NamedTuple):
-    status: int
-    response: str
-    dropped: bool
-
-
-class _Ledger:
-    """The server's side of the SQLite file: a fresh connection per call, so handler threads share none."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def create(self) -> None:
-        with closing(_connect(self.path)) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")  # persistent: readers in other processes never block us
-            conn.executescript(SCHEMA)
-
-    def log(
-        self,
-        *,
-        kind: str | None,
-        key: str | None,
-        body_sha: str | None,
-        run_id: str | None,
-        step: str | None,
-        attempt: int | None,
-        outcome: str,
-        status: int,
-    ) -> None:
-        with closing(_connect(self.path)) as conn:
-            conn.execute(
-                "INSERT INTO requests (at, kind, idempotency_key, body_sha, run_id, step, attempt, outcome,"
-                " status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (time.time(), kind, key, body_sha, run_id, step, attempt, outcome, status),
-            )
-
-    def decide(
-        self,
-        *,
-        kind: str,
-        key: str,
-        body_sha: str,
-        run_id: str,
-        step: str,
-        attempt: int | None,
-        amount: object,
-        drop: bool,
-    ) -> _Decision:
-        """Apply, replay or refuse, and log the request, in one transaction. BEGIN IMMEDIATE takes the
-        write lock before the lookup, so two requests with one key cannot both find it absent."""
-        now = time.time()
-        with closing(_connect(self.path)) as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = conn.execute(
-                    "SELECT kind, body_sha, response FROM effects WHERE idempotency_key = ?", (key,)
-                ).fetchone()
-                if row is None:
-                    n = conn.execute("SELECT COUNT(*) FROM effects WHERE kind = ?", (kind,)).fetchone()[0]
-                    saved = {"id": f"{kind}_{n + 1}", "kind": kind, "run_id": run_id, "step": step}
-                    response = json.dumps({**saved, "amount": amount})
-                    conn.execute(
-                        "INSERT INTO effects (idempotency_key, kind, run_id, step, attempt, body_sha,"
-                        " response, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (key, kind, run_id, step, attempt, body_sha, response, now),
-                    )
-                    status, outcome = HTTPStatus.CREATED, "applied"
-                elif row[0] == kind and row[1] == body_sha:
-                    status, outcome, response = HTTPStatus.OK, "replayed", str(row[2])
-                else:
-                    # A refusal applies nothing, so there is nothing for a dropped response to hide.
-                    drop = False
-                    detail = f"idempotency key {key!r} was first used for a different request ({row[0]})"
-                    response = json.dumps({"error": "idempotency_key_reuse", "detail": detail})
-                    status, outcome = HTTPStatus.CONFLICT, "key_reuse"
-                conn.execute(
-                    "INSERT INTO requests (at, kind, idempotency_key, body_sha, run_id, step, attempt,"
-                    " outcome, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (now, kind, key, body_sha, run_id, step, attempt, "dropped" if drop else outcome, status),
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        return _Decision(status, response, drop)
-
-    def notify(self, raw: str) -> None:
-        with closing(_connect(self.path)) as conn:
-            conn.execute("INSERT INTO notifications (at, body) VALUES (?, ?)", (time.time(), raw))
-
-    def notification_bodies(self) -> list[Any]:
-        with closing(_connect(self.path)) as conn:
-            return [json.loads(r[0]) for r in conn.execute("SELECT body FROM notifications ORDER BY id")]
-
-
-class FaultSettings:
-    """The injected faults, shared by every handler thread; one seeded generator behind a lock."""
-
-    FIELDS = ("delay_ms", "fail_rate", "drop_rate", "seed")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.delay_ms = 0
-        self.fail_rate = 0.0
-        self.drop_rate = 0.0
-        self.seed = 0
-        self._rng = random.Random(0)  # noqa: S311 - fault injection, not security
-
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {name: getattr(self, name) for name in self.FIELDS}
-
-    def update(self, changes: Mapping[str, Any]) -> dict[str, Any]:
-        """Apply any subset of delay_ms / fail_rate / drop_rate / seed (`reset: true` first restores
-        the defaults); everything is validated before anything changes. ValueError on bad input."""
-        unknown = sorted(set(changes) - {*self.FIELDS, "reset"})
-        if unknown:
-            raise ValueError(f"unknown settings: {', '.join(unknown)}")
-        reset = changes.get("reset", False)
-        if not isinstance(reset, bool):
-            raise ValueError("reset must be true or false")
-        delay = changes.get("delay_ms")
-        if delay is not None and (not _is_int(delay) or delay < 0):
-            raise ValueError("delay_ms must be an integer >= 0")
-        for name in ("fail_rate", "drop_rate"):
-            rate = changes.get(name)
-            if rate is not None and not (_is_number(rate) and 0.0 <= rate <= 1.0):
-                raise ValueError(f"{name} must be a number between 0 and 1")
-        seed = changes.get("seed")
-        if seed is not None and not _is_int(seed):
-            raise ValueError("seed must be an integer")
-        with self._lock:
-            if reset:
-                self.delay_ms, self.fail_rate, self.drop_rate, self.seed = 0, 0.0, 0.0, 0
-                self._rng.seed(0)
-            if delay is not None:
-                self.delay_ms = int(delay)
-            if changes.get("fail_rate") is not None:
-                self.fail_rate = float(changes["fail_rate"])
-            if changes.get("drop_rate") is not None:
-                self.drop_rate = float(changes["drop_rate"])
-            if seed is not None:
-                # Setting a seed (even the same one) restarts the sequence: a scenario can replay it.
-                self.seed = int(seed)
-                self._rng.seed(self.seed)
-        return self.snapshot()
-
-    def draw(self) -> tuple[bool, bool]:
-        """(fail, drop) for one request. Both draws are always taken, so the sequence of outcomes for
-        a seed does not shift when a rate changes between scenarios' phases."""
-        with self._lock:
-            fail = self._rng.random() < self.fail_rate
-            drop = self._rng.random() < self.drop_rate
-        return fail, drop
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and math.isfinite(cast(float, value))
-
-
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     # socketserver's default backlog is 5: a burst of workers connecting at once would be reset.
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], ledger: _Ledger, faults: FaultSettings) -> None:
+    def __init__(self, address: tuple[str, int], ledger: LedgerWriter, faults: FaultSettings) -> None:
         self.ledger = ledger
         self.faults = faults
         self.stopping = threading.Event()
@@ -485,7 +300,7 @@ class Downstream:
         """Create the ledger's tables if needed, bind, serve in a daemon thread; the bound port."""
         if self._server is not None:
             raise RuntimeError("already started")
-        ledger = _Ledger(self.ledger_path)
+        ledger = LedgerWriter(self.ledger_path)
         ledger.create()
         self._server = _Server((self.host, self._requested_port), ledger, self.faults)
         self._thread = threading.Thread(
@@ -522,41 +337,6 @@ class Downstream:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-class LedgerReader:
-    """Read-only view of a ledger file for the checker; works while the server runs in another process.
-    Each call opens and closes its own connection, so it never holds a lock between calls."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-
-    def _rows(self, sql: str) -> list[dict[str, Any]]:
-        # mode=rw rather than ro: a read-only connection cannot create the -shm file of a WAL database
-        # whose writer has exited, and rw still refuses to create a missing ledger.
-        uri = f"{self.path.resolve().as_uri()}?mode=rw"
-        with closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)) as conn:
-            conn.row_factory = sqlite3.Row
-            return [dict(row) for row in conn.execute(sql)]
-
-    def effects(self) -> list[dict[str, Any]]:
-        """Applied effects in the order applied; `response` is the saved response, parsed."""
-        rows = self._rows("SELECT * FROM effects ORDER BY rowid")
-        for row in rows:
-            row["response"] = json.loads(row["response"])
-        return rows
-
-    def requests(self) -> list[dict[str, Any]]:
-        """Every /effects request in arrival order, with its outcome and status (for a dropped response,
-        the status that was never sent)."""
-        return self._rows("SELECT * FROM requests ORDER BY id")
-
-    def notifications(self) -> list[dict[str, Any]]:
-        """Every webhook body received (id, at, body parsed), in arrival order."""
-        rows = self._rows("SELECT * FROM notifications ORDER BY id")
-        for row in rows:
-            row["body"] = json.loads(row["body"])
-        return rows
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -1,4 +1,4 @@
-"""The processes of one fault scenario, on the lab's fleet harness (lab/fleet.py): a database (SQLite
+"""The processes of one fault scenario, on the lab's fleet harness (lab/fleet/): a database (SQLite
 file or a PostgreSQL database on a throwaway cluster), the downstream payment API, real `lockstep`
 worker / scheduler / serve processes started with fail points, and an in-process engine. Every log and
 the fail point log are in the scenario's directory.
@@ -23,7 +23,7 @@ from lockstep.testing.pgcluster import PgCluster
 from .. import lab_env
 from ..fleet import Fleet, Proc, database, wait_until
 from .activities import DOWNSTREAM_ENV
-from .downstream import LedgerReader
+from .ledger import LedgerReader
 
 __all__ = ["ACTIVITIES", "FaultFleet"]
 

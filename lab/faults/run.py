@@ -26,6 +26,7 @@ from .base import Ctx, Outcome, Scenario
 from .checker import CHECKS
 from .faultfleet import FaultFleet
 from .scenarios import crash_after_commit, duplicate_delivery, duplicate_timer, lease_expiry, lost_response
+from .scenarios_keys import rotate_under_load
 from .scenarios_ops import (
     approval_replay,
     db_outage,
@@ -34,6 +35,7 @@ from .scenarios_ops import (
     queue_backlog,
     quota_exhausted,
 )
+from .scenarios_retention import purge_under_load
 from .scenarios_tenants import hostile_tenant
 
 __all__ = ["SCENARIOS", "run_matrix", "write_reports"]
@@ -61,6 +63,19 @@ SCENARIOS = [
         "hostile_tenant",
         hostile_tenant,
         about="a tenant admin sends bombs (documents, expressions, inputs) while another tenant's runs go on",
+    ),
+    Scenario(
+        "purge_under_load",
+        "purge_under_load",
+        purge_under_load,
+        about="finished runs purged after a retention of seconds while runs start, finish and are held, "
+        "and the purging schedulers are SIGKILLed",
+    ),
+    Scenario(
+        "rotate_under_load",
+        "rotate_under_load",
+        rotate_under_load,
+        about="two key rotations while sealed runs proceed; workers and a re-wrapping scheduler SIGKILLed",
     ),
     Scenario(
         "broken_no_fencing",

@@ -2,7 +2,7 @@
 expired leases with late reports, lost responses, duplicate timers; and the broken builds that prove
 the checker can fail.
 
-Each scenario drives real processes (fleet.py), injects its fault, waits until every run settled, and
+Each scenario drives real processes (lab/fleet/), injects its fault, waits until every run settled, and
 returns the checker's verdict with the seconds from the last injected fault to "all settled".
 """
 

@@ -7,10 +7,11 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from .app.documents import parse_yaml_document
+from .app.keys import KeyProvider, key_provider
 from .app.service import Service, utcnow
+from .core.canonical import JSONObject, JSONValue
 from .core.definition import Limits
 from .core.limits import DEFAULT_SERVER_LIMITS, LimitSettingError, ServerLimits
 from .errors import InvalidInput, LockstepError
@@ -25,8 +26,8 @@ DEFAULT_DB = "sqlite:///lockstep.db"
 
 
 def load_document(
-    source: str | Path | dict[str, Any], limits: ServerLimits = DEFAULT_SERVER_LIMITS
-) -> dict[str, Any]:
+    source: str | Path | JSONObject, limits: ServerLimits = DEFAULT_SERVER_LIMITS
+) -> JSONObject:
     """A definition from a dict, a file path, or YAML/JSON text (at most `limits`'s
     max_definition_bytes, max_yaml_aliases and max_yaml_nodes); errors name the line and column."""
     if isinstance(source, dict):
@@ -70,10 +71,14 @@ class Engine:
         server_limits: Mapping[str, int] | None = None,
         synchronous: str = "FULL",
         busy_timeout: timedelta = timedelta(seconds=30),
+        keys: KeyProvider | str | Path | None = None,
     ) -> Engine:
         """`server_limits` overrides server-wide limits of core/limits.py by name (SERVER_LIMITS and
         HISTORY_LIMITS, e.g. {"max_request_bytes": 33554432}); a bad name or value raises InvalidInput
-        before the database is opened."""
+        before the database is opened. `keys` is the key that seals sensitive values: a KeyProvider, or
+        the path of a key file (`lockstep keys init`); by default LOCKSTEP_KEY_FILE or LOCKSTEP_KEY,
+        and without either, starting a run of a definition with sensitive fields is refused."""
+        provider = keys if keys is not None and not isinstance(keys, str | Path) else key_provider(keys)
         try:
             configured = (
                 server_limits if isinstance(server_limits, ServerLimits) else ServerLimits(server_limits)
@@ -84,7 +89,7 @@ class Engine:
             store = open_store(url, synchronous=synchronous, busy_timeout_s=busy_timeout.total_seconds())
         except (SchemaError, StoreUnavailable) as exc:
             raise LockstepError(str(exc), code="database") from None
-        return cls(Service(store, clock=clock, limits=limits, server_limits=configured))
+        return cls(Service(store, clock=clock, limits=limits, server_limits=configured, keys=provider))
 
     def close(self) -> None:
         self.service.store.close()
@@ -96,7 +101,7 @@ class Engine:
         self.close()
 
     # --- definitions and runs ------------------------------------------------------------------
-    def publish(self, source: str | Path | dict[str, Any], *, tenant: str = "default") -> dict[str, Any]:
+    def publish(self, source: str | Path | JSONObject, *, tenant: str = "default") -> JSONObject:
         """Publish a definition; identical content returns the existing version."""
         out = self.service.publish(tenant, load_document(source, self.service.server_limits))
         return {"name": out.name, "version": out.version, "digest": out.digest}
@@ -105,7 +110,7 @@ class Engine:
         self,
         name: str,
         *,
-        input: Any = None,
+        input: JSONValue = None,
         key: str | None = None,
         version: int | None = None,
         tenant: str = "default",
@@ -115,23 +120,23 @@ class Engine:
         return self.service.start(tenant, name, input=input, key=key, version=version, actor=actor).run_id
 
     # The calls below answer with the views' plain JSON (app/views): dicts, as `lockstep ... --json`.
-    def show(self, run_id: str, *, tenant: str = "default") -> dict[str, Any]:
+    def show(self, run_id: str, *, tenant: str = "default") -> JSONObject:
         return self.service.show(tenant, run_id).plain()
 
-    def events(self, run_id: str, *, tenant: str = "default") -> list[dict[str, Any]]:
+    def events(self, run_id: str, *, tenant: str = "default") -> list[JSONObject]:
         return [e.plain() for e in self.service.events(tenant, run_id)]
 
     def runs(
         self, *, status: str | None = None, tenant: str = "default", limit: int = 100
-    ) -> list[dict[str, Any]]:
+    ) -> list[JSONObject]:
         return [r.plain() for r in self.service.runs(tenant, status=status, limit=limit)]
 
     def cancel(
         self, run_id: str, *, reason: str, tenant: str = "default", actor: str | None = None
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         return self.service.cancel(tenant, run_id, reason, actor).plain()
 
-    def verify(self, run_id: str | None = None) -> list[dict[str, Any]]:
+    def verify(self, run_id: str | None = None) -> list[JSONObject]:
         return [v.plain() for v in self.service.verify(run_id)]
 
     # --- running work in-process ---------------------------------------------------------------
@@ -166,7 +171,7 @@ class Engine:
         *,
         timeout: float = 30.0,
         tenant: str = "default",
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """Poll until the run reaches one of `statuses` (default: terminal or needs_attention)."""
         deadline = time.monotonic() + timeout
         while True:

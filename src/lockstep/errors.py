@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 __all__ = [
     "Conflict",
     "Forbidden",
@@ -24,7 +22,9 @@ class LockstepError(Exception):
     code = "error"
     exit_code = 1
 
-    def __init__(self, message: str, *, code: str | None = None, extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, *, code: str | None = None, extra: dict[str, object] | None = None
+    ) -> None:
         super().__init__(message)
         if code:
             self.code = code

@@ -8,9 +8,9 @@ import os
 import sys
 import threading
 from datetime import timedelta
-from typing import Any
 
 import uvicorn
+from rich.console import Console
 
 from .api import create_app
 from .app.observability import configure_logging, log_events
@@ -35,7 +35,7 @@ def run_server(
     metrics_token: str | None,
     secure_cookies: bool,
     log_format: str,
-    console: Any,
+    console: Console,
     public_url: str = "http://127.0.0.1:8080",
     notify: str = "log",
     outbound: OutboundPolicy | None = None,

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-import lockstep.app.principals as principals_module
+import lockstep.app.principals.credentials as principals_module
 from lockstep.app.principals import Principals
 from lockstep.core.limits import SERVER_LIMITS
 from lockstep.engine import Engine

@@ -21,7 +21,7 @@ ARBITRARY = {
     "StepView.output": "what the step's activity returned (tenant JSON)",
     "TaskView.input": "the activity's input, rendered from the run's tenant JSON",
     "InboxItem.details": "what the approver is asked, rendered from the run's tenant JSON",
-    "EventView.data": "an event's data as recorded: its fields depend on the event's type (core/events.py)",
+    "EventView.data": "an event's data as recorded: its fields depend on the event's type (core/events/)",
     "DefinitionDocument.document": "the definition as the tenant wrote it (docs/definitions.md)",
     "SkipCommand.output": "the output an operator proposes for a skipped step (tenant JSON)",
     "ResolveCommand.output": "the output an operator proposes for a resolved step (tenant JSON)",
@@ -79,15 +79,17 @@ def _walk(
 
 
 def _responses() -> list[tuple[str, dict[str, Any]]]:
-    """(label, JSON schema) of every 2xx response of a /v1 operation."""
+    """(label, JSON schema) of every 2xx response of a /v1 operation, in each media type it is served as
+    (JSON, or JSON lines: the schema of one line)."""
     out = []
     for path, item in DOCUMENT["paths"].items():
         for method, op in item.items():
             for code, response in op["responses"].items():
                 if path.startswith("/v1") and code.startswith("2"):
-                    out.append(
-                        (f"{method.upper()} {path} {code}", response["content"]["application/json"]["schema"])
-                    )
+                    for media, body in response["content"].items():
+                        label = f"{method.upper()} {path} {code}"
+                        label += "" if media == "application/json" else f" {media}"
+                        out.append((label, body["schema"]))
     return out
 
 

@@ -1,4 +1,4 @@
-"""What the crash tests add to the lab's process harness (lab/fleet.py): a downstream ledger, the test
+"""What the crash tests add to the lab's process harness (lab/fleet/): a downstream ledger, the test
 activity module, and their defaults for worker/scheduler subprocesses (always killed); `wait_until` (poll
 with a deadline, never sleep as synchronisation) comes from the harness.
 

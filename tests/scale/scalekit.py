@@ -1,4 +1,4 @@
-"""What the scale-out tests add to the lab's process harness (lab/fleet.py): their activity module and
+"""What the scale-out tests add to the lab's process harness (lab/fleet/): their activity module and
 the downstream ledger it writes to, their defaults for real `lockstep` processes (serve, scheduler,
 worker) on one PostgreSQL database, HTTP and SQL probes, and the invariant checks shared by the tests (no
 duplicate transition, no lost work, each effect applied once per key).

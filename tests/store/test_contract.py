@@ -28,6 +28,7 @@ from lockstep.store import (
     DefinitionRow,
     DueTimer,
     ExpiredLease,
+    LoadedRun,
     SchemaError,
     UserRow,
     open_store,
@@ -153,7 +154,7 @@ def test_a_batch_writes_several_appends_and_a_stale_one_fails_it_at_the_end(stor
     def good_then_stale(tx):
         with tx.savepoint(), tx.batch():
             tx.append(fresh[0], fresh[1], fresh[2], effects_of(fresh[2]), now_ms=ms(T0))
-            stale_before = replace(stale, state=replace(stale.state, seq=2))
+            stale_before = LoadedRun(replace(stale.state, seq=2), stale.last_hash)
             tx.append(stale_before, stale.state, [], [], now_ms=ms(T0))
 
     with store.write() as tx, pytest.raises(ConcurrencyError):

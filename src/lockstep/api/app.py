@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI, Response
 
 from .. import __version__
 from ..app.observability import Metrics
 from ..app.service import Service
-from . import approvals, html, limits, metrics, pages, problems, repair, routes, tasks
+from . import approvals, audit, html, limits, metrics, pages, problems, repair, retention, routes, tasks
 
 __all__ = ["create_app"]
 
@@ -45,9 +43,11 @@ def create_app(
     app.include_router(tasks.router)
     app.include_router(approvals.router)
     app.include_router(repair.router)
+    app.include_router(retention.router)
+    app.include_router(audit.router)
 
     @app.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, Any]:
+    def healthz() -> dict[str, bool]:
         with service.read() as tx:
             tx.next_wakeup_ms()
         return {"ok": True}

@@ -66,10 +66,28 @@ def audited(permission: str, action: str) -> Callable[..., Principal]:
 
 
 def need(permission: str) -> Callable[..., Principal]:
-    """A dependency: the caller, who must hold `permission` in their own tenant."""
+    """A dependency: the caller, who must hold `permission` in their own tenant. A refusal is audited as
+    `api.request` (target: the route) when someone tried: an API key that matches nobody (401; a
+    request without credentials is not an attempt) or a user whose roles lack the permission (403)."""
 
-    def dep(p: Annotated[Principal, Depends(_principal)]) -> Principal:
-        p.require(permission)
+    def dep(
+        request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    ) -> Principal:
+        try:
+            p = _principal(request, creds)
+        except Unauthenticated as exc:
+            if creds is not None:
+                _refused(request, None, None, exc.code, credentials="unknown API key")
+            raise
+        if not p.can(permission):
+            _refused(request, p.tenant, p.name, "forbidden", permission=permission)
+            p.require(permission)
         return p
 
     return dep
+
+
+def _refused(request: Request, tenant: str | None, actor: str | None, code: str, **detail: str) -> None:
+    route = request.scope.get("route")
+    target = f"{request.method} {getattr(route, 'path', request.url.path)}"
+    get_principals(request).audit(tenant, actor, "api.request", target[:200], "refused", code=code, **detail)

@@ -10,9 +10,8 @@ service (core/limits.py has them all).
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio.to_thread
+from fastapi import FastAPI
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -26,7 +25,7 @@ __all__ = ["RequestLimits", "install"]
 SCAN_INLINE_BYTES = 256 * 1024
 
 
-def install(app: Any, limits: ServerLimits) -> None:
+def install(app: FastAPI, limits: ServerLimits) -> None:
     """Put the limits in front of `app`: max_request_bytes and max_request_depth as the server is
     configured (`Service.server_limits`)."""
     app.add_middleware(RequestLimits, limits=limits)

@@ -3,11 +3,12 @@ describes. What a response carries is a read model of the application layer (app
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..app.views import RunView, TaskView
+from ..core.canonical import JSONValue
 
 __all__ = [
     "CancelRequest",
@@ -29,7 +30,7 @@ class StartRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     definition: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$")
     version: int | None = Field(default=None, ge=1, le=MAX_INT)
-    input: Any = Field(default=None, description="The run input (checked against the input_schema)")
+    input: JSONValue = Field(default=None, description="The run input (checked against the input_schema)")
 
 
 class RunList(BaseModel):
@@ -73,7 +74,7 @@ class CompleteRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     attempt: int = Field(ge=1, le=MAX_INT)
     fencing_token: int = Field(ge=0, le=MAX_INT)
-    output: Any = None
+    output: JSONValue = None
 
 
 class ErrorInfo(BaseModel):

@@ -78,7 +78,7 @@ def problem(
     detail: str,
     instance: str | None = None,
     headers: dict[str, str] | None = None,
-    extra: dict[str, Any] | None = None,
+    extra: dict[str, object] | None = None,
 ) -> JSONResponse:
     # Details may quote user input; never let an unencodable character turn an error into a 500.
     detail = detail.encode("utf-8", "replace").decode()

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..app.principals import Principal
 from ..app.service import Service
 from ..app.views import MigrationPlan, RepairResult
+from ..core.canonical import JSONValue
 from .deps import get_service, need
 from .problems import PROBLEM_RESPONSES, error_response
 
@@ -34,17 +35,17 @@ class Reason(BaseModel):
 
 class SkipRequest(Reason):
     step: str = Field(min_length=1, max_length=64)
-    output: Any = Field(default=None, description="Stands in for the step's output")
+    output: JSONValue = Field(default=None, description="Stands in for the step's output")
 
 
 class EditInputRequest(Reason):
-    input: Any
+    input: JSONValue
 
 
 class ResolveRequest(Reason):
     step: str = Field(min_length=1, max_length=64)
     outcome: Literal["succeeded", "failed"] = Field(alias="as")
-    output: Any = None
+    output: JSONValue = None
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 

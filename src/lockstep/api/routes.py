@@ -35,7 +35,18 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", responses=PROBLEM_RESPONSES)
 Svc = Annotated[Service, Depends(get_service)]
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: error_response("No such run in the caller's tenant")}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: error_response("No such run in the caller's tenant"),
+    410: error_response("The run was purged: the problem says when, by whom and why (its tombstone)"),
+}
+REVEALING: dict[int | str, dict[str, Any]] = {
+    **NOT_FOUND,
+    403: error_response("reveal=true without the read_sensitive grant (audited)"),
+}
+REVEAL = (
+    "Show sensitive values instead of redaction markers: needs the caller's read_sensitive grant; "
+    "every request is audited (403 without the grant)"
+)
 
 
 @router.post(
@@ -155,16 +166,21 @@ def list_runs(
 
 
 @router.get(
-    "/runs/{run_id}", response_model=RunView, responses=NOT_FOUND, summary="A run (as `lockstep show`)"
+    "/runs/{run_id}", response_model=RunView, responses=REVEALING, summary="A run (as `lockstep show`)"
 )
-def get_run(run_id: str, svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> RunView:
-    return svc.show(p.tenant, run_id)
+def get_run(
+    run_id: str,
+    svc: Svc,
+    p: Annotated[Principal, Depends(need("read"))],
+    reveal: Annotated[bool, Query(description=REVEAL)] = False,
+) -> RunView:
+    return svc.reveal.run(p, run_id, channel="api") if reveal else svc.show(p.tenant, run_id)
 
 
 @router.get(
     "/runs/{run_id}/events",
     response_model=list[EventView],
-    responses=NOT_FOUND,
+    responses=REVEALING,
     summary="The run's event history",
 )
 def get_events(
@@ -172,8 +188,10 @@ def get_events(
     svc: Svc,
     p: Annotated[Principal, Depends(need("read"))],
     after_seq: Annotated[int, Query(ge=0, le=2**31)] = 0,
+    reveal: Annotated[bool, Query(description=REVEAL)] = False,
 ) -> list[EventView]:
-    return [e for e in svc.events(p.tenant, run_id) if e.seq > after_seq]
+    rows = svc.reveal.events(p, run_id, channel="api") if reveal else svc.events(p.tenant, run_id)
+    return [e for e in rows if e.seq > after_seq]
 
 
 @router.post(

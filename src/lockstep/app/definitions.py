@@ -4,29 +4,34 @@ stored as the next version of its name unless the same content is already publis
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
+from ..core.canonical import JSONValue
 from ..core.definition import DefinitionError, Limits, parse_definition
 from ..core.exprcheck import ExprLimits, expression_limits, publish_limits
 from ..core.timeutil import iso
 from ..errors import Conflict, InvalidInput, NotFound
-from ..store import ConcurrencyError, DefinitionRow
-from .kernel import Kernel
+from ..store import ConcurrencyError, DefinitionRow, PublishTx
+from .kernel import refuse_reserved
+from .port import KernelPort
 from .views import DefinitionDocument, DefinitionVersion, PublishResult
 
 __all__ = ["Definitions"]
 
 
 class Definitions:
-    def __init__(self, kernel: Kernel, limits: Limits | None = None) -> None:
+    def __init__(self, kernel: KernelPort[PublishTx], limits: Limits | None = None) -> None:
         self.kernel = kernel
         # Publish-time limits; their expression bounds are the server's unless `limits` sets its own.
         limits = limits or Limits()
         if limits.expressions == ExprLimits():
             limits = replace(limits, expressions=publish_limits(kernel.server_limits))
+        if limits.max_sensitive_pointers == Limits.max_sensitive_pointers:
+            limits = replace(limits, max_sensitive_pointers=kernel.server_limits["max_sensitive_pointers"])
+        if limits.max_pointer_length == Limits.max_pointer_length:
+            limits = replace(limits, max_pointer_length=kernel.server_limits["max_pointer_length"])
         self.limits = limits
 
-    def publish(self, tenant: str, document: Any) -> PublishResult:
+    def publish(self, tenant: str, document: JSONValue) -> PublishResult:
         limits = self.limits
         with self.kernel.read() as tx:
             row = tx.tenant(tenant)
@@ -38,6 +43,7 @@ class Definitions:
             d = parse_definition(document, limits)
         except DefinitionError as exc:
             raise InvalidInput(str(exc)) from None
+        refuse_reserved(d.document, "the definition")  # a template must not write a forged sealed value
         for _ in range(3):
             try:
                 with self.kernel.write() as tx:

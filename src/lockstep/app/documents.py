@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode
 
+from ..core.canonical import JSONObject, JSONValue
 from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from ..errors import InvalidInput
 
@@ -89,7 +90,7 @@ class BoundedLoader(yaml.SafeLoader):
         return mapping
 
 
-def parse_yaml_document(text: str, where: str, limits: ServerLimits = DEFAULT_SERVER_LIMITS) -> Any:
+def parse_yaml_document(text: str, where: str, limits: ServerLimits = DEFAULT_SERVER_LIMITS) -> JSONValue:
     """The value of a YAML (or JSON) text; InvalidInput naming line and column for any problem."""
     loader = None
     try:
@@ -116,8 +117,8 @@ def _at(exc: yaml.YAMLError) -> str:
     return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _pairs(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
+    out: JSONObject = {}
     for key, value in pairs:
         if key in out:
             raise InvalidInput(f"the body is not valid JSON: duplicate key {key!r}: keep one of them")
@@ -125,7 +126,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def parse_json_document(text: str) -> Any:
+def parse_json_document(text: str) -> JSONValue:
     """The value of a JSON text; InvalidInput for invalid JSON or a duplicate key."""
     try:
         return json.loads(text, object_pairs_hook=_pairs)

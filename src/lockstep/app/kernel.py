@@ -14,8 +14,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Concatenate, Literal, ParamSpec, TypeVar
 
+import msgspec
+
+from ..core.canonical import JSONObject, JSONValue, compact_json
 from ..core.commands import Command, Rejected, ReportFailure, ReportSuccess
 from ..core.decide import decide
 from ..core.definition import Definition, Limits, parse_definition
@@ -23,18 +26,22 @@ from ..core.effects import effects_of
 from ..core.events import Event
 from ..core.evolve import evolve
 from ..core.exprcheck import STORED_EXPR_LIMITS
-from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
+from ..core.limits import DEFAULT_SERVER_LIMITS, SERVER_LIMITS, ServerLimits, Settings
+from ..core.sealed import SEALED, contains_marker, label_of, maybe_sealed, pointer_get, pointer_set
+from ..core.sensitive import batch_pointers
 from ..core.shape import Shape
 from ..core.state import RunState
-from ..errors import Conflict, InvalidInput, NotFound, Refused, Unavailable
-from ..store import ConcurrencyError, LoadedRun, RowLocked, Store, StoreUnavailable, Tx
+from ..errors import Conflict, Gone, InvalidInput, LockstepError, NotFound, Refused, Unavailable
+from ..store import ConcurrencyError, LoadedRun, RetentionTx, RowLocked, Sealer, Store, StoreUnavailable, Tx
+from ..store.port import ApplyTx, BatchTx, DefinitionsTx, RunsTx, SealTx, TenantsTx, TxControl
 from . import failpoints
 from .quotas import check_value
 
-__all__ = ["STORED", "Kernel", "Listener", "epoch_ms", "lock_run", "utcnow"]
+__all__ = ["STORED", "Kernel", "Listener", "epoch_ms", "lock_run", "refuse_reserved", "utcnow"]
 
 log = logging.getLogger("lockstep.app.kernel")
 T = TypeVar("T")
+X = TypeVar("X", bound=TxControl)
 P = ParamSpec("P")
 
 # Called with (state after, events) for every committed command (metrics, logs, waking workers).
@@ -47,6 +54,8 @@ STORED = Limits(
     max_timeout=timedelta(days=36_500),
     max_attempts=1_000_000,
     expressions=STORED_EXPR_LIMITS,
+    max_sensitive_pointers=SERVER_LIMITS["max_sensitive_pointers"].ceiling,
+    max_pointer_length=SERVER_LIMITS["max_pointer_length"].ceiling,
 )
 
 
@@ -58,7 +67,7 @@ def epoch_ms(dt: datetime) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def lock_run(tx: Tx, run_id: str) -> LoadedRun | Literal[False] | None:
+def lock_run(tx: RunsTx, run_id: str) -> LoadedRun | Literal[False] | None:
     """The run, locked; None if it does not exist; False if another transaction holds it."""
     try:
         return tx.load_run(run_id, skip_locked=True)
@@ -80,8 +89,10 @@ class Kernel:
         # enforces one (HTTP, YAML, login, metrics, publish, the core's history bounds) reads it here.
         self.server_limits = server_limits
         self.listeners: list[Listener] = []
+        # Seals sensitive values and opens them (app/keys; set by the service, shared with the store).
+        self.sealer: Sealer | None = getattr(store, "sealer", None)
         self._definitions: dict[tuple[str, str, int], Definition] = {}
-        self._settings: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._settings: dict[str, tuple[float, Settings]] = {}
         # Per thread: the (state, events) of the write transaction in progress, for the listeners.
         self._local = threading.local()
 
@@ -115,7 +126,7 @@ class Kernel:
             raise Unavailable(str(exc)) from None
 
     def isolated(
-        self, tx: Tx, what: str, fn: Callable[Concatenate[Tx, P], T], *args: P.args, **kwargs: P.kwargs
+        self, tx: X, what: str, fn: Callable[Concatenate[X, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T | None:
         """Run one item of a batch in a savepoint: a broken run (unreadable snapshot, a bug) is logged and
         skipped instead of failing the whole batch, and the next pass tries it again."""
@@ -132,7 +143,7 @@ class Kernel:
 
     def as_one_batch(
         self,
-        tx: Tx,
+        tx: BatchTx,
         what: str,
         run_ids: Sequence[str],
         body: Callable[[dict[str, LoadedRun]], T],
@@ -144,7 +155,7 @@ class Kernel:
         with every append in one tx.batch(). None if anything in it failed: it was undone, and the
         caller goes item by item, each in its own savepoint, isolating the broken one."""
 
-        def whole(tx: Tx) -> T:
+        def whole(tx: BatchTx) -> T:
             loaded = tx.load_runs(run_ids, skip_locked=skip_locked)
             with tx.batch():
                 return body(loaded)
@@ -152,7 +163,7 @@ class Kernel:
         return self.isolated(tx, what, whole)
 
     # --- definitions and settings --------------------------------------------------------------
-    def definition_for(self, tx: Tx, tenant: str, name: str, version: int) -> Definition:
+    def definition_for(self, tx: DefinitionsTx, tenant: str, name: str, version: int) -> Definition:
         key = (tenant, name, version)
         d = self._definitions.get(key)
         if d is None:
@@ -164,7 +175,7 @@ class Kernel:
             self._definitions[key] = d
         return d
 
-    def definition_of(self, tx: Tx, state: RunState) -> Definition:
+    def definition_of(self, tx: DefinitionsTx, state: RunState) -> Definition:
         """The definition version `state`'s run is on."""
         return self.definition_for(tx, state.tenant, state.definition["name"], state.definition["version"])
 
@@ -176,7 +187,7 @@ class Kernel:
                 d = self.definition_for(tx, tenant, name, version)
         return d
 
-    def settings_of(self, tenant: str, tx: Tx | None = None, *, fresh: bool = False) -> dict[str, Any]:
+    def settings_of(self, tenant: str, tx: TenantsTx | None = None, *, fresh: bool = False) -> Settings:
         """A tenant's settings, cached for a few seconds: read on every command, changed rarely (read
         in `tx`, or in a read of its own; `fresh` reads them now)."""
         now = time.monotonic()
@@ -191,18 +202,23 @@ class Kernel:
             self._settings[tenant] = hit
         return hit[1]
 
-    def check_value(self, tenant: str, value: Any, size_limit: str, what: str, root: str = "value") -> Shape:
+    def check_value(
+        self, tenant: str, value: object, size_limit: str, what: str, root: str = "value"
+    ) -> Shape:
         """quotas.check_value with the tenant's settings. They are cached for a few seconds, so a refusal
-        is checked again with settings read fresh: a limit raised a moment ago is never refused by."""
+        is checked again with settings read fresh: a limit raised a moment ago is never refused by.
+        A value holding a `$sealed` object is refused: that key is reserved for sealed values."""
         try:
-            return check_value(self.settings_of(tenant), tenant, value, size_limit, what, root)
+            shape = check_value(self.settings_of(tenant), tenant, value, size_limit, what, root)
         except InvalidInput:
-            return check_value(self.settings_of(tenant, fresh=True), tenant, value, size_limit, what, root)
+            shape = check_value(self.settings_of(tenant, fresh=True), tenant, value, size_limit, what, root)
+        refuse_reserved(value, what)
+        return shape
 
     # --- commands ------------------------------------------------------------------------------
     def apply(
         self,
-        tx: Tx,
+        tx: ApplyTx,
         loaded: LoadedRun | None,
         command: Command,
         now: datetime,
@@ -241,20 +257,86 @@ class Kernel:
             for e in more:
                 after = evolve(after, e)
             events = [*events, *more]
+        target = getattr(command, "target", None)  # a migration decides under the version it moves to
+        sealed = self._sealed(
+            tx, loaded, after, events, definition, target if isinstance(target, Definition) else None
+        )
+        stored, written = sealed if sealed is not None else (after, events)
         tx.append(
             loaded,
-            after,
-            events,
-            effects_of(events),
+            stored,
+            written,
+            effects_of(written),
             now_ms=epoch_ms(now),
             request_digest=request_digest,
             lease_until_ms=epoch_ms(lease_until) if lease_until is not None else None,
+            clear=after if sealed is not None else None,
         )
         failpoints.hit(f"commit.{type(command).__name__}", run=after.run_id)  # written, not yet committed
         buffer = getattr(self._local, "buffer", None)
         if buffer is not None:
-            buffer.append((after, events))
+            buffer.append((stored, written))  # observers (logs, metrics) see the stored form only
         return after, events
+
+    def _sealed(
+        self,
+        tx: ApplyTx,
+        loaded: LoadedRun | None,
+        after: RunState,
+        events: list[Event],
+        definition: Definition,
+        target: Definition | None = None,
+    ) -> tuple[RunState, list[Event]] | None:
+        """The stored form of a transition (its snapshot and events) when its definition declares
+        sensitive fields or the run holds sealed values already; None (the clear form is the stored
+        one, at no cost) otherwise. Each sensitive value becomes a marker under the run's key; the
+        stored snapshot is the fold of the stored events over the stored snapshot before."""
+        classified = definition.sensitivity.any or (target is not None and target.sensitivity.any)
+        was_sealed = loaded is not None and loaded.sealed
+        if not classified and not was_sealed:
+            return None
+        found: list[tuple[int, str, str, JSONValue]] = []  # (event index, pointer, label, clear value)
+        datas: dict[int, JSONObject] = {}
+        pointers = batch_pointers([e.data for e in events], definition, target) if classified else []
+        for i, e in enumerate(events if classified else ()):
+            for pointer in pointers[i]:
+                data = datas.setdefault(i, e.data_json())
+                present, value = pointer_get(data, pointer)
+                if present:
+                    found.append((i, pointer, label_of(e.type, pointer), value))
+        written = list(events)
+        if found:
+            if self.sealer is None:  # pragma: no cover - the service always sets one
+                raise Refused("this process cannot seal sensitive values (no key ring)", code="no_key")
+            values = [(f[2], f[3]) for f in found]
+            markers = self.sealer.seal(tx, after.tenant, after.run_id, values, new=loaded is None)
+            fields: dict[int, set[str]] = {}
+            for (i, pointer, _label, _value), marker in zip(found, markers, strict=True):
+                datas[i] = pointer_set(datas[i], pointer, marker)
+                fields.setdefault(i, set()).add(
+                    pointer.split("/", 2)[1].replace("~1", "/").replace("~0", "~")
+                )
+            for i, changed in fields.items():
+                e = written[i]
+                # The record with the sealed fields in place (unvalidated: a marker may stand where
+                # the record types a string; reading it back keeps it as stored, see core/events.py).
+                record = msgspec.structs.replace(e.data, **{f: datas[i][f] for f in changed})
+                written[i] = Event(record, e.at, e.seq, e.v)
+        elif not was_sealed:
+            return None  # nothing sensitive in this run so far
+        stored = loaded.stored if loaded is not None else None
+        for e in written:
+            stored = evolve(stored, e)
+        if stored is None:  # pragma: no cover - events always create or keep a state
+            raise RuntimeError("decide produced events but no state")
+        return stored, written
+
+    def opened(self, tx: SealTx, tenant: str, run_id: str, value: JSONValue) -> JSONValue:
+        """`value` (stored: e.g. a task's input) with the run's sealed values opened, for a hand-over to
+        the activity that needs them in clear."""
+        if self.sealer is None:
+            raise Refused(f"run {run_id} holds sealed values and this process has no key", code="no_key")
+        return self.sealer.open(tx, tenant, run_id, value)
 
     def command(
         self,
@@ -275,7 +357,7 @@ class Kernel:
                 with self.write() as tx:
                     loaded = tx.load_run(run_id)
                     if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
-                        raise NotFound(f"run {run_id} not found" + (f" in tenant {tenant}" if tenant else ""))
+                        raise self.missing(tx, run_id, tenant)
                     d = self.definition_of(tx, loaded.state)
                     decided = prepare(tx, loaded) if prepare is not None else command
                     after, events = self.apply(tx, loaded, decided, now, d)
@@ -287,8 +369,42 @@ class Kernel:
         raise Conflict(f"run {run_id} is being changed by other writers; try again")
 
     def state(self, tenant: str | None, run_id: str) -> RunState:
+        """The run as stored, for read models: a sealed value is a marker (read models redact it)."""
         with self.read() as tx:
             loaded = tx.load_run(run_id)
-        if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
-            raise NotFound(f"run {run_id} not found" + (f" in tenant {tenant}" if tenant else ""))
-        return loaded.state
+            if loaded is None or (tenant is not None and loaded.stored.tenant != tenant):
+                raise self.missing(tx, run_id, tenant)
+        return loaded.stored
+
+    def missing(self, tx: RetentionTx, run_id: str, tenant: str | None) -> LockstepError:
+        """Why a run is not there: Gone, saying when and why, if it was purged (its tombstone); else
+        NotFound. Another tenant's run is NotFound either way, so its existence does not leak."""
+        where = f" in tenant {tenant}" if tenant else ""
+        t = tx.tombstone(run_id)
+        if t is None or (tenant is not None and t.tenant != tenant):
+            return NotFound(f"run {run_id} not found{where}")
+        return Gone(
+            f"run {run_id}{where} was purged at {t.purged_at} by {t.purged_by}: {t.reason}. It ended "
+            f"{t.status} at {t.finished_at} after {t.events} events; only its tombstone is kept "
+            "(`lockstep retention tombstones`)",
+            code="purged",
+            extra={
+                "purged_at": t.purged_at,
+                "purged_by": t.purged_by,
+                "reason": t.reason,
+                "run_status": t.status,  # "status" is the problem document's HTTP status
+                "finished_at": t.finished_at,
+                "events": t.events,
+                "last_hash": t.last_hash,
+            },
+        )
+
+
+def refuse_reserved(value: JSONValue, what: str) -> None:
+    """InvalidInput for a value holding an object with the key `$sealed`: only sealed values may."""
+    if isinstance(value, dict | list) and maybe_sealed(compact_json(value)) and contains_marker(value):
+        raise InvalidInput(
+            f"{what} holds an object with the key {SEALED!r}, which is reserved for sealed values; "
+            "rename that key",
+            code="reserved_key",
+        )

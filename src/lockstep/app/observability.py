@@ -25,7 +25,9 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from structlog.typing import Processor
 
+from ..core.canonical import JSONValue
 from ..core.definition import ActivityStep
 from ..core.events import (
     ActivityFailed,
@@ -37,7 +39,8 @@ from ..core.events import (
 )
 from ..core.state import RunState
 from ..core.timeutil import parse_iso
-from .kernel import Kernel
+from ..store import DefinitionsTx, MetricsTx, ObserveTx
+from .port import KernelPort
 
 __all__ = ["ENGINE_ERROR_CODES", "OTHER", "Metrics", "configure_logging", "log_events"]
 
@@ -72,7 +75,7 @@ class _DeclaredCodes:
 
     SIZE = 256
 
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: KernelPort[DefinitionsTx]) -> None:
         self.kernel = kernel
         self.cache: OrderedDict[tuple[str, str, int], frozenset[str]] = OrderedDict()
         self.lock = threading.Lock()
@@ -102,7 +105,7 @@ class _DeclaredCodes:
 
 
 class _DatabaseCollector(Collector):
-    def __init__(self, kernel: Kernel, activity_label: _FirstSeen) -> None:
+    def __init__(self, kernel: KernelPort[MetricsTx], activity_label: _FirstSeen) -> None:
         self.kernel = kernel
         self.activity_label = activity_label
 
@@ -149,7 +152,7 @@ class _DatabaseCollector(Collector):
 class Metrics:
     """A registry per app (tests create many apps; the global registry would collide)."""
 
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: KernelPort[ObserveTx]) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # `_created` series only add noise
         self.registry = CollectorRegistry()
         self.activity_label = _FirstSeen(kernel.server_limits["max_metric_activities"])
@@ -221,7 +224,7 @@ class Metrics:
         return self.activity_label(state.tenant, name)
 
     def _code(self, state: RunState, d: ActivityFailed | ActivityTimedOut) -> str:
-        code = str(d.error["code"])
+        code = str(d.error.get("code"))  # a stored error may be sealed whole: then it has no code
         if code in ENGINE_ERROR_CODES:
             return code
         if code in self.declared_codes(state):
@@ -229,7 +232,7 @@ class Metrics:
         return OTHER
 
 
-def _orjson_text(obj: Any, **kw: Any) -> str:
+def _orjson_text(obj: object, **kw: Any) -> str:
     # Workers and schedulers log every committed event: the stdlib encoder was a visible share of
     # their CPU per step. `default` is structlog's fallback for values JSON has no type for.
     try:
@@ -240,7 +243,7 @@ def _orjson_text(obj: Any, **kw: Any) -> str:
 
 def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
     """JSON lines on stderr (one object per line, with run/step/attempt ids where they apply)."""
-    processors: list[Any] = [
+    processors: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -261,7 +264,7 @@ _events_log = structlog.get_logger("lockstep.events")
 def log_events(state: RunState, events: list[Event]) -> None:
     """A listener for Service.listeners: one log line per committed event."""
     for e in events:
-        fields: dict[str, Any] = {
+        fields: dict[str, JSONValue] = {
             "run_id": state.run_id,
             "tenant": state.tenant,
             "seq": e.seq,

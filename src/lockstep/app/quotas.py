@@ -8,12 +8,10 @@ and the feature services apply them, so this module imports nothing of the appli
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..core.limits import TENANT_LIMITS, tenant_limit
+from ..core.limits import TENANT_LIMITS, Settings, tenant_limit
 from ..core.shape import Shape, measure, over_limit
 from ..errors import InvalidInput, RateLimited
-from ..store import TenantRow, Tx
+from ..store import QuotaTx, TenantRow
 
 __all__ = ["admit", "check_input", "check_value", "limit_error", "limit_message", "measured"]
 
@@ -46,7 +44,7 @@ def limit_error(tenant: str, what: str, over: tuple[str, int, int, str]) -> Inva
     )
 
 
-def measured(settings: dict[str, Any], value: Any, size_limit: str, root: str) -> Shape:
+def measured(settings: Settings, value: object, size_limit: str, root: str) -> Shape:
     """`value` measured with the tenant's own bounds: a refused value costs at most one encode and a
     walk of what the limits allow (never a walk of a huge value)."""
     return measure(
@@ -59,7 +57,7 @@ def measured(settings: dict[str, Any], value: Any, size_limit: str, root: str) -
 
 
 def check_value(
-    settings: dict[str, Any], tenant: str, value: Any, size_limit: str, what: str, root: str = "value"
+    settings: Settings, tenant: str, value: object, size_limit: str, what: str, root: str = "value"
 ) -> Shape:
     """Refuse (InvalidInput naming the limit, the size found and the setting that raises it) a value
     over the tenant's `size_limit`, max_json_depth or max_list_items; else its shape."""
@@ -70,7 +68,7 @@ def check_value(
     return shape
 
 
-def check_input(row: TenantRow | None, tenant: str, shape: Shape) -> dict[str, Any]:
+def check_input(row: TenantRow | None, tenant: str, shape: Shape) -> Settings:
     """The tenant's settings from `row` (its row as the start's transaction read it), after refusing an
     input over its limits (the input was measured before the transaction: nothing is walked while it is
     open)."""
@@ -81,7 +79,7 @@ def check_input(row: TenantRow | None, tenant: str, shape: Shape) -> dict[str, A
     return settings
 
 
-def admit(tx: Tx, row: TenantRow | None, tenant: str, now_ms: int) -> None:
+def admit(tx: QuotaTx, row: TenantRow | None, tenant: str, now_ms: int) -> None:
     """Tenant limits at the edge, inside the start transaction: refused starts write nothing. `row` is
     the tenant's row as this transaction read it for check_input (one read per start, not two)."""
     if row is None:

@@ -3,10 +3,9 @@ reason and an actor; the run's history records the state before and after."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..core.canonical import digest
+from ..core.canonical import JSONValue, digest
 from ..core.commands import (
+    Command,
     ConfirmRepair,
     EditInput,
     MigrateRun,
@@ -20,7 +19,9 @@ from ..core.events import Event
 from ..core.migrate import plan_migration
 from ..core.state import RunState
 from ..errors import InvalidInput, NotFound, Refused
-from .kernel import Kernel
+from ..store import RepairTx
+from .audit import Audit
+from .port import KernelPort
 from .runs import Runs
 from .views import BulkMigration, MigrationOutcome, MigrationPlan, RepairResult
 
@@ -34,12 +35,17 @@ def _reason(reason: str) -> str:
 
 
 class Repairs:
-    def __init__(self, kernel: Kernel, runs: Runs) -> None:
+    def __init__(self, kernel: KernelPort[RepairTx], runs: Runs) -> None:
         self.kernel = kernel
         self.runs = runs
+        self.audit = Audit(kernel)  # every repair is audited, in the transaction of its command
 
     def _done(self, run_id: str, state: RunState, events: list[Event]) -> RepairResult:
-        out: dict[str, Any] = {"run_id": run_id, "status": state.status, "events": [e.type for e in events]}
+        out: dict[str, JSONValue] = {
+            "run_id": run_id,
+            "status": state.status,
+            "events": [e.type for e in events],
+        }
         if any(e.type == "RepairProposed" for e in events):
             # Four-eyes: nothing ran yet; a second operator confirms (or anyone rejects) the proposal.
             out["proposal"] = state.proposal
@@ -64,20 +70,20 @@ class Repairs:
             with self.kernel.read() as tx:
                 target = self.kernel.definition_for(tx, tenant, state.definition["name"], version)
         cmd = ConfirmRepair(proposal_id, _reason(reason), actor, roles, target)
-        return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
+        return self._command(tenant, run_id, cmd, "repair.confirm", actor, proposal_id=proposal_id)
 
     def reject(
         self, tenant: str, run_id: str, proposal_id: str, reason: str, *, actor: str | None = None
     ) -> RepairResult:
         """Reject a four-eyes proposal (the proposer's own rejection is recorded as a withdrawal)."""
         cmd = RejectRepair(proposal_id, _reason(reason), actor)
-        return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
+        return self._command(tenant, run_id, cmd, "repair.reject", actor, proposal_id=proposal_id)
 
     def pause(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> RepairResult:
-        return self._done(run_id, *self.kernel.command(run_id, PauseRun(_reason(reason), actor), tenant))
+        return self._command(tenant, run_id, PauseRun(_reason(reason), actor), "repair.pause", actor)
 
     def resume(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> RepairResult:
-        return self._done(run_id, *self.kernel.command(run_id, ResumeRun(_reason(reason), actor), tenant))
+        return self._command(tenant, run_id, ResumeRun(_reason(reason), actor), "repair.resume", actor)
 
     def skip(
         self,
@@ -86,22 +92,22 @@ class Repairs:
         step: str,
         reason: str,
         *,
-        output: Any = None,
+        output: JSONValue = None,
         actor: str | None = None,
         roles: tuple[str, ...] = ("operator",),
     ) -> RepairResult:
         self._json(output, "--output")
         self.kernel.check_value(tenant, output, "max_output_bytes", "--output", "output")
         cmd = SkipStep(step, _reason(reason), output, actor, roles)
-        return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
+        return self._command(tenant, run_id, cmd, "repair.skip", actor, step=step)
 
     def edit_input(
-        self, tenant: str, run_id: str, new_input: Any, reason: str, actor: str | None = None
+        self, tenant: str, run_id: str, new_input: JSONValue, reason: str, actor: str | None = None
     ) -> RepairResult:
         self._json(new_input, "--input")
         self.kernel.check_value(tenant, new_input, "max_input_bytes", "the new input", "input")
         cmd = EditInput(new_input, _reason(reason), actor)
-        return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
+        return self._command(tenant, run_id, cmd, "repair.edit_input", actor)
 
     def resolve(
         self,
@@ -111,7 +117,7 @@ class Repairs:
         outcome: str,
         reason: str,
         *,
-        output: Any = None,
+        output: JSONValue = None,
         actor: str | None = None,
     ) -> RepairResult:
         if outcome not in ("succeeded", "failed"):
@@ -119,7 +125,7 @@ class Repairs:
         self._json(output, "--output")
         self.kernel.check_value(tenant, output, "max_output_bytes", "--output", "output")
         cmd = ResolveStep(step, outcome, _reason(reason), output, actor)
-        return self._done(run_id, *self.kernel.command(run_id, cmd, tenant))
+        return self._command(tenant, run_id, cmd, "repair.resolve", actor, step=step, outcome=outcome)
 
     def migrate(
         self,
@@ -151,19 +157,29 @@ class Repairs:
         if dry_run:
             plan["ok"] = not plan["problems"]
             plan["dry_run"] = True
-            return MigrationPlan(**plan)
+            return MigrationPlan.model_validate(plan)
+        refusal = None
         if state.terminal:
-            raise Refused(f"the run is already {state.status}; there is nothing to migrate", code="terminal")
-        if to_version == state.definition["version"]:
-            raise Refused(f"the run is already on version {to_version}", code="same_version")
-        if plan["problems"]:
-            raise Refused("migration refused: " + "; ".join(plan["problems"]), code="incompatible")
+            refusal = Refused(
+                f"the run is already {state.status}; there is nothing to migrate", code="terminal"
+            )
+        elif to_version == state.definition["version"]:
+            refusal = Refused(f"the run is already on version {to_version}", code="same_version")
+        elif plan["problems"]:
+            refusal = Refused("migration refused: " + "; ".join(plan["problems"]), code="incompatible")
+        if refusal is not None:
+            self.audit.refused(tenant, actor, "repair.migrate", run_id, refusal.code, to_version=to_version)
+            raise refusal
         cmd = MigrateRun(target, to_version, tuple(sorted((mapping or {}).items())), _reason(reason), actor)
-        after, events = self.kernel.command(run_id, cmd, tenant)
-        done = self._done(run_id, after, events)
-        return MigrationPlan(
-            **plan, ok=True, dry_run=False, status=done.status, events=done.events, proposal=done.proposal
-        )
+        done = self._command(tenant, run_id, cmd, "repair.migrate", actor, to_version=to_version)
+        made = {
+            "ok": True,
+            "dry_run": False,
+            "status": done.status,
+            "events": done.events,
+            "proposal": done.proposal,
+        }
+        return MigrationPlan.model_validate({**plan, **made})
 
     def migrate_many(
         self,
@@ -204,8 +220,16 @@ class Repairs:
             report=report,
         )
 
+    def _command(
+        self, tenant: str, run_id: str, cmd: Command, action: str, actor: str | None, **detail: JSONValue
+    ) -> RepairResult:
+        reason = getattr(cmd, "reason", "")
+        return self._done(
+            run_id, *self.audit.command(tenant, actor, action, run_id, cmd, reason=reason, **detail)
+        )
+
     @staticmethod
-    def _json(value: Any, what: str) -> None:
+    def _json(value: object, what: str) -> None:
         try:
             digest(value)
         except (TypeError, ValueError, UnicodeEncodeError) as exc:

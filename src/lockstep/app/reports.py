@@ -11,16 +11,17 @@ import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
-from ..core.canonical import canonical_json, digest
+from ..core.canonical import JSONValue, canonical_json
 from ..core.commands import Command, Rejected, ReportFailure, ReportSuccess
 from ..core.flow import run_of_task
-from ..core.limits import tenant_limit
+from ..core.limits import Settings, tenant_limit
+from ..core.sealed import SEALED, contains_marker
 from ..core.shape import Shape, over_limit, shape_of
 from ..errors import InvalidInput, NotFound, Refused
-from ..store import LoadedRun, Tx
-from .kernel import Kernel
+from ..store import ClaimTx, CommandTx, LoadedRun, TenantsTx
+from .port import KernelPort
 from .quotas import limit_message
 from .work import Eager, TaskLease, Work
 
@@ -50,13 +51,14 @@ def failure_report(
 
 
 def success_report(
-    task_id: str, attempt: int, fencing: int, output: Any, *, strict: bool = False
+    task_id: str, attempt: int, fencing: int, output: JSONValue, *, strict: bool = False
 ) -> ReportSuccess | ReportFailure:
     """The command reporting `output`. Output that is not plain JSON fails the attempt (InvalidOutput)
     for in-process workers; with `strict` (HTTP workers, who can fix and resend) it is refused with
     InvalidInput instead."""
     try:
-        digest(output)
+        text = canonical_json(output)
+        text.encode()  # a lone surrogate is not JSON that can be stored (nor hashed)
     except RecursionError:
         message = "activity output nests arrays/objects too deep to encode as JSON"
         if strict:
@@ -67,10 +69,15 @@ def success_report(
             raise InvalidInput(f"output is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
         message = f"activity output is not JSON: {exc}"
         return failure_report(task_id, attempt, fencing, "InvalidOutput", message, retryable=False)
+    if f'"{SEALED}":' in text and contains_marker(output):  # a forged sealed value would break the run
+        message = f"activity output holds an object with the key {SEALED!r}, reserved for sealed values"
+        if strict:
+            raise InvalidInput(message + "; rename that key", code="reserved_key")
+        return failure_report(task_id, attempt, fencing, "InvalidOutput", message, retryable=False)
     return ReportSuccess(task_id, attempt, fencing, output)
 
 
-def _fit_failure(settings: dict[str, Any], report: ReportFailure) -> ReportFailure:
+def _fit_failure(settings: Settings, report: ReportFailure) -> ReportFailure:
     # The compact JSON of {"code": ..., "message": ...}: 24 bytes of keys and quotes, and escapes.
     room = tenant_limit(settings, "max_output_bytes") - len(report.code.encode()) - 24
     if len(report.message) * 6 <= room or len(canonical_json(report.message).encode()) <= room:
@@ -81,7 +88,7 @@ def _fit_failure(settings: dict[str, Any], report: ReportFailure) -> ReportFailu
 
 
 class Reports:
-    def __init__(self, kernel: Kernel, work: Work) -> None:
+    def __init__(self, kernel: KernelPort[ClaimTx], work: Work) -> None:
         self.kernel = kernel
         self.work = work
         # Stale reports answered as ignored without being appended (past HISTORY_LIMITS), per tenant.
@@ -93,7 +100,7 @@ class Reports:
         task_id: str,
         attempt: int,
         fencing: int,
-        output: Any,
+        output: JSONValue,
         *,
         tenant: str | None = None,
         strict: bool = False,
@@ -174,7 +181,7 @@ class Reports:
         return [verdicts[i] for i in range(len(reports))], leases
 
     def bounded_report(
-        self, tx: Tx, tenant: str, report: ReportSuccess | ReportFailure, shape: Shape | None
+        self, tx: TenantsTx, tenant: str, report: ReportSuccess | ReportFailure, shape: Shape | None
     ) -> ReportSuccess | ReportFailure:
         """`report` as the tenant's limits let it be recorded, inside its transaction (`shape` was
         measured before it, up to the ceilings). An output over the limits fails the attempt with
@@ -207,7 +214,7 @@ class Reports:
         )
         recorded: list[tuple[str, ReportSuccess | ReportFailure]] = []
 
-        def bounded(tx: Tx, loaded: LoadedRun) -> Command:
+        def bounded(tx: TenantsTx, loaded: LoadedRun) -> Command:
             report = self.bounded_report(tx, loaded.state.tenant, command, shape)
             recorded.append((loaded.state.tenant, report))
             return report
@@ -231,7 +238,7 @@ class Reports:
 
     def _report_one(
         self,
-        tx: Tx,
+        tx: CommandTx,
         report: ReportSuccess | ReportFailure,
         now: datetime,
         eager: Eager,

@@ -8,16 +8,19 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from ..core.canonical import canonical_json, digest
+from ..core.canonical import JSONValue, canonical_json, digest
 from ..core.commands import CancelRun, Rejected, RetryStep, StartRun
 from ..core.events import chain_hash
 from ..core.evolve import fold
 from ..core.explain import explain
+from ..core.sealed import FORGOTTEN, SENSITIVE, map_markers, redaction
 from ..core.shape import Shape, for_view
 from ..core.state import RunState
 from ..errors import Conflict, InvalidInput, NotFound
-from ..store import ConcurrencyError, Tx
-from .kernel import Kernel, epoch_ms
+from ..store import ConcurrencyError, StartTx
+from .audit import Audit
+from .kernel import epoch_ms
+from .port import KernelPort
 from .quotas import admit, check_input
 from .views import (
     CancelResult,
@@ -49,7 +52,7 @@ def _status(s: RunState) -> RunStatus:
     return cast(RunStatus, s.status)
 
 
-def _json_digest(value: Any, what: str) -> str:
+def _json_digest(value: object, what: str) -> str:
     """digest(value), or InvalidInput when value is not plain JSON (NaN, infinity, lone surrogates)."""
     try:
         return digest(value)
@@ -58,9 +61,10 @@ def _json_digest(value: Any, what: str) -> str:
 
 
 class Runs:
-    def __init__(self, kernel: Kernel, work: Work) -> None:
+    def __init__(self, kernel: KernelPort[StartTx], work: Work) -> None:
         self.kernel = kernel
         self.work = work  # a start next to an in-process worker leases its first attempt to it
+        self.audit = Audit(kernel)  # cancel and retry are audited
 
     # --- commands ------------------------------------------------------------------------------
     def start(
@@ -68,7 +72,7 @@ class Runs:
         tenant: str,
         name: str,
         *,
-        input: Any = None,
+        input: JSONValue = None,
         key: str | None = None,
         version: int | None = None,
         actor: str | None = None,
@@ -106,7 +110,7 @@ class Runs:
         raise Conflict("could not start the run because of concurrent writers; try again")
 
     def start_many(
-        self, tenant: str, name: str, inputs: Sequence[Any], *, actor: str | None = None
+        self, tenant: str, name: str, inputs: Sequence[JSONValue], *, actor: str | None = None
     ) -> list[str]:
         """Start one run per input in ONE transaction (bulk loads, backfills): all start or none do.
         Each run passes the same checks and tenant limits as `start`; no start keys."""
@@ -131,12 +135,12 @@ class Runs:
 
     def _start_in(
         self,
-        tx: Tx,
+        tx: StartTx,
         now: datetime,
         tenant: str,
         name: str,
         version: int | None,
-        payload: Any,
+        payload: JSONValue,
         key: str | None,
         actor: str | None,
         request: str,
@@ -181,7 +185,8 @@ class Runs:
     def cancel(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> CancelResult:
         if not reason or not reason.strip():
             raise InvalidInput("a reason is required to cancel a run (--reason TEXT)")
-        state, events = self.kernel.command(run_id, CancelRun(reason.strip(), actor), tenant)
+        cmd = CancelRun(reason.strip(), actor)
+        state, events = self.audit.command(tenant, actor, "run.cancel", run_id, cmd, reason=cmd.reason)
         return CancelResult(run_id=run_id, status=_status(state), accepted=bool(events))
 
     def retry(
@@ -197,7 +202,10 @@ class Runs:
         """Operator: run a step waiting for attention (dead letter, unknown outcome) again."""
         if not reason.strip():
             raise InvalidInput("a reason is required (--reason TEXT)")
-        state, _ = self.kernel.command(run_id, RetryStep(step, reason.strip(), actor, new_key), tenant)
+        cmd = RetryStep(step, reason.strip(), actor, new_key)
+        state, _ = self.audit.command(
+            tenant, actor, "run.retry", run_id, cmd, step=step, new_key=new_key, reason=cmd.reason
+        )
         attempt = state.steps[step].attempts
         return RetryResult(run_id=run_id, step=step, status=_status(state), attempt=attempt)
 
@@ -205,7 +213,29 @@ class Runs:
     def show(self, tenant: str | None, run_id: str) -> RunView:
         return self.describe(self.kernel.state(tenant, run_id))
 
+    def redaction_of(self, run_id: str) -> Any:
+        """A function making the redaction marker of `run_id`'s sealed values: "forgotten" once the run's
+        key was destroyed, else "sensitive" (the key row is read once, on the first marker met)."""
+        kind: list[str] = []
+
+        def shown(_marker: Any) -> Any:
+            if not kind:
+                with self.kernel.read() as tx:
+                    row = tx.run_key(run_id)
+                kind.append(FORGOTTEN if row is not None and row.wrapped is None else SENSITIVE)
+            return redaction(kind[0])
+
+        return shown
+
+    def redacted(self, s: RunState) -> RunState:
+        """`s` with each sealed value replaced by its redaction marker (`s` itself if it holds none)."""
+        raw = s.to_json(copy_values=False)
+        shown = map_markers(raw, self.redaction_of(s.run_id))
+        return s if shown is raw else RunState.from_json(shown)
+
     def describe(self, s: RunState) -> RunView:
+        """The view of a run: every sealed value in it redacted (reveal.py opens them first)."""
+        s = self.redacted(s)
         now = self.kernel.clock()
         why = explain(s, now)
         steps = {}
@@ -252,19 +282,21 @@ class Runs:
         d = self.kernel.definition(s.tenant, s.definition["name"], s.definition["version"])
         return d.index.get(step_id, len(d.index))
 
-    def events(self, tenant: str | None, run_id: str) -> list[EventView]:
+    def events(self, tenant: str | None, run_id: str, opener: Any = None) -> list[EventView]:
+        """The run's history as stored, sealed values redacted; `opener` (reveal.py's) opens them."""
         self.kernel.state(tenant, run_id)
         with self.kernel.read() as tx:
             rows = tx.events(run_id)
+        shown = self.redaction_of(run_id)
         out = []
         for e, _h in rows:
-            item: dict[str, Any] = {"seq": e.seq, "type": e.type, "at": e.at}
+            item: dict[str, JSONValue] = {"seq": e.seq, "type": e.type, "at": e.at}
             data = e.data_json()
             if "step" in data:
                 item["step"] = data["step"]
             if "attempt" in data:
                 item["attempt"] = data["attempt"]
-            item["data"] = for_view(data)
+            item["data"] = for_view(map_markers(opener(data) if opener else data, shown))
             out.append(EventView(**item))  # step and attempt stay unset when the event has none
         return out
 
@@ -316,7 +348,10 @@ class Runs:
                     DeadLetter(
                         run_id=r.run_id,
                         step=att["step"],
-                        reason=att["reason"],
+                        # A sealed reason is shown as its redaction marker's text.
+                        reason=att["reason"]
+                        if isinstance(att["reason"], str)
+                        else canonical_json(att["reason"]),
                         since=att["since"],
                         definition=r.definition,
                     )
@@ -332,8 +367,8 @@ class Runs:
             with self.kernel.read() as tx:
                 loaded = tx.load_run(rid)
                 rows = tx.events(rid)
-            if loaded is None or (tenant is not None and loaded.state.tenant != tenant):
-                raise NotFound(f"run {rid} not found")
+                if loaded is None or (tenant is not None and loaded.stored.tenant != tenant):
+                    raise self.kernel.missing(tx, rid, tenant)  # Gone if purged, else NotFound
             problems = []
             h = GENESIS
             for i, (e, stored) in enumerate(rows):
@@ -350,10 +385,11 @@ class Runs:
             except ValueError as exc:
                 problems.append(f"replay failed: {exc}")
                 replayed = None
+            # Both sides as stored: sealed values are compared as their markers, so verify needs no key.
             if replayed is not None and canonical_json(replayed.to_json()) != canonical_json(
-                loaded.state.to_json()
+                loaded.stored.to_json()
             ):
-                diff = [k for k, v in replayed.to_json().items() if loaded.state.to_json().get(k) != v]
+                diff = [k for k, v in replayed.to_json().items() if loaded.stored.to_json().get(k) != v]
                 problems.append(f"snapshot differs from replay in: {', '.join(diff)}")
             report.append(VerifyResult(run_id=rid, events=len(rows), ok=not problems, problems=problems))
         return report

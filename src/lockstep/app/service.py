@@ -7,8 +7,12 @@ Each call is the feature service's own bound method, so its signature and docstr
     definitions.py  publish, look up                 runs.py     start, cancel, retry, show, list, verify
     work.py         claims, eager dispatch, leases   reports.py  workers' results (+ the next leases)
     sweeps.py       timers, lease expiry, dead letters, scheduler partitions
-    principals.py   tenants, users, keys, sessions   approvals.py  links, decisions, inboxes
+    principals/     tenants, users, keys, sessions   approvals/  links, decisions, inboxes
     repair.py       operator repair, migrations      quotas.py   tenant limits (values, starts)
+    retention.py    legal holds, status, tombstones  purge.py    the purge pass (scheduler)
+    keys/           encryption keys: seal/open, rotation, re-wrap, forget, shred
+    reveal.py       sensitive values shown to a user with the read_sensitive grant (audited)
+    audit.py        the audit log: record, read, export, verify its hash chains
 """
 
 from __future__ import annotations
@@ -20,11 +24,15 @@ from ..core.definition import Limits
 from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from ..store import Store
 from .approvals import Approvals
+from .audit import Audit
 from .definitions import Definitions
 from .kernel import Kernel, utcnow
+from .keys import KeyProvider, KeyRing, Keys
 from .principals import Principals
 from .repair import Repairs
 from .reports import Reports, failure_report, success_report
+from .retention import Retention
+from .reveal import Reveal
 from .runs import Runs, new_run_id
 from .sweeps import Sweeps
 from .work import TaskLease, Work
@@ -44,8 +52,13 @@ class Service:
         limits: Limits | None = None,
         server_limits: ServerLimits = DEFAULT_SERVER_LIMITS,
         unserved_after: timedelta = timedelta(hours=1),
+        keys: KeyProvider | None = None,
     ) -> None:
+        # One key ring per process: the kernel seals with it, the store opens with it.
+        ring = KeyRing(keys, clock)
+        store.sealer = ring
         kernel = self.kernel = Kernel(store, clock=clock, server_limits=server_limits)
+        kernel.sealer = ring
         definitions = Definitions(kernel, limits)
         work = Work(kernel)
         reports = Reports(kernel, work)
@@ -55,6 +68,10 @@ class Service:
         self.principals = Principals(kernel)
         self.approvals = Approvals(kernel, runs, self.principals)
         self.repairs = Repairs(kernel, runs)
+        self.retention = Retention(kernel)
+        self.keys = Keys(kernel, ring)
+        self.reveal = Reveal(kernel, runs, self.principals)
+        self.audit = Audit(kernel)
 
         # The kernel: what runtime/ and the tests reach below the feature calls.
         self.store = kernel.store
@@ -87,6 +104,7 @@ class Service:
         self.runs = runs.runs
         self.dead_letters = runs.dead_letters
         self.verify = runs.verify
+        self.verify_audit = self.audit.verify
 
         # Workers: leases and results.
         self.local_workers = work.local_workers
@@ -110,3 +128,4 @@ class Service:
         self.scheduler_partitions = sweeps.scheduler_partitions
         self.next_wakeup = sweeps.next_wakeup
         self.maintain = sweeps.maintain
+        self.rewrap_keys = self.keys.rewrap

@@ -11,14 +11,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from ..core.commands import DeadLetter, ExpireLease, FireTimer, Rejected
-from ..store import DueTimer, ExpiredLease, LoadedRun, Tx
-from .kernel import Kernel, epoch_ms, lock_run
+from ..store import DueTimer, ExpiredLease, LoadedRun, SweepTx, TaskTx, TimerTx
+from .kernel import epoch_ms, lock_run
+from .port import KernelPort
 
 __all__ = ["Sweeps"]
 
 
 class Sweeps:
-    def __init__(self, kernel: Kernel, unserved_after: timedelta = timedelta(hours=1)) -> None:
+    def __init__(self, kernel: KernelPort[SweepTx], unserved_after: timedelta = timedelta(hours=1)) -> None:
         self.kernel = kernel
         # How long a task may wait for a worker before it is dead-lettered (a tenant may set its own).
         self.unserved_after = unserved_after
@@ -47,7 +48,7 @@ class Sweeps:
             )
 
     def _fire_one(
-        self, tx: Tx, t: DueTimer, now: datetime, preloaded: dict[str, LoadedRun] | None = None
+        self, tx: TimerTx, t: DueTimer, now: datetime, preloaded: dict[str, LoadedRun] | None = None
     ) -> bool:
         if preloaded is not None:
             found = preloaded.pop(t.run_id, None)
@@ -80,7 +81,7 @@ class Sweeps:
                 for lease in expired
             )
 
-    def _expire_one(self, tx: Tx, lease: ExpiredLease, now: datetime) -> bool:
+    def _expire_one(self, tx: TaskTx, lease: ExpiredLease, now: datetime) -> bool:
         now_ms = epoch_ms(now)
         loaded = lock_run(tx, lease.run_id)
         if loaded is False:

@@ -11,16 +11,18 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
+from ..core.canonical import JSONValue
 from ..core.commands import ClaimTask, Rejected
 from ..core.events import ActivityScheduled, ActivityStarted, CompensationScheduled, Event
 from ..core.flow import run_of_task
 from ..core.state import RunState
 from ..core.timeutil import iso, parse_iso
 from ..errors import NotFound
-from ..store import LoadedRun, TaskRow, Tx
-from .kernel import Kernel, epoch_ms, lock_run
+from ..store import ClaimTx, LoadedRun, TaskRow, TaskTx, TenantsTx
+from .kernel import epoch_ms, lock_run
+from .port import KernelPort
 
 __all__ = ["Eager", "LocalWorker", "TaskLease", "Work", "round_robin"]
 
@@ -36,7 +38,7 @@ class TaskLease:
     attempt: int
     kind: str
     activity: str
-    input: Any
+    input: JSONValue
     idempotency_key: str
     definition: str
     version: int
@@ -94,7 +96,12 @@ class Eager:
     owner: LocalWorker | None = None  # the in-process worker the leases go to after the commit (starts)
 
     def follow(
-        self, kernel: Kernel, tx: Tx, now: datetime, after: RunState, events: list[Event]
+        self,
+        kernel: KernelPort[TenantsTx],
+        tx: TenantsTx,
+        now: datetime,
+        after: RunState,
+        events: list[Event],
     ) -> ClaimTask | None:
         if self.room <= 0:
             return None
@@ -115,7 +122,7 @@ class Eager:
                 return ClaimTask(d.task_id, self.worker, iso(now + timedelta(milliseconds=d.timeout_ms)))
         return None
 
-    def leased(self, tx: Tx, now: datetime, after: RunState, events: list[Event]) -> None:
+    def leased(self, tx: object, now: datetime, after: RunState, events: list[Event]) -> None:
         started = [
             e.data for e in events if isinstance(e.data, ActivityStarted) and e.data.worker == self.worker
         ]
@@ -149,7 +156,7 @@ class Eager:
 
 
 class Work:
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: KernelPort[ClaimTx]) -> None:
         self.kernel = kernel
         # In-process workers (runtime.Worker registers itself), for eager dispatch of starts.
         self.local_workers: list[LocalWorker] = []
@@ -207,7 +214,7 @@ class Work:
 
     def claim_in(
         self,
-        tx: Tx,
+        tx: ClaimTx,
         now: datetime,
         worker: str,
         activities: Sequence[str],
@@ -266,7 +273,7 @@ class Work:
 
     def _claim_many(
         self,
-        tx: Tx,
+        tx: TaskTx,
         task_ids: list[str],
         loaded: dict[str, LoadedRun],
         worker: str,
@@ -296,7 +303,7 @@ class Work:
         return out
 
     def _claim_one(
-        self, tx: Tx, task_id: str, worker: str, now: datetime, lease_ttl: timedelta
+        self, tx: TaskTx, task_id: str, worker: str, now: datetime, lease_ttl: timedelta
     ) -> TaskLease | None:
         t = tx.task(task_id)
         if t is None:
@@ -313,7 +320,7 @@ class Work:
         return self._claim_loaded(tx, t, loaded, worker, now, lease_ttl)
 
     def _claim_loaded(
-        self, tx: Tx, t: TaskRow, loaded: LoadedRun, worker: str, now: datetime, lease_ttl: timedelta
+        self, tx: TaskTx, t: TaskRow, loaded: LoadedRun, worker: str, now: datetime, lease_ttl: timedelta
     ) -> TaskLease | None:
         deadline = now + timedelta(milliseconds=t.timeout_ms)
         try:
@@ -331,7 +338,7 @@ class Work:
             t.attempt,
             t.kind,
             t.activity,
-            t.input,
+            self.kernel.opened(tx, t.tenant, t.run_id, t.input) if t.sealed else t.input,
             t.idempotency_key,
             t.definition,
             t.version,

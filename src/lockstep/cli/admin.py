@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
+from rich.markup import escape
 
 from .context import Ctx, pass_ctx
 from .render import out, print_json
@@ -17,19 +19,37 @@ __all__ = ["COMMANDS"]
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def verify(c: Ctx, run_id: str | None, as_json: bool) -> None:
-    """Replay events and compare with snapshots; check sequences and the hash chain. Exit 1 on mismatch."""
+    """Replay events and compare with snapshots; check sequences and the hash chain; without RUN_ID also
+    the audit log's chains (the tenant's and the rows without a tenant). Exit 1 on mismatch."""
     report = c.engine.service.verify(run_id, tenant=c.tenant)
-    bad = [r for r in report if not r.ok]
+    # Purged runs are not replayed (their events are gone): their tombstones must agree with the rows.
+    stones = [] if run_id else c.engine.service.retention.check_tombstones(c.tenant)
+    bad = [r for r in report if not r.ok] + stones
+    audit = c.engine.service.verify_audit(c.tenant) if run_id is None else None
+    audit_bad = [p for chain in audit.chains for p in chain.problems] if audit is not None else []
     if as_json:
-        print_json({"runs": len(report), "ok": not bad, "problems": bad})
+        body: dict[str, Any] = {"runs": len(report), "ok": not bad and not audit_bad, "problems": bad}
+        if audit is not None:
+            body["audit"] = audit
+        print_json(body)
     else:
         for r in bad:
             out.print(f"[red]MISMATCH[/red] {r.run_id}: " + "; ".join(r.problems))
+        for p in audit_bad:
+            out.print(f"[red]AUDIT[/red] {escape(p.problem)}")
+        checked = f"verified {len(report)} run(s), {sum(r.events for r in report)} event(s)"
+        if audit is not None:
+            checked += f", {audit.rows} audit row(s)"
+        problems = len(bad) + len(audit_bad)
         out.print(
-            f"verified {len(report)} run(s), {sum(r.events for r in report)} event(s): "
-            + ("[green]all consistent[/green]" if not bad else f"[red]{len(bad)} inconsistent[/red]")
+            f"{checked}: "
+            + ("[green]all consistent[/green]" if not problems else f"[red]{problems} inconsistent[/red]")
         )
-    if bad:
+        for chain in audit.chains if audit is not None else []:
+            if chain.head is not None:  # what to keep elsewhere to notice a rewrite of the whole chain
+                who = f"tenant {chain.tenant}" if chain.tenant else "rows without a tenant"
+                out.print(f"audit chain of {escape(who)}: {chain.rows} row(s), head {chain.head}")
+    if bad or audit_bad:
         sys.exit(1)
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import click
 
+from ..app.approvals import Approvals
 from .context import Ctx, pass_ctx
 from .inputs import duration
 from .render import print_json
@@ -42,7 +42,7 @@ def approvals() -> None:
     """Approval links and approvers of waiting runs (operators)."""
 
 
-def _approvals(c: Ctx, public_url: str = "http://127.0.0.1:8080") -> Any:
+def _approvals(c: Ctx, public_url: str = "http://127.0.0.1:8080") -> Approvals:
     return c.engine.service.approvals.linking_to(public_url)
 
 

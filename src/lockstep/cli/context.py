@@ -11,16 +11,24 @@ __all__ = ["Ctx", "pass_ctx"]
 
 
 class Ctx:
-    def __init__(self, db: str, tenant: str, limits: ServerLimits = DEFAULT_SERVER_LIMITS) -> None:
+    def __init__(
+        self,
+        db: str,
+        tenant: str,
+        limits: ServerLimits = DEFAULT_SERVER_LIMITS,
+        key_file: str | None = None,
+    ) -> None:
         self.db = db
         self.tenant = tenant
         self.limits = limits
+        # The key that seals sensitive values (None: LOCKSTEP_KEY_FILE or LOCKSTEP_KEY, if set).
+        self.key_file = key_file
         self._engine: Engine | None = None
 
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            self._engine = Engine.open(self.db, server_limits=self.limits)
+            self._engine = Engine.open(self.db, server_limits=self.limits, keys=self.key_file)
         return self._engine
 
     def close(self) -> None:

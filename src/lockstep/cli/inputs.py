@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Any
 
+from ..core.canonical import JSONValue
 from ..core.timeutil import parse_duration
 from ..errors import InvalidInput
 
 __all__ = ["duration", "parse_json", "seconds"]
 
 
-def parse_json(text: str | None, what: str) -> Any:
+def parse_json(text: str | None, what: str) -> JSONValue:
     if text is None:
         return None
     if text.startswith("@"):

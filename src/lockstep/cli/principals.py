@@ -1,21 +1,27 @@
-"""Tenants and their limits; users, their roles, groups, passwords, e-mail addresses and API keys."""
+"""Tenants, their limits, retention and legal holds; users, their roles, groups, passwords, e-mail
+addresses and API keys."""
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
 import click
 
+from ..app.principals import Principals
 from ..errors import InvalidInput
 from .context import Ctx, pass_ctx
 from .inputs import seconds
-from .render import print_json
+from .render import err, print_json
 
 __all__ = ["COMMANDS"]
 
+F = TypeVar("F", bound=Callable[..., object])
 
-def _principals(c: Ctx) -> Any:
+
+def _principals(c: Ctx) -> Principals:
     return c.engine.service.principals
 
 
@@ -36,7 +42,7 @@ def tenants_create(c: Ctx, name: str) -> None:
     print_json(_principals(c).create_tenant(name))
 
 
-def _value_limit_options(f: Any) -> Any:
+def _value_limit_options(f: F) -> F:
     """--max-input-bytes, --max-json-depth, ...: one option per value limit, up to its ceiling."""
     from ..core.limits import TENANT_LIMITS  # noqa: PLC0415
 
@@ -64,6 +70,11 @@ def _value_limit_options(f: Any) -> Any:
 @click.option(
     "--max-timers", type=click.IntRange(1), help="Durable timers armed at once (starts beyond: 429)."
 )
+@click.option(
+    "--retention",
+    metavar="DURATION|none",
+    help="Purge finished runs this long after their terminal event, e.g. 90d (none: keep forever).",
+)
 @_value_limit_options
 @pass_ctx
 def tenants_set(
@@ -78,10 +89,11 @@ def tenants_set(
     max_history_events: int | None,
     max_run_time: str | None,
     max_timers: int | None,
+    retention: str | None,
     **value_limits: int | None,
 ) -> None:
-    """Change tenant NAME's limits (only the options given)."""
-    changes: dict[str, Any] = {
+    """Change tenant NAME's limits and retention (only the options given)."""
+    changes: dict[str, float | None] = {
         "max_active_runs": max_active_runs,
         "starts_per_second": starts_per_second,
         "max_steps": max_steps,
@@ -93,9 +105,53 @@ def tenants_set(
         **value_limits,
     }
     changes = {k: v for k, v in changes.items() if v is not None}
+    if retention is not None:
+        changes["retention"] = _retention(retention)  # None (keep forever) unsets it
     if not changes:
         raise InvalidInput("give at least one limit option (see `lockstep tenants set --help`)")
-    print_json(_principals(c).set_tenant(name, **changes))
+    print_json(_principals(c).set_tenant(name, actor=_operator(), **changes))
+    if changes.get("retention"):
+        st = c.engine.service.retention.status(name).tenants[0]
+        err.print(
+            f"retention {st.retention}: {st.due_now} finished run(s) of {name} are past it now and go in "
+            f"the next purge passes; {st.held_runs} held run(s) stay (`lockstep retention status`)"
+        )
+
+
+def _retention(text: str) -> int | None:
+    if text.strip().lower() in ("none", "forever", "off"):
+        return None
+    keep = seconds(text, "--retention") or 0
+    if keep < 1:
+        raise InvalidInput(f"--retention {text!r}: at least 1s, or `none` to keep finished runs forever")
+    return int(keep)
+
+
+def _operator() -> str:
+    """Who is at the CLI, for the audit log and holds (the platform operator, with database access)."""
+    return os.environ.get("USER") or "cli"
+
+
+def _reason_opt(f: F) -> F:
+    return click.option("--reason", required=True, help="Why (kept with the hold and audited).")(f)
+
+
+@tenants.command("hold")
+@click.argument("name")
+@_reason_opt
+@pass_ctx
+def tenants_hold(c: Ctx, name: str, reason: str) -> None:
+    """Place a legal hold on tenant NAME: none of its runs is purged until the hold is released."""
+    print_json(c.engine.service.retention.hold_tenant(name, reason, _operator()))
+
+
+@tenants.command("release")
+@click.argument("name")
+@_reason_opt
+@pass_ctx
+def tenants_release(c: Ctx, name: str, reason: str) -> None:
+    """Release tenant NAME's legal hold: its runs past retention are purged again."""
+    print_json(c.engine.service.retention.release_tenant(name, reason, _operator()))
 
 
 @tenants.command("list")
@@ -118,10 +174,18 @@ tenant_opt = click.option("--tenant", "tenant", help="Tenant (default: the globa
 @tenant_opt
 @click.option("--roles", required=True, help="Comma-separated: admin, operator, approver, viewer, worker.")
 @click.option("--groups", default="", help="Comma-separated group names, e.g. finance,managers.")
+@click.option(
+    "--grant", "grants", multiple=True, type=click.Choice(["read_sensitive"]), help="A per-user grant."
+)
 @pass_ctx
-def users_create(c: Ctx, name: str, tenant: str | None, roles: str, groups: str) -> None:
+def users_create(
+    c: Ctx, name: str, tenant: str | None, roles: str, groups: str, grants: tuple[str, ...]
+) -> None:
     """Create a user; prints its API key ONCE (only a hash is stored)."""
-    print_json(_principals(c).create_user(tenant or c.tenant, name, _csv(roles), _csv(groups)))
+    created = _principals(c).create_user(tenant or c.tenant, name, _csv(roles), _csv(groups))
+    for g in grants:
+        _principals(c).set_grant(tenant or c.tenant, name, g, granted=True, by=os.environ.get("USER"))
+    print_json(created)
 
 
 @users.command("disable")

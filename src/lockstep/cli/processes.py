@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
 
 import click
 
@@ -60,7 +60,7 @@ def _freeze_startup_heap() -> None:
 def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
     stop = threading.Event()
 
-    def handler(signum: int, _frame: Any) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
         err.print(f"received {signal.Signals(signum).name}: {on_stop}")
         stop.set()
 
@@ -157,11 +157,39 @@ def worker(
     help="PostgreSQL: name in the partition leases (default host:pid). Unique among live schedulers: "
     "one restarted under its name takes its predecessor's partitions back at once.",
 )
+@click.option(
+    "--purge-interval",
+    default="60s",
+    show_default=True,
+    help="How often to purge finished runs past their tenant's retention (a pass with work left goes "
+    "on at once, in bounded batches).",
+)
+@click.option(
+    "--purge-batch",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="Rows the purge deletes per transaction (and, up to 100, runs it tombstones per transaction).",
+)
 @pass_ctx
-def scheduler(c: Ctx, poll_interval: str, partition_ttl: str, scheduler_id: str | None) -> None:
-    """Fire due timers and expire lost leases (any number may run at once)."""
+def scheduler(
+    c: Ctx,
+    poll_interval: str,
+    partition_ttl: str,
+    scheduler_id: str | None,
+    purge_interval: str,
+    purge_batch: int,
+) -> None:
+    """Fire due timers, expire lost leases, purge past retention (any number may run at once)."""
+    from ..runtime.scheduler import Scheduler  # noqa: PLC0415
+
     stop = threading.Event()
-    s = c.engine.scheduler(duration(poll_interval, "--poll-interval"))
+    s = Scheduler(
+        c.engine.service,
+        poll_interval=duration(poll_interval, "--poll-interval"),
+        purge_interval=duration(purge_interval, "--purge-interval"),
+        purge_batch=purge_batch,
+    )
     if scheduler_id:
         s.owner = scheduler_id
     _event_logs(c)

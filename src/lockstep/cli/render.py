@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import click
 from rich.console import Console
@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ..app.views import RunView, plain
 from ..app.views.recorded import ErrorInfo
+from ..core.sealed import text_of
 
 __all__ = ["STATUS_STYLE", "err", "fail", "out", "print_json", "print_run"]
 
@@ -37,7 +38,7 @@ def fail(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
-def print_json(value: Any) -> None:
+def print_json(value: object) -> None:
     """`value` (views, or lists and dicts of them) as indented JSON on stdout."""
     click.echo(json.dumps(plain(value), indent=2, ensure_ascii=False))
 
@@ -46,7 +47,7 @@ def _error(error: ErrorInfo | str) -> str:
     """An error's code and message; a marker (a stored value too large to show) as it is."""
     if isinstance(error, str):
         return error
-    return f"{error.get('code')}: {error.get('message')}"
+    return f"{error.get('code')}: {text_of(error.get('message'))}"
 
 
 def print_run(s: RunView) -> None:

@@ -19,7 +19,7 @@ from ..app import failpoints
 from ..core.limits import LimitSettingError, ServerLimits, parse_limit_settings
 from ..engine import DEFAULT_DB
 from ..errors import InvalidInput, LockstepError
-from . import admin, approvals, definitions, principals, processes, repair, runs
+from . import admin, approvals, audit, definitions, keys, principals, processes, repair, retention, runs
 from .context import Ctx
 from .render import err, fail
 
@@ -63,9 +63,16 @@ def _server_limits(options: tuple[str, ...]) -> ServerLimits:
     help=f"Set a server-wide limit, e.g. max_request_bytes=33554432 (repeatable; env {LIMITS_ENV}="
     "NAME=VALUE,...; docs/security.md lists the names and ranges).",
 )
+@click.option(
+    "--key-file",
+    type=click.Path(dir_okay=False),
+    help="Key file that seals sensitive values (default: env LOCKSTEP_KEY_FILE, else LOCKSTEP_KEY).",
+)
 @click.version_option(package_name="lockstep")
 @click.pass_context
-def cli(ctx: click.Context, db: str, tenant: str, limit_settings: tuple[str, ...]) -> None:
+def cli(
+    ctx: click.Context, db: str, tenant: str, limit_settings: tuple[str, ...], key_file: str | None
+) -> None:
     """lockstep: durable workflows for tenant-defined processes.
 
     Publish a definition, start runs, run workers; every run survives crashes and explains its waits.
@@ -74,13 +81,18 @@ def cli(ctx: click.Context, db: str, tenant: str, limit_settings: tuple[str, ...
         raise InvalidInput(f"{failpoints.SPEC_ERROR} (unset {failpoints.ENV} to run normally)")
     if failpoints.active_spec():
         err.print(f"warning: fail points are active ({failpoints.ENV}={failpoints.active_spec()})")
-    ctx.obj = Ctx(db, tenant, _server_limits(limit_settings))
+    ctx.obj = Ctx(db, tenant, _server_limits(limit_settings), key_file)
     ctx.call_on_close(ctx.obj.close)
 
 
-for _group in (definitions, runs, repair, approvals, principals, processes, admin):
+for _group in (definitions, runs, repair, approvals, principals, retention, processes, admin, keys, audit):
     for _command in _group.COMMANDS:
         cli.add_command(_command)
+# Sensitive data's commands that belong to other groups' nouns.
+runs.runs.add_command(keys.runs_forget)
+principals.tenants.add_command(keys.tenants_shred)
+principals.users.add_command(keys.users_grant)
+principals.users.add_command(keys.users_revoke)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Runs: start, show, the event history, list, cancel."""
+"""Runs: start, show, the event history, list, cancel; a run's legal hold and its purge."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import os
 import click
 from rich.table import Table
 
+from ..app.principals import Principal
 from ..app.views import RunSummary
 from ..core.narrate import narrate
 from ..core.state import STATUSES
+from ..errors import Forbidden
 from .context import Ctx, pass_ctx
 from .inputs import parse_json
 from .render import STATUS_STYLE, out, print_json, print_run
@@ -32,13 +34,35 @@ def start(c: Ctx, name: str, version: int | None, input_: str | None, key: str |
     print_json({"run_id": run_id})
 
 
+def _revealer(c: Ctx, who: str | None) -> Principal:
+    """The user a --reveal is made as (and audited for): --as, else $USER; they need read_sensitive."""
+    name = who or os.environ.get("USER") or ""
+    p = c.engine.service.principals.principal(c.tenant, name) if name else None
+    if p is None:
+        c.engine.service.principals.audit(c.tenant, name or None, "sensitive.read", None, "refused")
+        raise Forbidden(
+            f"--reveal needs a user of tenant {c.tenant} with the read_sensitive grant: no enabled user "
+            f"{name or '(none given)'}; name one with --as USER"
+        )
+    return p
+
+
+reveal_opt = click.option(
+    "--reveal", is_flag=True, help="Show sensitive values (needs the read_sensitive grant; audited)."
+)
+as_opt = click.option("--as", "who", metavar="USER", help="The user a --reveal is made as (default: $USER).")
+
+
 @click.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@reveal_opt
+@as_opt
 @pass_ctx
-def show(c: Ctx, run_id: str, as_json: bool) -> None:
-    """Show a run: status, current step, why it waits and what happens next."""
-    s = c.engine.service.show(c.tenant, run_id)
+def show(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) -> None:
+    """Show a run: status, current step, why it waits and what happens next (sensitive values redacted)."""
+    svc = c.engine.service
+    s = svc.reveal.run(_revealer(c, who), run_id, channel="cli") if reveal else svc.show(c.tenant, run_id)
     if as_json:
         print_json(s)
     else:
@@ -48,10 +72,16 @@ def show(c: Ctx, run_id: str, as_json: bool) -> None:
 @click.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@reveal_opt
+@as_opt
 @pass_ctx
-def events(c: Ctx, run_id: str, as_json: bool) -> None:
-    """The run's event history (append-only, hash-chained)."""
-    rows = c.engine.service.events(c.tenant, run_id)
+def events(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) -> None:
+    """The run's event history (append-only, hash-chained; sensitive values redacted)."""
+    svc = c.engine.service
+    if reveal:
+        rows = svc.reveal.events(_revealer(c, who), run_id, channel="cli")
+    else:
+        rows = svc.events(c.tenant, run_id)
     if as_json:
         print_json(rows)
         return
@@ -62,7 +92,7 @@ def events(c: Ctx, run_id: str, as_json: bool) -> None:
     out.print(t)
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option(
     "--status",
     type=click.Choice(STATUSES),
@@ -73,7 +103,10 @@ def events(c: Ctx, run_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def runs(c: Ctx, status: str | None, definition: str | None, limit: int, after: str, as_json: bool) -> None:
-    """List runs (oldest first), with filters and a cursor."""
+    """List runs (oldest first), with filters and a cursor; `runs hold|release|purge RUN` for retention,
+    `runs forget RUN` destroys a run's key."""
+    if click.get_current_context().invoked_subcommand is not None:
+        return
     rows = c.engine.service.runs(c.tenant, status=status, definition=definition, after=after, limit=limit)
     if as_json:
         print_json([RunSummary.of(r) for r in rows])
@@ -98,6 +131,37 @@ def runs(c: Ctx, status: str | None, definition: str | None, limit: int, after: 
 def cancel(c: Ctx, run_id: str, reason: str) -> None:
     """Cancel a run: start nothing new, wait for in-flight work, compensate, end cancelled."""
     print_json(c.engine.cancel(run_id, reason=reason, tenant=c.tenant, actor=os.environ.get("USER")))
+
+
+def _operator() -> str:
+    return os.environ.get("USER") or "cli"
+
+
+@runs.command("hold")
+@click.argument("run_id")
+@click.option("--reason", required=True, help="Why (kept with the hold and audited).")
+@pass_ctx
+def runs_hold(c: Ctx, run_id: str, reason: str) -> None:
+    """Place a legal hold on a run (running or finished): it is never purged until released."""
+    print_json(c.engine.service.retention.hold_run(c.tenant, run_id, reason, _operator()))
+
+
+@runs.command("release")
+@click.argument("run_id")
+@click.option("--reason", required=True, help="Why (kept with the hold and audited).")
+@pass_ctx
+def runs_release(c: Ctx, run_id: str, reason: str) -> None:
+    """Release a run's legal hold: once past its tenant's retention it is purged again."""
+    print_json(c.engine.service.retention.release_run(c.tenant, run_id, reason, _operator()))
+
+
+@runs.command("purge")
+@click.argument("run_id")
+@click.option("--reason", required=True, help="Why, e.g. an erasure request (kept in its tombstone).")
+@pass_ctx
+def runs_purge(c: Ctx, run_id: str, reason: str) -> None:
+    """Purge a finished, unheld run now, whatever the retention; prints its tombstone."""
+    print_json(c.engine.service.retention.purge_run(c.tenant, run_id, reason, _operator()))
 
 
 # The commands of this group, attached to the root group in root.py.

@@ -7,8 +7,7 @@ per-approver rule, then settle the request when the quorum (or a rejection) is r
 
 from __future__ import annotations
 
-from typing import Any
-
+from .canonical import JSONObject
 from .commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
 from .definition import ApprovalStep
 from .events import (
@@ -33,7 +32,7 @@ __all__ = [
 ]
 
 
-def _pending(tx: Tx, request_id: str) -> dict[str, Any]:
+def _pending(tx: Tx, request_id: str) -> JSONObject:
     a = tx.s.approval
     if tx.s.terminal:
         raise Rejected(
@@ -50,11 +49,11 @@ def _pending(tx: Tx, request_id: str) -> dict[str, Any]:
     return a
 
 
-def eligible(policy: dict[str, Any], approver: str, groups: tuple[str, ...]) -> bool:
+def eligible(policy: JSONObject, approver: str, groups: tuple[str, ...]) -> bool:
     return approver in policy["users"] or any(g in policy["groups"] for g in groups)
 
 
-def _check_identity(a: dict[str, Any], approver: str, groups: tuple[str, ...]) -> None:
+def _check_identity(a: JSONObject, approver: str, groups: tuple[str, ...]) -> None:
     if not eligible(a["policy"], approver, groups):
         who = ", ".join([*a["policy"]["users"], *(f"group {g}" for g in a["policy"]["groups"])])
         raise Rejected("not_an_approver", f"{approver} is not an approver of this request (approvers: {who})")
@@ -113,7 +112,7 @@ def _close_timer(tx: Tx, step: str, reason: str) -> None:
     cancel_timers(tx, reason, step)
 
 
-def _after_reject(tx: Tx, step: str, policy: dict[str, Any], why: str) -> None:
+def _after_reject(tx: Tx, step: str, policy: JSONObject, why: str) -> None:
     target = policy["on_reject"]
     if target == "fail":
         fail(tx, {"code": "ApprovalRejected", "message": f"approval step {step} was {why}", "step": step})

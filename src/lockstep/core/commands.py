@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from .canonical import JSONValue
+from .definition import Definition
 
 __all__ = [
     "CancelRun",
@@ -46,7 +48,7 @@ class StartRun:
     run_id: str
     tenant: str
     version: int
-    input: Any
+    input: JSONValue
     start_key: str | None = None
     actor: str | None = None
     # The tenant's limit on total run time, if any: a durable "deadline" timer ends the run when it fires.
@@ -65,7 +67,7 @@ class ReportSuccess:
     task_id: str
     attempt: int
     fencing: int
-    output: Any
+    output: JSONValue
 
 
 @dataclass(frozen=True)
@@ -163,14 +165,14 @@ class SkipStep:
 
     step: str
     reason: str
-    output: Any = None
+    output: JSONValue = None
     actor: str | None = None
     roles: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class EditInput:
-    input: Any
+    input: JSONValue
     reason: str
     actor: str | None = None
 
@@ -182,7 +184,7 @@ class ResolveStep:
     step: str
     outcome: str  # "succeeded" | "failed"
     reason: str
-    output: Any = None
+    output: JSONValue = None
     actor: str | None = None
 
 
@@ -190,7 +192,7 @@ class ResolveStep:
 class MigrateRun:
     """Move the run to another version of its definition (`target`, already parsed), mapping step ids."""
 
-    target: Any  # Definition (kept Any here so commands stay free of the definition module)
+    target: Definition
     target_version: int
     mapping: tuple[tuple[str, str], ...]
     reason: str
@@ -229,7 +231,7 @@ class ConfirmRepair:
     reason: str
     actor: str | None = None
     roles: tuple[str, ...] = ()
-    target: Any = None
+    target: Definition | None = None
 
 
 @dataclass(frozen=True)

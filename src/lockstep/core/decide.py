@@ -7,7 +7,7 @@ one command may pass through several instant steps (choice, fail, succeed) befor
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, assert_never
+from typing import assert_never
 
 from .approval import (
     decide_approval,
@@ -17,6 +17,7 @@ from .approval import (
     revoke_link,
     settle_cancel,
 )
+from .attempt import claim, expire_lease, report
 from .commands import (
     CancelRun,
     ClaimTask,
@@ -46,17 +47,10 @@ from .definition import (
     ActivityStep,
     Definition,
     DefinitionError,
-    RetryPolicy,
 )
 from .events import (
-    ActivityFailed,
-    ActivityStarted,
-    ActivitySucceeded,
-    ActivityTimedOut,
     CancelRequested,
     Event,
-    NeedsAttention,
-    ResultIgnored,
     RunStarted,
     TimerFired,
 )
@@ -67,9 +61,7 @@ from .flow import (
     cancel_timers,
     enter,
     expression_context,
-    fail,
     next_compensation,
-    queued_attempt,
     schedule_action,
     task_id,
     timer,
@@ -79,7 +71,7 @@ from .foureyes import confirm_repair, needs_second_operator, propose_repair, rej
 from .limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from .migrate import migrate
 from .repair import dead_letter, edit_input, pause, resolve, resume, retry_step, skip
-from .state import Attempt, RunState
+from .state import RunState
 from .timeutil import format_duration, parse_iso
 
 __all__ = ["decide", "expression_context", "task_id"]
@@ -127,11 +119,11 @@ def _dispatch(tx: Tx, c: Command) -> None:
         case _ if tx.state is None:
             raise Rejected("no_run", "the run does not exist")
         case ClaimTask():
-            _claim(tx, c)
+            claim(tx, c)
         case ReportSuccess() | ReportFailure():
-            _report(tx, c)
+            report(tx, c)
         case ExpireLease():
-            _expire(tx, c)
+            expire_lease(tx, c)
         case FireTimer():
             _fire(tx, c)
         case CancelRun():
@@ -170,7 +162,7 @@ def _dispatch(tx: Tx, c: Command) -> None:
             assert_never(c)
 
 
-# --- starting and moving through steps -------------------------------------------------------------
+# --- starting, timers and cancelling --------------------------------------------------------------
 
 
 def now_plus(tx: Tx, ms: int) -> datetime:
@@ -198,210 +190,6 @@ def _start(tx: Tx, c: StartRun) -> None:
     if c.max_run_ms is not None:
         timer(tx, "deadline", "deadline", "(run)", now_plus(tx, c.max_run_ms))
     enter(tx, tx.d.steps[0].id)
-
-
-# --- activity attempts -----------------------------------------------------------------------------
-
-
-def _claim(tx: Tx, c: ClaimTask) -> None:
-    a = queued_attempt(tx, c.task_id)
-    tx.emit(
-        ActivityStarted(
-            step=a.step,
-            task_id=a.task_id,
-            attempt=a.attempt,
-            fencing=tx.s.seq + 1,
-            worker=c.worker,
-            deadline=c.deadline,
-            compensation=a.kind == "compensation",
-        )
-    )
-
-
-def _stale_reason(s: RunState, task: str, attempt: int, fencing: int) -> str | None:
-    a = s.active
-    if s.terminal:
-        return f"the run is already {s.status}"
-    if a is None or a.task_id != task:
-        return f"task {task} is not the run's current attempt"
-    if a.attempt != attempt:
-        return f"attempt {attempt} is not the current attempt {a.attempt}"
-    if a.fencing is None:
-        return "the attempt was not started by any worker"
-    if a.fencing != fencing:
-        return f"stale fencing token {fencing} (current {a.fencing})"
-    return None
-
-
-def _bound_ignored(tx: Tx, task: str, stale: str) -> None:
-    """Stale reports are evidence, but a worker may replay one forever: past the first few per task (and
-    per run) they are answered as ignored (Rejected `result_ignored`) without being appended."""
-    s = tx.s
-    per_task, per_run = tx.limits["max_ignored_results_per_attempt"], tx.limits["max_ignored_results_per_run"]
-    if s.ignored_by_task.get(task, 0) >= per_task or s.ignored_results >= per_run:
-        raise Rejected(
-            "result_ignored",
-            f"{stale}; the result changes nothing and is not recorded again (the run already records "
-            f"{s.ignored_by_task.get(task, 0)} stale report(s) of task {task}, {s.ignored_results} in all)",
-        )
-
-
-def _report(tx: Tx, c: ReportSuccess | ReportFailure) -> None:
-    stale = _stale_reason(tx.s, c.task_id, c.attempt, c.fencing)
-    if stale is not None:
-        result: dict[str, Any] = (
-            {"outcome": "succeeded", "output": c.output}
-            if isinstance(c, ReportSuccess)
-            else {"outcome": "failed", "code": c.code, "message": c.message}
-        )
-        _bound_ignored(tx, c.task_id, stale)
-        parts = c.task_id.split("/")
-        step = (
-            tx.s.active.step
-            if tx.s.active and tx.s.active.task_id == c.task_id
-            else (parts[1] if len(parts) == 3 and parts[0] == tx.s.run_id else "?")
-        )
-        tx.emit(
-            ResultIgnored(
-                step=step,
-                task_id=c.task_id,
-                attempt=c.attempt,
-                fencing=c.fencing,
-                reason=stale,
-                result=result,
-            )
-        )
-        return
-    a = tx.s.active
-    if a is None:  # pragma: no cover - _stale_reason returned None, so there is an active attempt
-        raise Rejected("corrupt", "no active attempt")
-    comp = a.kind == "compensation"
-    if isinstance(c, ReportSuccess):
-        spec = tx.d.step(a.step)
-        compensable = isinstance(spec, ActivityStep) and spec.compensate is not None
-        tx.emit(
-            ActivitySucceeded(
-                step=a.step,
-                task_id=a.task_id,
-                attempt=a.attempt,
-                fencing=c.fencing,
-                output=c.output,
-                compensation=comp,
-                compensable=compensable and not comp,
-            )
-        )
-        _after_success(tx, a)
-        return
-    error = {"code": c.code, "message": c.message, "step": a.step, "attempt": a.attempt}
-    unknown = a.delivery == "at_most_once" and c.unexpected and not comp
-    _after_failure(tx, a, error, c.retryable and not unknown, unknown)
-
-
-def _after_success(tx: Tx, a: Attempt) -> None:
-    if a.kind == "compensation":
-        next_compensation(tx)
-    elif tx.s.cancel is not None:
-        begin_cancel(tx)
-    else:
-        advance_after(tx, a.step)
-
-
-def _policy(tx: Tx, a: Attempt) -> RetryPolicy:
-    step = tx.d.step(a.step)
-    if not isinstance(step, ActivityStep):  # pragma: no cover - only activity steps have attempts
-        raise Rejected("corrupt", f"step {a.step} is not an activity")
-    if a.kind == "compensation" and step.compensate is not None:
-        return step.compensate.retry
-    return step.retry
-
-
-def _after_failure(
-    tx: Tx, a: Attempt, error: dict[str, Any], retryable: bool, unknown: bool, timed_out: str | None = None
-) -> None:
-    """Shared by reported failures and timeouts (`timed_out`: why the lease expired): retry on a durable
-    timer, escalate, or fail the step."""
-    policy = _policy(tx, a)
-    comp = a.kind == "compensation"
-    cancelling = tx.s.cancel is not None and not comp
-    will_retry = (
-        retryable
-        and not unknown
-        and not cancelling
-        and error["code"] not in policy.non_retryable
-        and a.attempt < policy.max_attempts
-    )
-    if timed_out is None:
-        tx.emit(
-            ActivityFailed(
-                step=a.step,
-                task_id=a.task_id,
-                attempt=a.attempt,
-                activity=a.activity,
-                error=error,
-                will_retry=will_retry,
-                outcome_unknown=unknown,
-                compensation=comp,
-            )
-        )
-    else:
-        tx.emit(
-            ActivityTimedOut(
-                step=a.step,
-                task_id=a.task_id,
-                attempt=a.attempt,
-                activity=a.activity,
-                error=error,
-                will_retry=will_retry,
-                outcome_unknown=unknown,
-                compensation=comp,
-                reason=timed_out,
-            )
-        )
-    if will_retry:
-        delay = policy.delay(a.attempt)
-        key = f"retry:{a.step}" + (":compensation" if comp else "")
-        timer(tx, key, "retry", a.step, tx.now + delay, attempt=a.attempt + 1, compensation=comp)
-    elif unknown:
-        tx.emit(
-            NeedsAttention(
-                step=a.step,
-                code="outcome_unknown",
-                reason=f"at-most-once activity {a.activity} (step {a.step}, attempt {a.attempt}) may or "
-                f"may not have taken effect ({error['code']}: {error['message']}); it will not be retried "
-                f"blindly: check the downstream system, then resolve the step or cancel the run",
-            )
-        )
-    elif comp:
-        tx.emit(
-            NeedsAttention(
-                step=a.step,
-                code="compensation_failed",
-                reason=f"compensation {a.activity} of step {a.step} failed for good after {a.attempt} "
-                f"attempt(s) ({error['code']}: {error['message']})",
-            )
-        )
-    elif cancelling:
-        begin_cancel(tx)
-    elif policy.on_exhausted == "dead_letter" and retryable and error["code"] not in policy.non_retryable:
-        tx.emit(
-            NeedsAttention(
-                step=a.step,
-                code="dead_letter",
-                reason=f"activity {a.activity} (step {a.step}) exhausted its {a.attempt} attempt(s) "
-                f"({error['code']}: {error['message']}); the step waits in the dead-letter state",
-            )
-        )
-    else:
-        fail(tx, error)
-
-
-def _expire(tx: Tx, c: ExpireLease) -> None:
-    a = tx.s.active
-    if _stale_reason(tx.s, c.task_id, c.attempt, c.fencing) is not None or a is None:
-        raise Rejected("stale_lease", f"task {c.task_id} attempt {c.attempt} is no longer in flight")
-    error = {"code": "Timeout", "message": c.reason, "step": a.step, "attempt": a.attempt}
-    unknown = a.delivery == "at_most_once" and a.kind == "action"
-    _after_failure(tx, a, error, True, unknown, timed_out=c.reason)
 
 
 def _fire(tx: Tx, c: FireTimer) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from .canonical import JSONValue
 from .events import (
     ActivityCancelled,
     ActivityDeadLettered,
@@ -54,7 +54,7 @@ class CreateTask:
     kind: str
     activity: str
     queue: str | None
-    input: Any
+    input: JSONValue
     idempotency_key: str
     timeout_ms: int
     delivery: str

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TypedDict
 
+from .canonical import JSONObject
+from .sealed import text_of
 from .state import RunState
 from .timeutil import format_duration, parse_iso
 
-__all__ = ["WAIT_KINDS", "describe_proposal", "explain", "wait_kind"]
+__all__ = ["WAIT_KINDS", "Explanation", "Waiting", "describe_proposal", "explain", "wait_kind"]
 
 
 def _ago(at: str, now: datetime) -> str:
@@ -38,6 +40,19 @@ WAIT_KINDS = (
 )
 
 
+class Waiting(TypedDict):
+    """Why the run waits (None when it finished), since and until when, and what happens next."""
+
+    wait_reason: str | None
+    waiting_since: str | None
+    waiting_until: str | None
+    next_action: str | None
+
+
+class Explanation(Waiting):
+    wait_kind: str | None  # one of WAIT_KINDS
+
+
 def wait_kind(s: RunState) -> str | None:
     """A short category of what the run waits for (filterable); None for a finished run."""
     if s.terminal:
@@ -60,9 +75,9 @@ def wait_kind(s: RunState) -> str | None:
     return "transition"
 
 
-def explain(s: RunState, now: datetime) -> dict[str, Any]:
+def explain(s: RunState, now: datetime) -> Explanation:
     """wait_kind, wait_reason, waiting_since, waiting_until and next_action; all None when finished."""
-    out = {"wait_kind": wait_kind(s), **_explain(s, now)}
+    out: Explanation = {"wait_kind": wait_kind(s), **_explain(s, now)}
     if s.proposal is not None and out["wait_reason"] is not None:
         p, pid = s.proposal, s.proposal["proposal_id"]
         since = _ago(p["at"], now)
@@ -75,7 +90,7 @@ def explain(s: RunState, now: datetime) -> dict[str, Any]:
     return out
 
 
-def describe_proposal(p: dict[str, Any]) -> str:
+def describe_proposal(p: JSONObject) -> str:
     """E.g. "proposal p7 (skip of step ship by alice: carrier is down)"."""
     c = p["command"]
     what = {
@@ -86,8 +101,8 @@ def describe_proposal(p: dict[str, Any]) -> str:
     return f"proposal {p['proposal_id']} ({what} by {p['actor']}: {p['reason']})"
 
 
-def _explain(s: RunState, now: datetime) -> dict[str, Any]:
-    none: dict[str, Any] = {
+def _explain(s: RunState, now: datetime) -> Waiting:
+    none: Waiting = {
         "wait_reason": None,
         "waiting_since": None,
         "waiting_until": None,
@@ -170,7 +185,7 @@ def _explain(s: RunState, now: datetime) -> dict[str, Any]:
         n = ((st.compensation or {}).get("attempts", 0) if comp else st.attempts) if st else 0
         return {
             "wait_reason": f"{prefix}{'compensation of ' if comp else ''}step {t.step} attempt {n} failed "
-            f"({err.get('code')}: {err.get('message')}); backing off until {t.fire_at} "
+            f"({err.get('code')}: {text_of(err.get('message'))}); backing off until {t.fire_at} "
             f"(in {_in(t.fire_at, now)})",
             "waiting_since": t.scheduled_at,
             "waiting_until": t.fire_at,
@@ -188,7 +203,7 @@ def _ms(ms: int) -> timedelta:
     return timedelta(milliseconds=ms)
 
 
-def _explain_approval(a: dict[str, Any], now: datetime) -> dict[str, Any]:
+def _explain_approval(a: JSONObject, now: datetime) -> Waiting:
     p = a["policy"]
     approved = [d for d in a["decisions"] if d["decision"] == "approve"]
     rejected = [d for d in a["decisions"] if d["decision"] == "reject"]
@@ -216,7 +231,7 @@ def _explain_approval(a: dict[str, Any], now: datetime) -> dict[str, Any]:
     }
 
 
-def _attention_next(att: dict[str, Any]) -> str:
+def _attention_next(att: JSONObject) -> str:
     step = att.get("step")
     resolve = f"`lockstep resolve RUN {step} --as succeeded|failed --reason ...`"
     retry = f"`lockstep retry RUN {step} --reason ...`"

@@ -18,6 +18,7 @@ from typing import Any
 
 import cel
 
+from .canonical import JSONValue
 from .exprcheck import ExprLimits, LimitExceeded, Shape, check_shape
 from .timeutil import iso
 
@@ -145,7 +146,7 @@ def _used_outside_macros(source: str, var: str) -> bool:
     return re.search(r"(?<![A-Za-z0-9_.])" + re.escape(var) + r"(?![A-Za-z0-9_])", text) is not None
 
 
-def _to_json(value: Any) -> Any:
+def _to_json(value: object) -> JSONValue:
     """CEL results may be timestamps or bytes; events hold JSON only."""
     if isinstance(value, datetime):
         return iso(value)
@@ -158,10 +159,10 @@ def _to_json(value: Any) -> Any:
     return value
 
 
-def evaluate(expr: Expr, context: Mapping[str, Any]) -> Any:
+def evaluate(expr: Expr, context: Mapping[str, JSONValue]) -> JSONValue:
     """Evaluate; every failure (missing field, type mismatch, division by zero) becomes ExprError."""
     if expr.path is not None:
-        value: Any = context
+        value: JSONValue = context
         for i, part in enumerate(expr.path):
             if not isinstance(value, Mapping) or part not in value:
                 where = ".".join(expr.path[:i]) or "the context"
@@ -171,7 +172,7 @@ def evaluate(expr: Expr, context: Mapping[str, Any]) -> Any:
     return _execute(expr, bind(context, [expr]))
 
 
-def bind(context: Mapping[str, Any], exprs: list[Expr]) -> Any:
+def bind(context: Mapping[str, JSONValue], exprs: list[Expr]) -> Any:
     """The CEL context for `exprs`, converted once: only the roots they read, and of `steps` only the
     steps they name (converting the whole context on every evaluation is what costs the most)."""
     roots: set[str] = set()
@@ -199,7 +200,7 @@ def bind(context: Mapping[str, Any], exprs: list[Expr]) -> Any:
         return _Unconvertible(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
-def _largest_over(value: Any, bound: int) -> str:
+def _largest_over(value: object, bound: int) -> str:
     """A comprehension's cost was bounded assuming no collection holds more than `bound` elements.
     Arrays are bounded on entry (max_list_items); an object's keys are not, so check them here."""
     stack = [value]
@@ -220,7 +221,7 @@ class _Unconvertible:
     reason: str
 
 
-def _execute(expr: Expr, bound: Any) -> Any:
+def _execute(expr: Expr, bound: Any) -> JSONValue:
     if isinstance(bound, _Unconvertible):
         raise ExprError(f"`{_short(expr.source)}`: the run's data cannot be evaluated ({bound.reason})")
     try:
@@ -277,8 +278,8 @@ def _split(text: str, limits: ExprLimits) -> list[str | Expr]:
 class Template:
     """A compiled template: render(context) gives a JSON value."""
 
-    raw: Any
-    _compiled: Any
+    raw: JSONValue
+    _compiled: object  # raw, with each string that holds ${...} compiled
 
     @property
     def is_constant(self) -> bool:
@@ -289,7 +290,22 @@ class Template:
         _collect(self._compiled, out)
         return out
 
-    def render(self, context: Mapping[str, Any]) -> Any:
+    def leaves(self) -> list[tuple[tuple[str | int, ...], list[str | Expr]]]:
+        """Every string holding an expression, with where it is in the rendered value (member names
+        and indexes from the top) and its parts: literal text and expressions, in order."""
+        out: list[tuple[tuple[str | int, ...], list[str | Expr]]] = []
+        stack: list[tuple[tuple[str | int, ...], Any]] = [((), self._compiled)]
+        while stack:
+            at, c = stack.pop()
+            if isinstance(c, _Str):
+                out.append((at, list(c.parts)))
+            elif isinstance(c, dict):
+                stack.extend(((*at, k), v) for k, v in c.items())
+            elif isinstance(c, list):
+                stack.extend(((*at, i), v) for i, v in enumerate(c))
+        return out
+
+    def render(self, context: Mapping[str, JSONValue]) -> JSONValue:
         exprs = [e for e in self.expressions() if e.path is None]
         return _render(self._compiled, context, bind(context, exprs) if exprs else None)
 
@@ -311,7 +327,7 @@ class _Str:
         self.parts = parts
 
 
-def _compile(value: Any, limits: ExprLimits, at: str) -> Any:
+def _compile(value: JSONValue, limits: ExprLimits, at: str) -> object:
     if isinstance(value, str):
         try:
             parts = _split(value, limits)
@@ -325,7 +341,7 @@ def _compile(value: Any, limits: ExprLimits, at: str) -> Any:
     return value
 
 
-def _has_expr(c: Any) -> bool:
+def _has_expr(c: object) -> bool:
     if isinstance(c, _Str):
         return True
     if isinstance(c, dict):
@@ -335,7 +351,7 @@ def _has_expr(c: Any) -> bool:
     return False
 
 
-def _collect(c: Any, out: list[Expr]) -> None:
+def _collect(c: object, out: list[Expr]) -> None:
     if isinstance(c, _Str):
         out.extend(p for p in c.parts if isinstance(p, Expr))
     elif isinstance(c, dict):
@@ -346,11 +362,11 @@ def _collect(c: Any, out: list[Expr]) -> None:
             _collect(v, out)
 
 
-def _value(expr: Expr, ctx: Mapping[str, Any], bound: Any) -> Any:
+def _value(expr: Expr, ctx: Mapping[str, JSONValue], bound: Any) -> JSONValue:
     return evaluate(expr, ctx) if expr.path is not None or bound is None else _execute(expr, bound)
 
 
-def _render(c: Any, ctx: Mapping[str, Any], bound: Any) -> Any:
+def _render(c: object, ctx: Mapping[str, JSONValue], bound: Any) -> JSONValue:
     if isinstance(c, _Str):
         if len(c.parts) == 1 and isinstance(c.parts[0], Expr):
             return _value(c.parts[0], ctx, bound)
@@ -369,7 +385,7 @@ def _render(c: Any, ctx: Mapping[str, Any], bound: Any) -> Any:
     return c
 
 
-def compile_template(value: Any, limits: ExprLimits = DEFAULT_LIMITS) -> Template:
+def compile_template(value: JSONValue, limits: ExprLimits = DEFAULT_LIMITS) -> Template:
     """Compile every `${expr}` in a JSON value; raise ExprError naming the bad expression (`at` says
     where in the value it is)."""
     return Template(value, _compile(value, limits, ""))

@@ -19,6 +19,7 @@ Hence the defaults: 32 brackets and 200 tree levels, far below every threshold m
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from .exprparse import BINARY, MACROS, OPEN, RAW_STR, Node, Parser, tokens
@@ -75,7 +76,7 @@ def publish_limits(server: ServerLimits) -> ExprLimits:
     )
 
 
-def expression_limits(base: ExprLimits, settings: dict[str, object]) -> ExprLimits:
+def expression_limits(base: ExprLimits, settings: Mapping[str, object]) -> ExprLimits:
     """`base` on a tenant's data bounds (its settings of max_list_items, max_input_bytes...)."""
     return replace(
         base,

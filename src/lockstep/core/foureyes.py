@@ -10,8 +10,9 @@ confirmation never runs a command on a state other than the one its proposer loo
 
 from __future__ import annotations
 
-from typing import Any, assert_never
+from typing import assert_never
 
+from .canonical import JSONObject
 from .commands import ConfirmRepair, MigrateRun, Rejected, RejectRepair, ResolveStep, SkipStep
 from .events import RepairConfirmed, RepairProposed, RepairRejected
 from .flow import Tx
@@ -44,7 +45,7 @@ def needs_second_operator(tx: Tx, c: Repair) -> bool:
     return _kind(c) in tx.d.four_eyes
 
 
-def _as_data(c: Repair) -> dict[str, Any]:
+def _as_data(c: Repair) -> JSONObject:
     """The command as recorded in RepairProposed (everything needed to run it later)."""
     if isinstance(c, SkipStep):
         return {"step": c.step, "output": c.output, "roles": list(c.roles)}
@@ -57,7 +58,7 @@ def _as_data(c: Repair) -> dict[str, Any]:
     }
 
 
-def _rebuild(p: dict[str, Any], c: ConfirmRepair) -> Repair:
+def _rebuild(p: JSONObject, c: ConfirmRepair) -> Repair:
     """The proposed command, run with the proposer as its actor (the confirmer is in RepairConfirmed)."""
     cmd, reason, actor = p["command"], p["reason"], p["actor"]
     if p["kind"] == "skip":
@@ -113,7 +114,7 @@ def propose_repair(tx: Tx, c: Repair) -> None:
     )
 
 
-def _open(tx: Tx, proposal_id: str) -> dict[str, Any]:
+def _open(tx: Tx, proposal_id: str) -> JSONObject:
     p = tx.s.proposal
     if tx.s.terminal or p is None or p["proposal_id"] != proposal_id:
         raise Rejected(

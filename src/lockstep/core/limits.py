@@ -13,6 +13,7 @@ import difflib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TypeAlias
 
 __all__ = [
     "DEFAULT_SERVER_LIMITS",
@@ -22,9 +23,15 @@ __all__ = [
     "Limit",
     "LimitSettingError",
     "ServerLimits",
+    "Settings",
     "parse_limit_settings",
     "tenant_limit",
 ]
+
+
+# A tenant's settings as stored: a positive number for each setting it has (its limits and quotas,
+# app/principals/accounts.py lists them); what it does not set takes the default.
+Settings: TypeAlias = dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,7 @@ SERVER_LIMITS: dict[str, Limit] = {
             "nesting of a JSON request body (422 above)",
             200,
         ),
-        # Login throttling (principals.py, core/throttle.py): protects every user's password from
+        # Login throttling (principals/credentials.py, core/throttle.py): protects every user's password from
         # guessing and the server's CPU from scrypt floods; counted in the database, so it holds across
         # server processes. A throttled attempt gets 429 with Retry-After and costs no password check.
         Limit(
@@ -136,7 +143,7 @@ SERVER_LIMITS: dict[str, Limit] = {
             "the longest lockout (bounds how long failing on purpose locks a user out)",
             7 * 86_400,
         ),
-        # Password policy (principals.py): a password set with `lockstep users set-password`.
+        # Password policy (principals/credentials.py): a password set with `lockstep users set-password`.
         Limit("min_password_chars", 12, "characters", "a password's length, at least", 1024),
         Limit(
             "min_password_score",
@@ -166,6 +173,17 @@ SERVER_LIMITS: dict[str, Limit] = {
             "at the tenant's max_list_items and max_input_bytes (500,000: 30 ms idle, 60 ms loaded)",
             8_000_000,
         ),
+        # Sensitive data (definition/sensitivity.py): every declared pointer is checked against the
+        # input schema and every template against every pointer at publish time.
+        Limit(
+            "max_sensitive_pointers",
+            64,
+            "pointers",
+            "sensitive places one definition declares (sensitive_input, output_sensitive, "
+            "x-lockstep-sensitive), together",
+            1000,
+        ),
+        Limit("max_pointer_length", 256, "characters", "one JSON pointer in a definition", 4096),
         # YAML (documents.py): counted while composing, before any tree is built.
         Limit(
             "max_yaml_aliases", 100, "aliases", "alias references (*name) in one definition document", 10_000
@@ -177,7 +195,7 @@ SERVER_LIMITS: dict[str, Limit] = {
 }
 
 
-def tenant_limit(settings: dict[str, object], name: str) -> int:
+def tenant_limit(settings: Mapping[str, object], name: str) -> int:
     """The tenant's value of limit `name`: its setting (capped at the ceiling), else the default."""
     limit = TENANT_LIMITS[name]
     value = settings.get(name)

@@ -8,20 +8,46 @@ an input the target's schema refuses, an at-most-once attempt in flight.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NotRequired, TypedDict
 
+from .canonical import JSONObject
 from .commands import MigrateRun, Rejected
 from .definition import ActivityStep, ApprovalStep, Definition, DefinitionError, WaitStep
 from .events import WorkflowMigrated
 from .flow import Tx, cancel_timers, continue_run, enter, withdraw
 from .state import RunState
 
-__all__ = ["migrate", "plan_migration"]
+__all__ = ["Plan", "VersionRef", "migrate", "plan_migration"]
 
 
-def plan_migration(
-    s: RunState, current: Definition, target: Definition, mapping: dict[str, str]
-) -> dict[str, Any]:
+class VersionRef(TypedDict):
+    name: str
+    digest: str
+    version: NotRequired[int]
+
+
+# The keys are JSON's ("from" is a keyword here), hence the functional form.
+Plan = TypedDict(
+    "Plan",
+    {
+        "from": JSONObject,  # the run's definition version ({name, version, digest})
+        "to": VersionRef,
+        "mapping": dict[str, str],
+        "steps_added": list[str],
+        "steps_removed": list[str],
+        "current_step": dict[str, str | None],  # {"from": step, "to": step}
+        "carried": list[str],
+        "restart": str | None,
+        "problems": list[str],
+        # Set by the caller that answers with the plan.
+        "run_id": NotRequired[str],
+        "ok": NotRequired[bool],
+        "dry_run": NotRequired[bool],
+    },
+)
+
+
+def plan_migration(s: RunState, current: Definition, target: Definition, mapping: dict[str, str]) -> Plan:
     """What a migration would do: step mapping, added/removed steps, carried waits, problems."""
 
     def m(x: str) -> str:
@@ -34,7 +60,7 @@ def plan_migration(
         if new not in target.index:
             problems.append(f"--map {old}={new}: version has no step {new}")
     try:
-        target.check_input(s.input)
+        target.check_input(s.input, also_sensitive=current.sensitivity.input)
     except DefinitionError as exc:
         problems.append(f"the run's input does not fit the target input_schema ({exc})")
     for sid in s.completed:
@@ -87,7 +113,7 @@ def plan_migration(
     }
 
 
-def _approval_problems(a: dict[str, Any], mapping: dict[str, str], target: Definition) -> list[str]:
+def _approval_problems(a: JSONObject, mapping: dict[str, str], target: Definition) -> list[str]:
     """A pending approval ends only by its policy or by cancelling the run: a migration may carry it
     (same step id, still an approval step; its recorded policy keeps governing it, decisions included)
     but never map it onto another step or drop it."""

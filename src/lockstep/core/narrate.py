@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, assert_never
+from typing import assert_never
 
+from .canonical import JSONValue
 from .events import (
     ActivityCancelled,
     ActivityDeadLettered,
@@ -52,12 +53,13 @@ from .events import (
     WorkflowMigrated,
     data_of,
 )
+from .sealed import REDACTED, text_of
 from .timeutil import format_duration, parse_iso
 
 __all__ = ["narrate", "sentence"]
 
 
-def narrate(type_: str, data: Mapping[str, Any], at: str | None = None) -> str:
+def narrate(type_: str, data: Mapping[str, JSONValue], at: str | None = None) -> str:
     """The sentence for an event as a view shows it (its type and its data as JSON)."""
     try:
         record = data_of(type_, data)
@@ -66,8 +68,10 @@ def narrate(type_: str, data: Mapping[str, Any], at: str | None = None) -> str:
     return sentence(record, at)
 
 
-def _err(e: Mapping[str, Any] | None) -> str:
-    return f"{e.get('code')}: {e.get('message')}" if e else "unknown error"
+def _err(e: Mapping[str, JSONValue] | None) -> str:
+    if e and REDACTED in e:  # the whole error was sealed
+        return text_of(e)
+    return f"{e.get('code')}: {text_of(e.get('message'))}" if e else "unknown error"
 
 
 def _by(actor: str | None) -> str:
@@ -188,7 +192,7 @@ def _approvals_and_repairs(d: Rest) -> str:
             who = ", ".join([*p["users"], *(f"group {g}" for g in p["groups"])])
             return (
                 f"approval requested at step {d.step}: {p['quorum']} of {{{who}}} must approve by "
-                f"{d.expires_at} ({d.details})"
+                f"{d.expires_at} ({text_of(d.details)})"
             )
         case ApprovalLinkIssued():
             return f"approval link {d.link_id} issued to {d.approver} (expires {d.expires_at})"

@@ -3,8 +3,7 @@ migrate join them): each is a state-machine command with a reason and an audit e
 
 from __future__ import annotations
 
-from typing import Any
-
+from .canonical import JSONObject
 from .commands import DeadLetter, EditInput, PauseRun, Rejected, ResolveStep, ResumeRun, RetryStep, SkipStep
 from .definition import ActivityStep, DefinitionError
 from .events import (
@@ -142,7 +141,7 @@ def resume(tx: Tx, c: ResumeRun) -> None:
         resume_deferred(tx, d["action"], d["args"])
 
 
-def _held(s: RunState) -> list[dict[str, Any]]:
+def _held(s: RunState) -> list[JSONObject]:
     """Transitions held back by a pause that a repair replaces (recorded in its event, for the audit)."""
     return list(s.paused["deferred"]) if s.paused is not None else []
 

@@ -8,13 +8,14 @@ with where), `text_depth_over` (JSON bytes, before anything parses them: a scan 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add, mul, sub
-from typing import Any
 
 import orjson
 
+from .canonical import JSONValue
 from .limits import TENANT_LIMITS, tenant_limit
 
 __all__ = ["Shape", "for_view", "measure", "over_limit", "shape_of", "text_depth_over"]
@@ -35,7 +36,7 @@ class Shape:
     width_at: str = ""
 
 
-def _size(value: Any) -> int:
+def _size(value: object) -> int:
     try:
         return len(orjson.dumps(value))
     except TypeError:  # what orjson refuses (huge integers, non-string keys, 255+ levels)
@@ -47,14 +48,14 @@ def _size(value: Any) -> int:
             return 0  # not JSON at all: the callers' JSON check says so with a better message
 
 
-def _path(root: str, parts: tuple[Any, ...]) -> str:
+def _path(root: str, parts: tuple[str | int, ...]) -> str:
     out = root
     for p in parts:
         out += f"[{p}]" if isinstance(p, int) else f".{p}"
     return out if len(out) <= 200 else out[:97] + "..." + out[-100:]
 
 
-def measure(value: Any, root: str, *, max_bytes: int, max_depth: int, max_width: int) -> Shape:
+def measure(value: object, root: str, *, max_bytes: int, max_depth: int, max_width: int) -> Shape:
     """The shape of `value` (named `root` in paths). The size comes first (orjson, C speed), so a value
     over `max_bytes` is not walked at all; the walk visits each container once and stops at the first
     array/object deeper than `max_depth` or wider than `max_width`."""
@@ -63,8 +64,10 @@ def measure(value: Any, root: str, *, max_bytes: int, max_depth: int, max_width:
         return Shape(size=0, depth=max_depth + 1, depth_at=root)
     if size > max_bytes:
         return Shape(size=size)
-    deepest, deepest_at, widest, widest_at = 0, (), 0, ()
-    stack: list[tuple[Any, int, tuple[Any, ...]]] = [(value, 1, ())]
+    deepest, widest = 0, 0
+    deepest_at: tuple[str | int, ...] = ()
+    widest_at: tuple[str | int, ...] = ()
+    stack: list[tuple[object, int, tuple[str | int, ...]]] = [(value, 1, ())]
     while stack:
         v, d, at = stack.pop()
         if not isinstance(v, _CONTAINERS):
@@ -82,7 +85,7 @@ def measure(value: Any, root: str, *, max_bytes: int, max_depth: int, max_width:
     return Shape(size, deepest, _path(root, deepest_at), widest, _path(root, widest_at))
 
 
-def shape_of(value: Any, root: str, size_limit: str) -> Shape:
+def shape_of(value: object, root: str, size_limit: str) -> Shape:
     """`value` measured up to the ceilings: enough to compare with any tenant's limits afterwards (so the
     walk can run outside the transaction that then compares)."""
     return measure(
@@ -94,7 +97,9 @@ def shape_of(value: Any, root: str, size_limit: str) -> Shape:
     )
 
 
-def over_limit(settings: dict[str, Any], shape: Shape, size_limit: str) -> tuple[str, int, int, str] | None:
+def over_limit(
+    settings: Mapping[str, object], shape: Shape, size_limit: str
+) -> tuple[str, int, int, str] | None:
     """(limit name, found, allowed, where) for the first tenant limit `shape` exceeds, else None."""
     for name, found, at in (
         (size_limit, shape.size, ""),
@@ -161,7 +166,7 @@ VIEW_BYTES = max(TENANT_LIMITS[n].ceiling for n in ("max_input_bytes", "max_outp
 _ENVELOPE = 10
 
 
-def for_view(value: Any) -> Any:
+def for_view(value: JSONValue) -> JSONValue:
     """`value` as every view (API, UI, CLI) shows it: unchanged if it can be serialised in any view
     (what the limits accept always can); else (stored before the limits existed) with what lies past
     VIEW_DEPTH levels replaced by a string marker, or all of it if larger than VIEW_BYTES. The common
@@ -180,11 +185,11 @@ def for_view(value: Any) -> Any:
     return value
 
 
-def _clip(value: Any, depth: int) -> Any:
+def _clip(value: JSONValue, depth: int) -> JSONValue:
     """A copy of `value` with every array/object at level `depth + 1` replaced by a marker (no recursion)."""
     marker = f"[not shown: nested deeper than {depth} levels]"
 
-    def copy(v: Any, level: int) -> Any:
+    def copy(v: JSONValue, level: int) -> JSONValue:
         if not isinstance(v, _CONTAINERS):
             return v
         if level > depth:

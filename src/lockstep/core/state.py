@@ -1,4 +1,4 @@
-"""RunState: what a run is now, the fold of its events (see evolve.py), and its snapshot document.
+"""RunState: what a run is now, the fold of its events (see evolve/), and its snapshot document.
 
 States are treated as immutable: evolve returns a new object and copies only what it changes.
 """
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+
+from .canonical import JSONObject, JSONValue
 
 __all__ = [
     "SNAPSHOT_VERSION",
@@ -46,12 +47,12 @@ class OutdatedSnapshot(ValueError):
 class StepState:
     status: str = "pending"
     attempts: int = 0
-    output: Any = None
-    error: dict[str, Any] | None = None
+    output: JSONValue = None
+    error: JSONObject | None = None
     idempotency_key: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
-    compensation: dict[str, Any] | None = None
+    compensation: JSONObject | None = None
 
 
 @dataclass(frozen=True)
@@ -87,16 +88,16 @@ class Timer:
 class RunState:
     run_id: str
     tenant: str
-    definition: dict[str, Any]
+    definition: JSONObject
     status: str
     seq: int
-    input: Any
+    input: JSONValue
     started_at: str
     updated_at: str
     start_key: str | None = None
     actor: str | None = None
-    output: Any = None
-    error: dict[str, Any] | None = None
+    output: JSONValue = None
+    error: JSONObject | None = None
     current_step: str | None = None
     steps: dict[str, StepState] = field(default_factory=dict)
     active: Attempt | None = None
@@ -104,27 +105,27 @@ class RunState:
     completed: tuple[str, ...] = ()
     compensating: tuple[str, ...] | None = None
     compensation_cause: str | None = None
-    cancel: dict[str, Any] | None = None
-    attention: dict[str, Any] | None = None
+    cancel: JSONObject | None = None
+    attention: JSONObject | None = None
     finished_at: str | None = None
     ignored_results: int = 0
     # The activity step that succeeded last: its output is the run's default output.
     last_output_step: str | None = None
     # The pending approval request, if the run waits for people (see ApprovalRequested).
-    approval: dict[str, Any] | None = None
+    approval: JSONObject | None = None
     # Set while an operator has paused the run: {reason, actor, at, deferred: [transitions for resume]}.
-    paused: dict[str, Any] | None = None
+    paused: JSONObject | None = None
     # ResultIgnored events recorded per task id (bounded: see HISTORY_LIMITS).
     ignored_by_task: dict[str, int] = field(default_factory=dict)
     # The open four-eyes proposal (RepairProposed), if any; any event that moves the run makes it stale.
-    proposal: dict[str, Any] | None = None
+    proposal: JSONObject | None = None
     proposals_made: int = 0
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
-    def to_json(self, *, copy_values: bool = True) -> dict[str, Any]:
+    def to_json(self, *, copy_values: bool = True) -> JSONObject:
         """The snapshot document. `copy_values=False` shares nested values with this (immutable) state:
         for serialising at once, never for handing out."""
         deep = copy_values
@@ -162,7 +163,7 @@ class RunState:
         }
 
     @staticmethod
-    def from_json(o: dict[str, Any]) -> RunState:
+    def from_json(o: JSONObject) -> RunState:
         if o.get("snapshot_version") != SNAPSHOT_VERSION:
             raise OutdatedSnapshot(f"snapshot version {o.get('snapshot_version')} != {SNAPSHOT_VERSION}")
         return RunState(
@@ -198,7 +199,7 @@ class RunState:
         )
 
 
-def _asdict(obj: StepState | Attempt | Timer, deep: bool = True) -> dict[str, Any]:
+def _asdict(obj: StepState | Attempt | Timer, deep: bool = True) -> JSONObject:
     if not deep:
         return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
     return {k: copy.deepcopy(getattr(obj, k)) for k in obj.__dataclass_fields__}

@@ -19,7 +19,6 @@ import threading
 import time
 from importlib import resources
 from subprocess import DEVNULL
-from typing import Any
 
 from rich.console import Console
 
@@ -135,7 +134,7 @@ def _story(engine: Engine, run_id: str, console: Console) -> None:
         console.print(f"[{style}]{line}[/{style}]" if style else line, markup=True, highlight=False)
 
 
-def _ledger_rows(ledger: str) -> list[tuple[Any, ...]]:
+def _ledger_rows(ledger: str) -> list[tuple[str, str, int]]:
     conn = sqlite3.connect(ledger)
     try:
         return conn.execute(

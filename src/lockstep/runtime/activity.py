@@ -5,11 +5,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 __all__ = ["REGISTRY", "ActivityContext", "ActivityError", "LeaseLost", "Registry", "activity"]
 
-ActivityFn = Callable[..., Any]
+# fn(input) or fn(input, ctx), sync or async; what it returns is checked when reported (plain JSON).
+ActivityFn = Callable[..., object]
 
 
 class ActivityError(Exception):

@@ -17,9 +17,9 @@ import socket
 import ssl
 from collections.abc import Mapping
 from email.message import EmailMessage
-from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from ..core.canonical import JSONObject
 from ..errors import InvalidInput, LockstepError
 from .outbound import IPAddress, OutboundPolicy, read_secret, resolve
 
@@ -88,7 +88,7 @@ class SmtpChannel:
         )
         return addresses
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: JSONObject) -> None:
         to = message.get("email")
         if not to:
             raise LockstepError(f"no e-mail address for {message['approver']} (lockstep users set-email)")

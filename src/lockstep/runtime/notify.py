@@ -15,13 +15,16 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
 from ..app.approvals import Approvals
 from ..app.service import Service
+from ..core.canonical import JSONObject, JSONValue
+from ..core.sealed import READ_GRANT, REDACTED, contains_marker
 from ..errors import InvalidInput, LockstepError
+from ..store import ApprovalRequestRow, NotificationRow
 from .mail import SmtpChannel, smtp_channel
 from .outbound import OutboundPolicy
 from .webhook import WebhookChannel, webhook_secret
@@ -34,6 +37,7 @@ __all__ = [
     "SmtpChannel",
     "WebhookChannel",
     "channel_from_spec",
+    "shown_details",
 ]
 
 log = logging.getLogger("lockstep.notify")
@@ -41,7 +45,7 @@ MAX_ATTEMPTS = 8
 
 
 class Channel(Protocol):
-    def send(self, message: dict[str, Any]) -> None: ...
+    def send(self, message: JSONObject) -> None: ...
 
 
 class LogChannel:
@@ -50,7 +54,7 @@ class LogChannel:
     def __init__(self) -> None:
         self.log = structlog.get_logger("lockstep.app.approvals")
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: JSONObject) -> None:
         self.log.info(
             "approval link",
             approver=message["approver"],
@@ -81,7 +85,17 @@ def channel_from_spec(
     )
 
 
-def message_id(n: dict[str, Any], approver: str) -> str:
+def shown_details(details: JSONValue) -> str:
+    """The approval details a message carries: a sealed value (or one holding any) is never sent, only
+    a note that it exists and who may read it on the approval page."""
+    if isinstance(details, str):
+        return details
+    if contains_marker(details) or (isinstance(details, dict) and REDACTED in details):
+        return f"(the details are sensitive: only users with the {READ_GRANT} grant read them, in lockstep)"
+    return str(details)
+
+
+def message_id(n: NotificationRow, approver: str) -> str:
     """The Standard Webhooks `webhook-id` of one outbox row's message to one approver: the same on every
     retry, so a receiver that saw it drops the duplicate (each retry carries a freshly minted link, as
     raw tokens are never stored; the first one stays valid until it expires)."""
@@ -100,7 +114,7 @@ class Notifier:
         self.wake = threading.Event()
 
     def _eligible(
-        self, tenant: str, request: dict[str, Any], only: str | None
+        self, tenant: str, request: ApprovalRequestRow, only: str | None
     ) -> list[tuple[str, str | None]]:
         with self.service.read() as tx:
             users = tx.tenant_users(tenant)
@@ -126,7 +140,7 @@ class Notifier:
             self._deliver(n, now_ms)
         return len(batch)
 
-    def _deliver(self, n: dict[str, Any], now_ms: int) -> None:
+    def _deliver(self, n: NotificationRow, now_ms: int) -> None:
         error = None
         try:
             with self.service.read() as tx:
@@ -145,7 +159,7 @@ class Notifier:
                         "tenant": n["tenant"],
                         "definition": state.definition["name"],
                         "email": email,
-                        "details": (state.approval or {}).get("details", ""),
+                        "details": shown_details((state.approval or {}).get("details", "")),
                         "message_id": message_id(n, approver),
                     }
                 )
@@ -159,7 +173,7 @@ class Notifier:
         else:
             self._finish(n, "ready", error, now_ms + 1000 * 2 ** min(n["attempts"], 8))
 
-    def _finish(self, n: dict[str, Any], status: str, error: str | None, available_at: int) -> None:
+    def _finish(self, n: NotificationRow, status: str, error: str | None, available_at: int) -> None:
         with self.service.write() as tx:
             tx.finish_notification(n["id"], status, error, available_at)
 

@@ -1,5 +1,6 @@
-"""The scheduler's duties: fire due timers and expire lost leases. State lives in the database, so any
-number of schedulers may run; a restart recovers everything from the timer and task rows."""
+"""The scheduler's duties: fire due timers, expire lost leases, and purge finished runs past their
+tenant's retention (every `purge_interval`, in bounded batches). State lives in the database, so any
+number of schedulers may run; a restart recovers everything from the timer, task and tombstone rows."""
 
 from __future__ import annotations
 
@@ -10,14 +11,19 @@ import socket
 import threading
 import time
 from datetime import timedelta
-from typing import Any
 
+from ..app.purge import Purge
 from ..app.service import Service
+from ..core.events import Event
+from ..core.state import RunState
 from ..errors import LockstepError
 
 __all__ = ["Scheduler"]
 
 log = logging.getLogger("lockstep.scheduler")
+# Purge transactions per tick (tombstones, and as many of deletes): a backlog is worked through between
+# the timer and lease passes, a few batches at a time, so it never holds them up for long.
+PURGE_BATCHES_PER_TICK = 4
 
 
 class Scheduler:
@@ -29,6 +35,8 @@ class Scheduler:
         batch: int = 200,
         partition_ttl: timedelta = timedelta(seconds=10),
         owner: str | None = None,
+        purge_interval: timedelta = timedelta(seconds=60),
+        purge_batch: int = 1000,
     ) -> None:
         self.service = service
         self.poll = poll_interval.total_seconds()
@@ -40,6 +48,11 @@ class Scheduler:
         self._partitions_at = 0.0
         self._maintained_at = 0.0
         self._swept_at = 0.0
+        self.purge_interval = purge_interval.total_seconds()
+        self.purge = Purge(service.kernel, runs_per_batch=min(100, purge_batch), rows_per_batch=purge_batch)
+        self._purged_at = 0.0
+        self._purge_more = False
+        self._rewrapped_at = 0.0
 
     def _refresh_partitions(self) -> None:
         """Renew (or rebalance) this scheduler's share of partitions a few times per lease period."""
@@ -57,10 +70,35 @@ class Scheduler:
         if time.monotonic() - self._swept_at >= 1.0:
             self._swept_at = time.monotonic()
             done += self.service.dead_letter_unserved()
+        if self._purge_more or time.monotonic() - self._purged_at >= self.purge_interval:
+            self._purged_at = time.monotonic()
+            done += self._purge()
+        if time.monotonic() - self._rewrapped_at >= 1.0:
+            # Key rotation's background re-wrap (app/keys/manage.py): resumable batches, none if idle.
+            self._rewrapped_at = time.monotonic()
+            done += self.service.rewrap_keys(self.batch)
         if time.monotonic() - self._maintained_at >= 3600:
             self._maintained_at = time.monotonic()
             self.service.maintain()
         return done
+
+    def _purge(self) -> int:
+        """One purge pass over this scheduler's partitions (the one holding partition 0, or the only one,
+        also drops whole event partitions). A failure is logged and retried a purge interval later:
+        it never holds up timers and leases."""
+        try:
+            parts = self.partitions
+            report = self.purge.run_pass(
+                parts, max_batches=PURGE_BATCHES_PER_TICK, drop_partitions=parts is None or 0 in parts
+            )
+        except Exception as exc:
+            if not isinstance(exc, LockstepError):
+                log.exception("purge pass failed unexpectedly")
+            log.warning("purge pass failed: %s; retrying in %.0fs", exc, self.purge_interval)
+            self._purge_more = False
+            return 0
+        self._purge_more = report.more
+        return report.tombstoned + report.purged
 
     def _sleep_for(self) -> float:
         nxt = self.service.next_wakeup()
@@ -69,7 +107,7 @@ class Scheduler:
         until = (nxt - self.service.clock()).total_seconds()
         return max(0.005, min(self.poll, until))
 
-    def _on_events(self, _state: Any, events: list[Any]) -> None:
+    def _on_events(self, _state: RunState, events: list[Event]) -> None:
         if any(e.type == "TimerScheduled" for e in events):
             self.wake.set()  # a new timer may be due before the planned wake-up
 

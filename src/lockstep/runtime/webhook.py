@@ -23,11 +23,11 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import urlsplit
 
 from standardwebhooks.webhooks import Webhook
 
+from ..core.canonical import JSONObject
 from ..errors import InvalidInput
 from .outbound import IPAddress, OutboundPolicy, read_secret, resolve
 
@@ -112,7 +112,7 @@ class WebhookChannel:
             "webhook-signature": signature,
         }
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: JSONObject) -> None:
         body = json.dumps(message, separators=(",", ":")).encode()
         headers = self.headers(message["message_id"], body)
         try:

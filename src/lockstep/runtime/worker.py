@@ -20,15 +20,18 @@ import socket
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Literal, TypeVar
 
 from ..app import failpoints
 from ..app.service import Service, TaskLease
+from ..core.canonical import JSONValue
 from ..core.commands import ReportFailure, ReportSuccess
-from ..core.events import ActivityScheduled, ActivityStarted, CompensationScheduled
+from ..core.events import ActivityScheduled, ActivityStarted, CompensationScheduled, Event
+from ..core.state import RunState
 from ..errors import LockstepError
 from .activity import REGISTRY, ActivityContext, ActivityError, LeaseLost, Registry
 from .scheduler import Scheduler
@@ -36,6 +39,9 @@ from .scheduler import Scheduler
 __all__ = ["Worker"]
 
 log = logging.getLogger("lockstep.worker")
+T = TypeVar("T")
+# What running an activity came to: its output, or (code, message, retryable, unexpected).
+Outcome = tuple[Literal["ok"], JSONValue] | tuple[Literal["fail"], tuple[str, str, bool, bool]]
 
 
 MAX_BATCH = 64  # results per transaction: enough to amortise the commit, small enough to stay short
@@ -140,12 +146,12 @@ class Worker:
         log.info("worker %s serving %s", self.worker_id, ", ".join(self.activities) or "(no activities)")
         return self
 
-    def _spawn(self, target: Any, name: str) -> None:
+    def _spawn(self, target: Callable[[], object], name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
         t.start()
         self._threads.append(t)
 
-    def _on_events(self, _state: Any, events: list[Any]) -> None:
+    def _on_events(self, _state: RunState, events: list[Event]) -> None:
         scheduled = {
             e.data.task_id for e in events if isinstance(e.data, ActivityScheduled | CompensationScheduled)
         }
@@ -340,7 +346,7 @@ class Worker:
             self._results.extend(_Result(lease, c) for c in results)
         self.wake.set()
 
-    def _command(self, lease: TaskLease, outcome: tuple[str, Any]) -> ReportSuccess | ReportFailure:
+    def _command(self, lease: TaskLease, outcome: Outcome) -> ReportSuccess | ReportFailure:
         if outcome[0] == "ok":
             return self.service.success_report(lease.task_id, lease.attempt, lease.fencing, outcome[1])
         code, message, retryable, unexpected = outcome[1]
@@ -354,7 +360,7 @@ class Worker:
             unexpected=unexpected,
         )
 
-    def _call(self, lease: TaskLease) -> tuple[str, Any]:
+    def _call(self, lease: TaskLease) -> Outcome:
         fn = self.registry.get(lease.activity)
         if fn is None:
             return (
@@ -400,5 +406,5 @@ class Worker:
             return ("fail", (type(exc).__name__, str(exc) or type(exc).__name__, True, True))
 
 
-async def _await(aw: Any) -> Any:
+async def _await(aw: Awaitable[T]) -> T:
     return await aw

@@ -23,23 +23,31 @@ class StateCache:
 
     def __init__(self, size: int = 1024) -> None:
         self.size = size
-        self._entries: OrderedDict[str, tuple[str, RunState]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[str, RunState, RunState]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, run_id: str, last_hash: str) -> RunState | None:
+    def get(self, run_id: str, last_hash: str) -> tuple[RunState, RunState] | None:
+        """(clear state, stored state): the same object twice unless the run holds sealed values."""
         with self._lock:
             entry = self._entries.get(run_id)
             if entry is None or entry[0] != last_hash:
                 return None
             self._entries.move_to_end(run_id)
-            return entry[1]
+            return entry[1], entry[2]
 
-    def put(self, run_id: str, last_hash: str, state: RunState) -> None:
+    def put(self, run_id: str, last_hash: str, state: RunState, stored: RunState | None = None) -> None:
+        """Keep `state` (clear) and, for a run with sealed values, its `stored` twin: a sealed run's
+        next command then needs neither its snapshot parsed nor its values opened."""
         with self._lock:
-            self._entries[run_id] = (last_hash, state)
+            self._entries[run_id] = (last_hash, state, stored if stored is not None else state)
             self._entries.move_to_end(run_id)
             if len(self._entries) > self.size:
                 self._entries.popitem(last=False)
+
+    def forget(self, run_id: str) -> None:
+        """Drop a run's entry (its key was destroyed: its clear state must not outlive it here)."""
+        with self._lock:
+            self._entries.pop(run_id, None)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -8,7 +8,7 @@ caches.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request
@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from ..api import html
 from ..app.approvals import Approvals
+from ..app.principals import Principal
 from ..errors import Conflict, Forbidden, Gone, LockstepError, NotFound
 from .pages import CsrfRejected, Session, check_csrf, page
 
@@ -36,7 +37,7 @@ def _status(exc: LockstepError) -> int:
     return 400
 
 
-def _refused(request: Request, session: tuple[Any, str], exc: LockstepError) -> Response:
+def _refused(request: Request, session: tuple[Principal, str], exc: LockstepError) -> Response:
     titles = {
         "already_decided": "Already handled",
         "expired": "This link has expired",
@@ -76,7 +77,9 @@ def approve_page(request: Request, token: str, session: Session) -> Response:
     return page(request, "approve.html", context)
 
 
-def _decision_csrf(request: Request, session: tuple[Any, str], csrf: str, channel: str) -> tuple[Any, str]:
+def _decision_csrf(
+    request: Request, session: tuple[Principal, str], csrf: str, channel: str
+) -> tuple[Principal, str]:
     """The session of a decision whose CSRF token matches; a mismatch is audited, then refused."""
     me, expected = session
     try:

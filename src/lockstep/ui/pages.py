@@ -18,6 +18,7 @@ from ..app.principals import Principal, Principals
 from ..app.service import Service
 from ..app.views import plain
 from ..core.narrate import narrate
+from ..core.sealed import text_of
 from ..core.timeutil import format_duration, parse_iso
 
 __all__ = [
@@ -66,6 +67,7 @@ html.env.filters["ago"] = _ago
 html.env.filters["until"] = _until
 html.env.filters["pretty"] = lambda v: json.dumps(plain(v), indent=2, ensure_ascii=False, sort_keys=True)
 html.env.globals["narrate"] = narrate
+html.env.filters["text"] = text_of  # a redaction marker in a sentence: [sensitive]
 
 
 def service_of(request: Request) -> Service:

@@ -18,8 +18,9 @@ from ..api import html
 from ..app.views import MigrationPlan
 from ..core.explain import WAIT_KINDS
 from ..core.state import STATUSES
-from ..errors import InvalidInput, LockstepError, NotFound, RateLimited
+from ..errors import Gone, InvalidInput, LockstepError, NotFound, RateLimited
 from .approve import router as approve_router
+from .audit import router as audit_router
 from .pages import (
     SESSION_COOKIE,
     CsrfRejected,
@@ -31,6 +32,7 @@ from .pages import (
     principals_of,
     service_of,
 )
+from .reveal import router as reveal_router
 
 __all__ = ["mount"]
 
@@ -216,6 +218,10 @@ def run_page(request: Request, run_id: str, session: Session) -> HTMLResponse:
             },
             404,
         )
+    except Gone as exc:  # purged: what its tombstone says
+        return page(
+            request, "message.html", {"me": me, "csrf": csrf, "title": "Run purged", "message": str(exc)}, 410
+        )
     events = svc.events(me.tenant, run_id)
     return page(
         request,
@@ -227,6 +233,7 @@ def run_page(request: Request, run_id: str, session: Session) -> HTMLResponse:
             "events": events,
             "can_cancel": me.can("cancel"),
             "can_operate": me.can("operate"),
+            "revealed": False,
         },
     )
 
@@ -363,6 +370,8 @@ def _page_of(path: str) -> str:
 def mount(app: FastAPI) -> None:
     app.include_router(router)
     app.include_router(approve_router)
+    app.include_router(reveal_router)
+    app.include_router(audit_router)
     app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
 
     @app.exception_handler(LoginRequired)

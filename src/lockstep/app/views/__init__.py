@@ -12,7 +12,18 @@ from .approvals import (
     Reassigned,
     RevokedLink,
 )
+from .audit import AuditChainCheck, AuditEntry, AuditPage, AuditProblem, AuditValue, AuditVerifyResult
 from .base import Marker, Recorded, TenantJson, View, plain
+from .keys import (
+    GrantsChanged,
+    KeyFileCreated,
+    KeysRotated,
+    KeysStatus,
+    KeyVersion,
+    RunForgotten,
+    TenantKeys,
+    TenantShredded,
+)
 from .operate import (
     BulkMigration,
     DefinitionDocument,
@@ -33,6 +44,7 @@ from .principals import (
     UserEnabled,
     UserView,
 )
+from .retention import HoldView, PurgeReport, RetentionStatus, TenantRetention, TombstoneView
 from .runs import (
     CancelResult,
     DeadLetter,
@@ -51,6 +63,12 @@ from .runs import (
 
 __all__ = [
     "ApprovalPage",
+    "AuditChainCheck",
+    "AuditEntry",
+    "AuditPage",
+    "AuditProblem",
+    "AuditValue",
+    "AuditVerifyResult",
     "BulkMigration",
     "CancelResult",
     "DeadLetter",
@@ -60,8 +78,14 @@ __all__ = [
     "DefinitionVersion",
     "EmailSet",
     "EventView",
+    "GrantsChanged",
+    "HoldView",
     "InboxItem",
+    "KeyFileCreated",
     "KeyRotated",
+    "KeyVersion",
+    "KeysRotated",
+    "KeysStatus",
     "LinkRef",
     "LinkView",
     "Marker",
@@ -72,11 +96,14 @@ __all__ = [
     "NewUser",
     "PasswordSet",
     "PublishResult",
+    "PurgeReport",
     "Reassigned",
     "Recorded",
     "RepairResult",
+    "RetentionStatus",
     "RetryResult",
     "RevokedLink",
+    "RunForgotten",
     "RunStatus",
     "RunSummary",
     "RunView",
@@ -84,8 +111,12 @@ __all__ = [
     "StepView",
     "TaskView",
     "TenantJson",
+    "TenantKeys",
+    "TenantRetention",
     "TenantSettings",
+    "TenantShredded",
     "TenantView",
+    "TombstoneView",
     "UserEnabled",
     "UserView",
     "VerifyResult",

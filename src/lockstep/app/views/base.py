@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJson
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
+from ...core.canonical import JSONObject, JSONValue
+
 __all__ = ["Marker", "Recorded", "TenantJson", "View", "plain"]
 
 T = TypeVar("T")
@@ -26,7 +28,7 @@ Marker = Annotated[
 
 # A value a tenant supplies or an activity returns: any JSON (checked against the tenant's limits and,
 # for a run's input, its definition's input_schema, never against a fixed shape).
-TenantJson = Annotated[Any, Field(description="any JSON value, as the tenant or its activity gave it")]
+TenantJson = Annotated[JSONValue, Field(description="any JSON value, as the tenant or its activity gave it")]
 
 
 class View(BaseModel):
@@ -34,12 +36,12 @@ class View(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    def plain(self) -> dict[str, Any]:
+    def plain(self) -> JSONObject:
         """The view's JSON as Python values: what `--json` prints and the Python API returns."""
         return self.model_dump()
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> JSONValue:
     """`value` with every view in it (also inside lists and dicts) replaced by its plain JSON."""
     if isinstance(value, View):
         return value.plain()
@@ -50,12 +52,12 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _inline(schema: dict[str, Any]) -> dict[str, Any]:
+def _inline(schema: JSONObject) -> JSONObject:
     """`schema` with its local $defs substituted where they are referenced (the OpenAPI document then
     needs no extra components for the shapes of recorded JSON)."""
     defs = schema.pop("$defs", {})
 
-    def walk(node: Any) -> Any:
+    def walk(node: JSONValue) -> JSONValue:
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/$defs/"):
@@ -65,7 +67,7 @@ def _inline(schema: dict[str, Any]) -> dict[str, Any]:
             return [walk(v) for v in node]
         return node
 
-    out: dict[str, Any] = walk(schema)
+    out: JSONObject = walk(schema)
     return out
 
 

@@ -3,10 +3,9 @@ command's answer, a migration's plan, a bulk migration's report)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import MISSING, ConfigDict, Field
 
+from ...core.canonical import JSONObject
 from .base import Recorded, View
 from .recorded import Proposal, StepChange, VersionRef
 from .runs import DefinitionRef, RunStatus
@@ -42,7 +41,7 @@ class DefinitionDocument(View):
     name: str
     version: int
     digest: str
-    document: dict[str, Any] = Field(description="the definition as the tenant published it (YAML as JSON)")
+    document: JSONObject = Field(description="the definition as the tenant published it (YAML as JSON)")
 
 
 class RepairResult(View):

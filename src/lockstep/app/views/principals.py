@@ -22,7 +22,7 @@ __all__ = [
 
 
 class TenantSettings(View):
-    """A tenant and its settings (limits and quotas; app/principals.py: TENANT_SETTINGS)."""
+    """A tenant and its settings (limits and quotas; app/principals/accounts.py: TENANT_SETTINGS)."""
 
     tenant: str
     settings: dict[str, TenantJson]
@@ -51,6 +51,7 @@ class UserView(View):
     disabled: bool
     password: bool = Field(description="whether the user has a password (for the UI)")
     created_at: str
+    grants: list[str] = Field(default=[], description="per-user grants, e.g. read_sensitive")
 
 
 class UserEnabled(View):

@@ -3,10 +3,11 @@ of start, cancel and retry, dead letters, verification, and the task an HTTP wor
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 from pydantic import ConfigDict, Field
 
+from ...core.canonical import JSONObject
 from ..work import TaskLease
 from .base import Marker, Recorded, TenantJson, View
 from .recorded import Attention, CancelInfo, Compensation, ErrorInfo
@@ -57,7 +58,7 @@ WaitKind = Literal[
 TaskKind = Literal["action", "compensation"]
 
 
-def _is_none(value: Any) -> bool:
+def _is_none(value: object) -> bool:
     return value is None
 
 
@@ -152,11 +153,11 @@ class EventView(View):
     at: str
     step: str | None = None
     attempt: int | None = None
-    data: Recorded[dict[str, Any] | Marker] = Field(
+    data: Recorded[JSONObject | Marker] = Field(
         description="the event's data as recorded; its fields depend on the event's type"
     )
 
-    def plain(self) -> dict[str, Any]:
+    def plain(self) -> JSONObject:
         """Without step and attempt when the event has none (the HTTP API shows them as null)."""
         return self.model_dump(exclude_unset=True)
 

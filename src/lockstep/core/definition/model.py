@@ -10,11 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 import jsonschema
 
+from ..canonical import JSONObject
 from ..expr import Expr, ExprLimits, Template
+from ..limits import SERVER_LIMITS
+from ..pointer import covers, format_pointer, overlaps, parse_pointer
+from ..sensitive import NOT_SENSITIVE, Sensitivity
 
 __all__ = [
     "COMPENSATION_RETRY",
@@ -51,6 +54,9 @@ class Limits:
     max_attempts: int = 100
     # Size, nesting and worst-case cost of every expression, against the tenant's data bounds.
     expressions: ExprLimits = field(default_factory=ExprLimits)
+    # Sensitive places a definition declares (sensitive_input, output_sensitive, x-lockstep-sensitive).
+    max_sensitive_pointers: int = SERVER_LIMITS["max_sensitive_pointers"].default
+    max_pointer_length: int = SERVER_LIMITS["max_pointer_length"].default
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,8 @@ class ActivityStep:
     compensate: Compensation | None
     queue: str | None = None
     priority: int = 0
+    # Declared sensitive places of the activity's output (JSON pointers; "" is all of it).
+    output_sensitive: tuple[str, ...] = ()
     kind: str = "activity"
 
 
@@ -151,7 +159,7 @@ class ApprovalStep:
     details: Template
     kind: str = "approval"
 
-    def policy(self) -> dict[str, Any]:
+    def policy(self) -> JSONObject:
         """The policy as recorded in ApprovalRequested (and hashed into its policy digest)."""
         return {
             "users": list(self.users),
@@ -172,9 +180,9 @@ Step = ActivityStep | ChoiceStep | WaitStep | FailStep | SucceedStep | ApprovalS
 class Definition:
     name: str
     digest: str
-    document: dict[str, Any]
+    document: JSONObject
     steps: tuple[Step, ...]
-    input_schema: dict[str, Any] | None
+    input_schema: JSONObject | None
     output: Template | None
     description: str = ""
     index: dict[str, int] = field(default_factory=dict)
@@ -182,6 +190,8 @@ class Definition:
     skip_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Repairs that need a second operator's confirmation on runs of this definition (`four_eyes:`).
     four_eyes: frozenset[str] = frozenset()
+    # What its runs hold that is sensitive (core/sensitive.py); `.any` is False when nothing is.
+    sensitivity: Sensitivity = NOT_SENSITIVE
 
     def step(self, step_id: str) -> Step:
         return self.steps[self.index[step_id]]
@@ -194,15 +204,18 @@ class Definition:
         i = self.index[step_id] + 1
         return self.steps[i].id if i < len(self.steps) else None
 
-    def check_input(self, value: object) -> None:
-        """Raise DefinitionError if value fails the input schema."""
+    def check_input(self, value: object, also_sensitive: tuple[str, ...] = ()) -> None:
+        """Raise DefinitionError if value fails the input schema. A problem at a sensitive place (of this
+        version, or `also_sensitive`: those of the version a run migrates from) names the place and the
+        rule, never the value (jsonschema's own messages quote it)."""
         if self.input_schema is None:
             return
         validator = jsonschema.Draft202012Validator(self.input_schema)
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
         if errors:
+            sensitive = self.sensitivity.input + also_sensitive
             raise DefinitionError(
-                [(_json_path("input", e.absolute_path), e.message) for e in errors[:5]],
+                [_problem(e, sensitive) for e in errors[:5]],
                 title=f"input does not match the input_schema of {self.name}",
             )
 
@@ -218,6 +231,26 @@ class DefinitionError(ValueError):
     def __str__(self) -> str:
         lines = "; ".join(f"{p}: {r}" for p, r in self.problems)
         return f"{self.title}: {lines}"
+
+
+def _problem(e: jsonschema.ValidationError, sensitive: tuple[str, ...]) -> tuple[str, str]:
+    """(path, reason) of one schema violation, redacted where the value is sensitive."""
+    parts = list(e.absolute_path)
+    at = format_pointer(parts)
+    hits = [p for p in sensitive if overlaps(p, at)]
+    if not hits:
+        return _json_path("input", parts), e.message
+    outer = [p for p in hits if covers(p, at)]
+    shown = _json_path("input", parts)
+    if outer:  # inside a sensitive value even the member names are its own: stop the path at its top
+        top = parse_pointer(min(outer, key=len))
+        shown = _json_path("input", top) + (" (inside)" if len(top) < len(parts) else "")
+    if e.validator == "required":  # names a property of the schema, never a value
+        return shown, e.message
+    rule = repr(e.validator_value)
+    short = len(rule) <= 80 and not isinstance(e.validator_value, dict)
+    what = f"`{e.validator}: {rule}`" if short else f"`{e.validator}`"
+    return shown, f"a sensitive value (not shown) fails the schema's {what}"
 
 
 def _json_path(root: str, parts: Iterable[str | int]) -> str:

@@ -17,6 +17,7 @@ from ..canonical import digest
 from .checks import NAME_RE, Checker, check_graph, non_json, step_outputs
 from .model import FOUR_EYES_REPAIRS, Definition, DefinitionError, Limits, Step
 from .parse_steps import parse_step
+from .sensitivity import classify
 
 __all__ = ["parse_definition"]
 
@@ -30,7 +31,11 @@ def parse_definition(document: object, limits: Limits | None = None) -> Definiti
     not_json = non_json(document, "$")
     if not_json:
         raise DefinitionError(not_json)
-    c.keys("$", document, ("name", "description", "input_schema", "steps", "output", "four_eyes"))
+    c.keys(
+        "$",
+        document,
+        ("name", "description", "input_schema", "steps", "output", "four_eyes", "sensitive_input"),
+    )
     name = document.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         c.add("name", "required; lowercase letters, digits and -, e.g. order-fulfilment")
@@ -74,6 +79,7 @@ def parse_definition(document: object, limits: Limits | None = None) -> Definiti
     if not isinstance(desc, str):
         c.add("description", "must be a string")
         desc = ""
+    sensitivity = classify(c, document, schema, steps, output, lim)
     if c.problems:
         raise DefinitionError(c.problems)
     doc = dict(document)
@@ -88,6 +94,7 @@ def parse_definition(document: object, limits: Limits | None = None) -> Definiti
         index={s.id: i for i, s in enumerate(steps)},
         skip_roles=skip_roles,
         four_eyes=four_eyes,
+        sensitivity=sensitivity,
     )
 
 

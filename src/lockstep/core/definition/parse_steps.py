@@ -23,6 +23,7 @@ from .model import (
     SucceedStep,
     WaitStep,
 )
+from .sensitivity import pointer_list
 
 __all__ = ["parse_step"]
 
@@ -100,6 +101,7 @@ def _parse_activity(
             "queue",
             "priority",
             "description",
+            "output_sensitive",
         ),
     )
     activity = _activity_name(c, f"{p}.activity", raw.get("activity"))
@@ -149,6 +151,7 @@ def _parse_activity(
         compensate=comp,
         queue=_queue(c, f"{p}.queue", raw.get("queue")),
         priority=_priority(c, f"{p}.priority", raw.get("priority", 0)),
+        output_sensitive=pointer_list(c, f"{p}.output_sensitive", raw.get("output_sensitive", False), lim),
     )
 
 

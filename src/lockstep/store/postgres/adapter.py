@@ -22,10 +22,11 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ...core.effects import CreateTask, CreateTimer, Effect, LeaseTask
 from ...core.timeutil import iso
 from ..migrate import check_applied, migrations
-from ..port import ConcurrencyError, LoadedRun, RowLocked, SchemaError, StoreUnavailable
+from ..port import ConcurrencyError, LoadedRun, RowLocked, SchemaError, Sealer, StoreUnavailable
 from ..sql import load_queries
 from ..sqltx import SqlTx
 from ..states import StateCache
+from .partitions import PgPartitionsTx
 
 __all__ = ["PgStore", "PgTx"]
 
@@ -35,11 +36,16 @@ PARTITIONS = 64
 MIGRATION_LOCK = int.from_bytes(hashlib.sha256(b"lockstep.migrations").digest()[:8], "big", signed=True)
 
 
-class PgTx(SqlTx):
+class PgTx(PgPartitionsTx, SqlTx):
     def __init__(
-        self, conn: psycopg.Connection[Any], *, writing: bool, states: StateCache | None = None
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        writing: bool,
+        states: StateCache | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
-        super().__init__(conn, Q, psycopg.errors.IntegrityError, states)
+        super().__init__(conn, Q, psycopg.errors.IntegrityError, states, sealer)
         self.writing = writing
 
     def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None:
@@ -60,7 +66,7 @@ class PgTx(SqlTx):
             loaded = self._loaded(row[0], row[1:])
             if loaded is not None:
                 out[row[0]] = loaded
-        return out
+        return self.with_keys(out)
 
     def pipeline(self) -> AbstractContextManager[Any]:
         conn: psycopg.Connection[Any] = self.c
@@ -122,6 +128,7 @@ class PgStore:
         self._closed = False
         self._lock = threading.Lock()
         self.states = StateCache()
+        self.sealer: Sealer | None = None
         self.pool = ConnectionPool(
             url,
             min_size=1,
@@ -152,7 +159,7 @@ class PgStore:
         try:
             with self.pool.connection() as conn, conn.transaction():
                 # Only writers use the state cache: reads (verify, show) see the stored snapshot itself.
-                yield PgTx(conn, writing=writing, states=self.states if writing else None)
+                yield PgTx(conn, writing=writing, states=self.states if writing else None, sealer=self.sealer)
         except psycopg.errors.TransactionRollback as exc:
             # deadlock or serialization failure: the transaction lost a race; the caller retries it
             raise ConcurrencyError(str(exc).splitlines()[0]) from None
@@ -210,6 +217,8 @@ class PgStore:
                             continue
                         with conn.transaction():
                             conn.execute(m.sql.encode())
+                            if m.name == "audit_chain":  # the rows written before it, hashed in Python
+                                PgTx(conn, writing=True).chain_legacy_audit()
                             conn.execute(
                                 "INSERT INTO schema_migrations VALUES (%s, %s, %s, %s)",
                                 (m.version, m.name, m.checksum, iso(datetime.now(UTC))),

@@ -155,11 +155,11 @@ UPDATE tenants SET bucket_tokens = %(tokens)s, bucket_at_ms = %(at_ms)s WHERE na
 SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants ORDER BY name;
 
 -- name: user_get
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants
 FROM users WHERE tenant = %(tenant)s AND name = %(name)s;
 
 -- name: user_by_key
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants
 FROM users WHERE key_hash = %(key_hash)s;
 
 -- name: user_insert
@@ -168,11 +168,11 @@ VALUES (%(tenant)s, %(name)s, %(roles)s, %(groups)s, %(key_hash)s, NULL, 0, %(cr
 
 -- name: user_update
 UPDATE users SET roles = %(roles)s, groups = %(groups)s, key_hash = %(key_hash)s, password_hash = %(password_hash)s,
-                 disabled = %(disabled)s, email = %(email)s
+                 disabled = %(disabled)s, email = %(email)s, grants = %(grants)s
 WHERE tenant = %(tenant)s AND name = %(name)s;
 
 -- name: users_list
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants
 FROM users WHERE tenant = %(tenant)s ORDER BY name;
 
 -- name: session_insert
@@ -185,13 +185,79 @@ SELECT tenant, "user", csrf, expires_at, generation FROM sessions WHERE id_hash 
 -- name: session_delete
 DELETE FROM sessions WHERE id_hash = %(id_hash)s OR expires_at < %(now)s;
 
--- name: audit_insert
-INSERT INTO audit (at, tenant, actor, action, target, outcome, detail)
-VALUES (%(at)s, %(tenant)s, %(actor)s, %(action)s, %(target)s, %(outcome)s, %(detail)s);
+-- name: audit_tenant_exists
+SELECT 1 FROM tenants WHERE name = %(name)s;
 
--- name: audit_list
-SELECT id, at, tenant, actor, action, target, outcome, detail FROM audit
-WHERE tenant = %(tenant)s ORDER BY id DESC LIMIT %(limit)s;
+-- name: audit_chain_lock
+-- The chain's head, created at GENESIS if it is new, and locked to the end of the transaction (an
+-- upsert's DO UPDATE locks the row): one writer per chain at a time, in commit order.
+INSERT INTO audit_chains (chain, rows, last_id, last_hash) VALUES (%(chain)s, 0, NULL, %(genesis)s)
+ON CONFLICT (chain) DO UPDATE SET chain = excluded.chain
+RETURNING rows, last_hash;
+
+-- name: audit_insert
+INSERT INTO audit (at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash)
+VALUES (%(at)s, %(tenant)s, %(actor)s, %(action)s, %(target)s, %(outcome)s, %(detail)s, %(seq)s, %(prev_hash)s, %(hash)s);
+
+-- name: audit_chain_advance
+UPDATE audit_chains SET rows = %(seq)s, last_id = currval(pg_get_serial_sequence('audit', 'id')), last_hash = %(hash)s
+WHERE chain = %(chain)s;
+
+-- name: audit_page
+-- One page of a tenant's rows, newest first, below the cursor `before` (an id), with the filters set.
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE tenant = %(tenant)s AND id < %(before)s
+  AND (%(actor)s::text IS NULL OR actor = %(actor)s)
+  AND (%(action)s::text IS NULL OR action = %(action)s)
+  AND (%(prefix_lo)s::text IS NULL OR (action >= %(prefix_lo)s AND action < %(prefix_hi)s))
+  AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s)
+  AND (%(since)s::text IS NULL OR at >= %(since)s)
+  AND (%(until)s::text IS NULL OR at < %(until)s)
+ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: audit_page_untenanted
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE tenant IS NULL AND id < %(before)s
+  AND (%(actor)s::text IS NULL OR actor = %(actor)s)
+  AND (%(action)s::text IS NULL OR action = %(action)s)
+  AND (%(prefix_lo)s::text IS NULL OR (action >= %(prefix_lo)s AND action < %(prefix_hi)s))
+  AND (%(outcome)s::text IS NULL OR outcome = %(outcome)s)
+  AND (%(since)s::text IS NULL OR at >= %(since)s)
+  AND (%(until)s::text IS NULL OR at < %(until)s)
+ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: audit_snapshot
+-- Called first in a read transaction: every later read sees the same snapshot (SQLite's reads do).
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+
+-- name: audit_heads
+SELECT chain, rows, last_id, last_hash FROM audit_chains ORDER BY chain;
+
+-- name: audit_head
+SELECT chain, rows, last_id, last_hash FROM audit_chains WHERE chain = %(chain)s;
+
+-- name: audit_row_tenants
+SELECT DISTINCT coalesce(tenant, '') FROM audit;
+
+-- name: audit_chain_rows
+-- A chain's rows in id order, after `after`.
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE tenant = %(tenant)s AND id > %(after)s ORDER BY id LIMIT %(limit)s;
+
+-- name: audit_chain_rows_untenanted
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE (tenant IS NULL OR tenant = '') AND id > %(after)s ORDER BY id LIMIT %(limit)s;
+
+-- name: audit_unchained
+-- Rows written before the chain existed (migration audit_chain), in id order.
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit WHERE hash IS NULL AND id > %(after)s ORDER BY id LIMIT %(limit)s;
+
+-- name: audit_chain_legacy
+UPDATE audit SET seq = %(seq)s, prev_hash = %(prev_hash)s, hash = %(hash)s WHERE id = %(id)s AND hash IS NULL;
+
+-- name: audit_chain_set_head
+INSERT INTO audit_chains (chain, rows, last_id, last_hash) VALUES (%(chain)s, %(rows)s, %(last_id)s, %(last_hash)s)
+ON CONFLICT (chain) DO UPDATE SET rows = excluded.rows, last_id = excluded.last_id, last_hash = excluded.last_hash;
 
 -- name: active_runs_count
 SELECT COUNT(*) FROM runs WHERE tenant = %(tenant)s AND status NOT IN ('completed', 'failed', 'cancelled');
@@ -275,7 +341,7 @@ UPDATE notifications SET status = 'leased', lease_expires_at = %(until)s, attemp
 UPDATE notifications SET status = %(status)s, last_error = %(error)s, available_at = %(available_at)s WHERE id = %(id)s;
 
 -- name: users_in_groups
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation FROM users
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants FROM users
 WHERE tenant = %(tenant)s;
 
 -- name: run_load_skip_locked
@@ -388,3 +454,214 @@ WHERE key = %(key)s;
 
 -- name: login_counter_delete
 DELETE FROM login_counters WHERE key = %(key)s;
+
+-- Retention (sqltx/retention.py): legal holds, tombstones, the purge's candidates and deletes. A hold
+-- locks what it holds (the run row, or the tenant row FOR UPDATE); the purge locks each run it
+-- tombstones (FOR UPDATE SKIP LOCKED) and shares the tenant row (FOR KEY SHARE: starts, which update
+-- the tenant's bucket, never wait for it), so a hold and a purge of the same run never both commit.
+
+-- name: retention_lock_run
+SELECT tenant, status FROM runs WHERE run_id = %(run_id)s FOR UPDATE;
+
+-- name: retention_lock_tenant
+SELECT name FROM tenants WHERE name = %(name)s FOR UPDATE;
+
+-- name: retention_share_tenant
+SELECT name FROM tenants WHERE name = %(name)s FOR KEY SHARE;
+
+-- name: hold_insert
+INSERT INTO holds (tenant, run_id, reason, held_by, held_at)
+VALUES (%(tenant)s, %(run_id)s, %(reason)s, %(held_by)s, %(held_at)s) RETURNING id;
+
+-- name: hold_active
+SELECT id, tenant, run_id, reason, held_by, held_at, released_by, released_at, release_reason FROM holds
+WHERE tenant = %(tenant)s AND COALESCE(run_id, '') = COALESCE(CAST(%(run_id)s AS TEXT), '')
+  AND released_at IS NULL;
+
+-- name: hold_release
+UPDATE holds SET released_by = %(released_by)s, released_at = %(released_at)s, release_reason = %(release_reason)s
+WHERE id = %(id)s AND released_at IS NULL;
+
+-- name: holds_list
+SELECT id, tenant, run_id, reason, held_by, held_at, released_by, released_at, release_reason FROM holds
+WHERE (CAST(%(tenant)s AS TEXT) IS NULL OR tenant = %(tenant)s) AND (%(active)s = 0 OR released_at IS NULL)
+ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: holds_of_run
+SELECT id, tenant, run_id, reason, held_by, held_at, released_by, released_at, release_reason FROM holds
+WHERE run_id = %(run_id)s ORDER BY id;
+
+-- name: run_holds_count
+SELECT COUNT(*) FROM holds WHERE tenant = %(tenant)s AND run_id IS NOT NULL AND released_at IS NULL;
+
+-- name: purge_candidates
+SELECT f.run_id FROM finished_runs f
+WHERE f.tenant = %(tenant)s AND f.finished_at <= %(cutoff)s
+  AND (CAST(%(partitions)s AS INTEGER[]) IS NULL OR f.part = ANY(%(partitions)s))
+  AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.run_id = f.run_id AND h.released_at IS NULL)
+ORDER BY f.finished_at, f.run_id LIMIT %(limit)s;
+
+-- name: purge_due_count
+SELECT COUNT(*) FROM finished_runs f
+WHERE f.tenant = %(tenant)s AND f.finished_at <= %(cutoff)s
+  AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.run_id = f.run_id AND h.released_at IS NULL);
+
+-- name: purge_next_due
+SELECT MIN(f.finished_at) FROM finished_runs f
+WHERE f.tenant = %(tenant)s AND f.finished_at > %(cutoff)s
+  AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.run_id = f.run_id AND h.released_at IS NULL);
+
+-- name: finished_count
+SELECT COUNT(*) FROM finished_runs WHERE tenant = %(tenant)s;
+
+-- name: purge_run_row
+SELECT r.tenant, r.definition, r.version, r.status, r.created_at, f.finished_at, r.seq, r.last_hash
+FROM runs r JOIN finished_runs f ON f.run_id = r.run_id WHERE r.run_id = %(run_id)s
+FOR UPDATE OF r SKIP LOCKED;
+
+-- name: tombstone_insert
+INSERT INTO tombstones (run_id, tenant, definition, version, status, started_at, finished_at, events,
+                        last_hash, purged_at, purged_by, reason, state)
+VALUES (%(run_id)s, %(tenant)s, %(definition)s, %(version)s, %(status)s, %(started_at)s, %(finished_at)s, %(events)s,
+        %(last_hash)s, %(purged_at)s, %(purged_by)s, %(reason)s, 'purging');
+
+-- name: finished_run_delete
+DELETE FROM finished_runs WHERE run_id = %(run_id)s;
+
+-- name: run_delete
+DELETE FROM runs WHERE run_id = %(run_id)s;
+
+-- name: tombstone_get
+SELECT run_id, tenant, definition, version, status, started_at, finished_at, events, last_hash,
+       purged_at, purged_by, reason, state, done_at FROM tombstones WHERE run_id = %(run_id)s;
+
+-- name: tombstones_list
+SELECT run_id, tenant, definition, version, status, started_at, finished_at, events, last_hash,
+       purged_at, purged_by, reason, state, done_at FROM tombstones
+WHERE (CAST(%(tenant)s AS TEXT) IS NULL OR tenant = %(tenant)s) AND run_id > %(after)s
+ORDER BY run_id LIMIT %(limit)s;
+
+-- name: tombstones_purging
+SELECT run_id, tenant, definition, version, status, started_at, finished_at, events, last_hash,
+       purged_at, purged_by, reason, state, done_at FROM tombstones
+WHERE state = 'purging' AND run_id >= %(from)s
+  AND (CAST(%(partitions)s AS INTEGER[]) IS NULL OR part = ANY(%(partitions)s))
+ORDER BY run_id LIMIT %(limit)s;
+
+-- name: tombstone_counts
+SELECT state, COUNT(*) FROM tombstones WHERE tenant = %(tenant)s GROUP BY state;
+
+-- name: tombstone_done
+UPDATE tombstones SET state = 'purged', done_at = %(done_at)s WHERE run_id = %(run_id)s AND state = 'purging';
+
+-- name: purge_events
+DELETE FROM events WHERE run_id = %(run_id)s
+  AND seq IN (SELECT seq FROM events WHERE run_id = %(run_id)s ORDER BY seq LIMIT %(limit)s);
+
+-- name: purge_tasks
+DELETE FROM tasks WHERE task_id IN (
+    SELECT task_id FROM tasks WHERE run_id = %(run_id)s AND status NOT IN ('ready', 'leased') LIMIT %(limit)s);
+
+-- name: purge_timers
+DELETE FROM timers WHERE run_id = %(run_id)s
+  AND ctid = ANY(ARRAY(SELECT ctid FROM timers WHERE run_id = %(run_id)s LIMIT %(limit)s));
+
+-- name: purge_approval_decisions
+DELETE FROM approval_decisions WHERE (request_id, approver) IN (
+    SELECT d.request_id, d.approver FROM approval_decisions d JOIN approval_requests a ON a.request_id = d.request_id
+    WHERE a.run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: purge_approval_links
+DELETE FROM approval_links WHERE link_id IN (
+    SELECT link_id FROM approval_links WHERE run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: purge_approval_requests
+DELETE FROM approval_requests WHERE request_id IN (
+    SELECT request_id FROM approval_requests WHERE run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: purge_notifications
+DELETE FROM notifications WHERE id IN (
+    SELECT id FROM notifications WHERE run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: purge_holds
+DELETE FROM holds WHERE id IN (
+    SELECT id FROM holds WHERE run_id = %(run_id)s AND released_at IS NOT NULL LIMIT %(limit)s);
+
+-- name: purge_run_keys
+DELETE FROM run_keys WHERE run_id = %(run_id)s;
+
+-- name: tombstones_with_rows
+SELECT t.run_id, t.state FROM tombstones t
+WHERE (CAST(%(tenant)s AS TEXT) IS NULL OR t.tenant = %(tenant)s)
+  AND (EXISTS (SELECT 1 FROM runs r WHERE r.run_id = t.run_id)
+       OR (t.state = 'purged' AND EXISTS (SELECT 1 FROM events e WHERE e.run_id = t.run_id)))
+ORDER BY t.run_id LIMIT %(limit)s;
+
+-- name: event_partitions
+SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'events'::regclass ORDER BY c.relname;
+
+-- name: partition_live_run
+SELECT run_id FROM runs WHERE run_id >= %(lo)s AND run_id < %(hi)s LIMIT 1;
+-- name: tenant_keys_of
+SELECT tenant, version, wrapped, provider, created_at, retired_at FROM tenant_keys
+WHERE tenant = %(tenant)s ORDER BY version;
+
+-- name: tenant_key_insert
+INSERT INTO tenant_keys (tenant, version, wrapped, provider, created_at, retired_at)
+VALUES (%(tenant)s, %(version)s, %(wrapped)s, %(provider)s, %(created_at)s, NULL) ON CONFLICT (tenant, version) DO NOTHING;
+
+-- name: tenant_keys_retire
+UPDATE tenant_keys SET retired_at = %(at)s WHERE tenant = %(tenant)s AND version < %(below)s AND retired_at IS NULL;
+
+-- name: tenant_key_delete_unused
+DELETE FROM tenant_keys WHERE tenant = %(tenant)s AND version = %(version)s AND retired_at IS NOT NULL
+AND NOT EXISTS (SELECT 1 FROM run_keys WHERE tenant = %(tenant)s AND key_version = %(version)s);
+
+-- name: tenant_keys_delete_all
+DELETE FROM tenant_keys WHERE tenant = %(tenant)s;
+
+-- name: tenant_keys_rotating
+SELECT tenant, MAX(version) FROM tenant_keys GROUP BY tenant HAVING COUNT(*) > 1 ORDER BY tenant;
+
+-- name: run_key_get
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r LEFT JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.run_id = %(run_id)s;
+
+-- name: run_key_insert
+INSERT INTO run_keys (run_id, tenant, key_version, wrapped) VALUES (%(run_id)s, %(tenant)s, %(key_version)s, %(wrapped)s);
+
+-- name: run_key_forget
+INSERT INTO run_keys (run_id, tenant, key_version, wrapped, forgotten_at)
+VALUES (%(run_id)s, %(tenant)s, NULL, NULL, %(at)s)
+ON CONFLICT (run_id) DO UPDATE SET key_version = NULL, wrapped = NULL, forgotten_at = excluded.forgotten_at;
+
+-- name: run_keys_forget_tenant
+UPDATE run_keys SET key_version = NULL, wrapped = NULL, forgotten_at = %(at)s
+WHERE tenant = %(tenant)s AND forgotten_at IS NULL;
+
+-- name: run_keys_stale
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.tenant = %(tenant)s AND r.key_version < %(newest)s ORDER BY r.run_id LIMIT %(limit)s
+FOR UPDATE OF r SKIP LOCKED;
+
+-- name: run_key_rewrap
+UPDATE run_keys SET key_version = %(new_version)s, wrapped = %(wrapped)s
+WHERE run_id = %(run_id)s AND key_version = %(old_version)s;
+
+-- name: run_key_counts
+SELECT key_version, COUNT(*) FROM run_keys WHERE tenant = %(tenant)s GROUP BY key_version ORDER BY key_version;
+
+-- name: run_keys_forgotten_count
+SELECT COUNT(*) FROM run_keys WHERE tenant = %(tenant)s AND forgotten_at IS NOT NULL;
+
+-- name: run_keys_get_many
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r LEFT JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.run_id = ANY(%(run_ids)s);

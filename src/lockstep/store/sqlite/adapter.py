@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ...core.timeutil import iso
 from ..migrate import check_applied, migrations
-from ..port import SchemaError, StoreUnavailable
+from ..port import SchemaError, Sealer, StoreUnavailable
 from ..sql import load_queries
 from ..sqltx import SqlTx
 from ..states import StateCache
@@ -27,8 +27,10 @@ Q = load_queries(__package__ or "lockstep.store.sqlite", "queries.sql")
 
 
 class SqliteTx(SqlTx):
-    def __init__(self, conn: sqlite3.Connection, states: StateCache | None = None) -> None:
-        super().__init__(conn, Q, sqlite3.IntegrityError, states)
+    def __init__(
+        self, conn: sqlite3.Connection, states: StateCache | None = None, sealer: Sealer | None = None
+    ) -> None:
+        super().__init__(conn, Q, sqlite3.IntegrityError, states, sealer)
 
 
 class SqliteStore:
@@ -50,6 +52,7 @@ class SqliteStore:
         # which sleeps in steps up to 100 ms: under contention that sleep, not the disk, set the pace.
         self._writer = threading.RLock()
         self.states = StateCache()
+        self.sealer: Sealer | None = None
         if self.path != ":memory:":
             parent = Path(self.path).expanduser().resolve().parent
             if not parent.is_dir():
@@ -99,7 +102,7 @@ class SqliteStore:
             raise StoreUnavailable(f"database is busy or unavailable: {exc}") from None
         try:
             # Only writers use the state cache: reads (verify, show) see the stored snapshot itself.
-            yield SqliteTx(conn, self.states if begin == "BEGIN IMMEDIATE" else None)
+            yield SqliteTx(conn, self.states if begin == "BEGIN IMMEDIATE" else None, self.sealer)
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -164,6 +167,8 @@ class SqliteStore:
                     continue
                 for stmt in _statements(m.sql):
                     conn.execute(stmt)
+                if m.name == "audit_chain":  # hashes SQL cannot compute here: the rows written before
+                    SqliteTx(conn).chain_legacy_audit()
                 conn.execute(
                     "INSERT INTO schema_migrations VALUES (?, ?, ?, ?)",
                     (m.version, m.name, m.checksum, iso_now()),

@@ -140,11 +140,11 @@ UPDATE tenants SET bucket_tokens = :tokens, bucket_at_ms = :at_ms WHERE name = :
 SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants ORDER BY name;
 
 -- name: user_get
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants
 FROM users WHERE tenant = :tenant AND name = :name;
 
 -- name: user_by_key
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants
 FROM users WHERE key_hash = :key_hash;
 
 -- name: user_insert
@@ -153,11 +153,11 @@ VALUES (:tenant, :name, :roles, :groups, :key_hash, NULL, 0, :created_at);
 
 -- name: user_update
 UPDATE users SET roles = :roles, groups = :groups, key_hash = :key_hash, password_hash = :password_hash,
-                 disabled = :disabled, email = :email
+                 disabled = :disabled, email = :email, grants = :grants
 WHERE tenant = :tenant AND name = :name;
 
 -- name: users_list
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants
 FROM users WHERE tenant = :tenant ORDER BY name;
 
 -- name: session_insert
@@ -170,13 +170,79 @@ SELECT tenant, user, csrf, expires_at, generation FROM sessions WHERE id_hash = 
 -- name: session_delete
 DELETE FROM sessions WHERE id_hash = :id_hash OR expires_at < :now;
 
--- name: audit_insert
-INSERT INTO audit (at, tenant, actor, action, target, outcome, detail)
-VALUES (:at, :tenant, :actor, :action, :target, :outcome, :detail);
+-- name: audit_tenant_exists
+SELECT 1 FROM tenants WHERE name = :name;
 
--- name: audit_list
-SELECT id, at, tenant, actor, action, target, outcome, detail FROM audit
-WHERE tenant = :tenant ORDER BY id DESC LIMIT :limit;
+-- name: audit_chain_lock
+-- The chain's head, created at GENESIS if it is new, and locked to the end of the transaction (an
+-- upsert's DO UPDATE locks the row): one writer per chain at a time, in commit order.
+INSERT INTO audit_chains (chain, rows, last_id, last_hash) VALUES (:chain, 0, NULL, :genesis)
+ON CONFLICT (chain) DO UPDATE SET chain = excluded.chain
+RETURNING rows, last_hash;
+
+-- name: audit_insert
+INSERT INTO audit (at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash)
+VALUES (:at, :tenant, :actor, :action, :target, :outcome, :detail, :seq, :prev_hash, :hash);
+
+-- name: audit_chain_advance
+UPDATE audit_chains SET rows = :seq, last_id = last_insert_rowid(), last_hash = :hash
+WHERE chain = :chain;
+
+-- name: audit_page
+-- One page of a tenant's rows, newest first, below the cursor `before` (an id), with the filters set.
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE tenant = :tenant AND id < :before
+  AND (:actor IS NULL OR actor = :actor)
+  AND (:action IS NULL OR action = :action)
+  AND (:prefix_lo IS NULL OR (action >= :prefix_lo AND action < :prefix_hi))
+  AND (:outcome IS NULL OR outcome = :outcome)
+  AND (:since IS NULL OR at >= :since)
+  AND (:until IS NULL OR at < :until)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: audit_page_untenanted
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE tenant IS NULL AND id < :before
+  AND (:actor IS NULL OR actor = :actor)
+  AND (:action IS NULL OR action = :action)
+  AND (:prefix_lo IS NULL OR (action >= :prefix_lo AND action < :prefix_hi))
+  AND (:outcome IS NULL OR outcome = :outcome)
+  AND (:since IS NULL OR at >= :since)
+  AND (:until IS NULL OR at < :until)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: audit_snapshot
+-- Called first in a read transaction: every later read sees the same snapshot (SQLite's reads do).
+SELECT 1;
+
+-- name: audit_heads
+SELECT chain, rows, last_id, last_hash FROM audit_chains ORDER BY chain;
+
+-- name: audit_head
+SELECT chain, rows, last_id, last_hash FROM audit_chains WHERE chain = :chain;
+
+-- name: audit_row_tenants
+SELECT DISTINCT coalesce(tenant, '') FROM audit;
+
+-- name: audit_chain_rows
+-- A chain's rows in id order, after `after`.
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE tenant = :tenant AND id > :after ORDER BY id LIMIT :limit;
+
+-- name: audit_chain_rows_untenanted
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit
+WHERE (tenant IS NULL OR tenant = '') AND id > :after ORDER BY id LIMIT :limit;
+
+-- name: audit_unchained
+-- Rows written before the chain existed (migration audit_chain), in id order.
+SELECT id, at, tenant, actor, action, target, outcome, detail, seq, prev_hash, hash FROM audit WHERE hash IS NULL AND id > :after ORDER BY id LIMIT :limit;
+
+-- name: audit_chain_legacy
+UPDATE audit SET seq = :seq, prev_hash = :prev_hash, hash = :hash WHERE id = :id AND hash IS NULL;
+
+-- name: audit_chain_set_head
+INSERT INTO audit_chains (chain, rows, last_id, last_hash) VALUES (:chain, :rows, :last_id, :last_hash)
+ON CONFLICT (chain) DO UPDATE SET rows = excluded.rows, last_id = excluded.last_id, last_hash = excluded.last_hash;
 
 -- name: active_runs_count
 SELECT COUNT(*) FROM runs WHERE tenant = :tenant AND status NOT IN ('completed', 'failed', 'cancelled');
@@ -260,7 +326,7 @@ UPDATE notifications SET status = 'leased', lease_expires_at = :until, attempts 
 UPDATE notifications SET status = :status, last_error = :error, available_at = :available_at WHERE id = :id;
 
 -- name: users_in_groups
-SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation FROM users
+SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_at, email, generation, grants FROM users
 WHERE tenant = :tenant;
 
 -- name: ready_tenants
@@ -329,3 +395,194 @@ WHERE key = :key;
 
 -- name: login_counter_delete
 DELETE FROM login_counters WHERE key = :key;
+
+-- Retention (sqltx/retention.py): legal holds, tombstones, the purge's candidates and deletes.
+
+-- name: retention_lock_run
+SELECT tenant, status FROM runs WHERE run_id = :run_id;
+
+-- name: retention_lock_tenant
+SELECT name FROM tenants WHERE name = :name;
+
+-- name: retention_share_tenant
+SELECT name FROM tenants WHERE name = :name;
+
+-- name: hold_insert
+INSERT INTO holds (tenant, run_id, reason, held_by, held_at)
+VALUES (:tenant, :run_id, :reason, :held_by, :held_at) RETURNING id;
+
+-- name: hold_active
+SELECT id, tenant, run_id, reason, held_by, held_at, released_by, released_at, release_reason FROM holds
+WHERE tenant = :tenant AND COALESCE(run_id, '') = COALESCE(:run_id, '') AND released_at IS NULL;
+
+-- name: hold_release
+UPDATE holds SET released_by = :released_by, released_at = :released_at, release_reason = :release_reason
+WHERE id = :id AND released_at IS NULL;
+
+-- name: holds_list
+SELECT id, tenant, run_id, reason, held_by, held_at, released_by, released_at, release_reason FROM holds
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (:active = 0 OR released_at IS NULL)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: holds_of_run
+SELECT id, tenant, run_id, reason, held_by, held_at, released_by, released_at, release_reason FROM holds
+WHERE run_id = :run_id ORDER BY id;
+
+-- name: run_holds_count
+SELECT COUNT(*) FROM holds WHERE tenant = :tenant AND run_id IS NOT NULL AND released_at IS NULL;
+
+-- name: purge_candidates
+SELECT f.run_id FROM finished_runs f
+WHERE f.tenant = :tenant AND f.finished_at <= :cutoff
+  AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.run_id = f.run_id AND h.released_at IS NULL)
+ORDER BY f.finished_at, f.run_id LIMIT :limit;
+
+-- name: purge_due_count
+SELECT COUNT(*) FROM finished_runs f
+WHERE f.tenant = :tenant AND f.finished_at <= :cutoff
+  AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.run_id = f.run_id AND h.released_at IS NULL);
+
+-- name: purge_next_due
+SELECT MIN(f.finished_at) FROM finished_runs f
+WHERE f.tenant = :tenant AND f.finished_at > :cutoff
+  AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.run_id = f.run_id AND h.released_at IS NULL);
+
+-- name: finished_count
+SELECT COUNT(*) FROM finished_runs WHERE tenant = :tenant;
+
+-- name: purge_run_row
+SELECT r.tenant, r.definition, r.version, r.status, r.created_at, f.finished_at, r.seq, r.last_hash
+FROM runs r JOIN finished_runs f ON f.run_id = r.run_id WHERE r.run_id = :run_id;
+
+-- name: tombstone_insert
+INSERT INTO tombstones (run_id, tenant, definition, version, status, started_at, finished_at, events,
+                        last_hash, purged_at, purged_by, reason, state)
+VALUES (:run_id, :tenant, :definition, :version, :status, :started_at, :finished_at, :events,
+        :last_hash, :purged_at, :purged_by, :reason, 'purging');
+
+-- name: finished_run_delete
+DELETE FROM finished_runs WHERE run_id = :run_id;
+
+-- name: run_delete
+DELETE FROM runs WHERE run_id = :run_id;
+
+-- name: tombstone_get
+SELECT run_id, tenant, definition, version, status, started_at, finished_at, events, last_hash,
+       purged_at, purged_by, reason, state, done_at FROM tombstones WHERE run_id = :run_id;
+
+-- name: tombstones_list
+SELECT run_id, tenant, definition, version, status, started_at, finished_at, events, last_hash,
+       purged_at, purged_by, reason, state, done_at FROM tombstones
+WHERE (:tenant IS NULL OR tenant = :tenant) AND run_id > :after ORDER BY run_id LIMIT :limit;
+
+-- name: tombstones_purging
+SELECT run_id, tenant, definition, version, status, started_at, finished_at, events, last_hash,
+       purged_at, purged_by, reason, state, done_at FROM tombstones
+WHERE state = 'purging' AND run_id >= :from ORDER BY run_id LIMIT :limit;
+
+-- name: tombstone_counts
+SELECT state, COUNT(*) FROM tombstones WHERE tenant = :tenant GROUP BY state;
+
+-- name: tombstone_done
+UPDATE tombstones SET state = 'purged', done_at = :done_at WHERE run_id = :run_id AND state = 'purging';
+
+-- name: purge_events
+DELETE FROM events WHERE run_id = :run_id
+  AND seq IN (SELECT seq FROM events WHERE run_id = :run_id ORDER BY seq LIMIT :limit);
+
+-- name: purge_tasks
+DELETE FROM tasks WHERE rowid IN (
+    SELECT rowid FROM tasks WHERE run_id = :run_id AND status NOT IN ('ready', 'leased') LIMIT :limit);
+
+-- name: purge_timers
+DELETE FROM timers WHERE rowid IN (SELECT rowid FROM timers WHERE run_id = :run_id LIMIT :limit);
+
+-- name: purge_approval_decisions
+DELETE FROM approval_decisions WHERE rowid IN (
+    SELECT d.rowid FROM approval_decisions d JOIN approval_requests a ON a.request_id = d.request_id
+    WHERE a.run_id = :run_id LIMIT :limit);
+
+-- name: purge_approval_links
+DELETE FROM approval_links WHERE rowid IN (SELECT rowid FROM approval_links WHERE run_id = :run_id LIMIT :limit);
+
+-- name: purge_approval_requests
+DELETE FROM approval_requests WHERE rowid IN (
+    SELECT rowid FROM approval_requests WHERE run_id = :run_id LIMIT :limit);
+
+-- name: purge_notifications
+DELETE FROM notifications WHERE rowid IN (SELECT rowid FROM notifications WHERE run_id = :run_id LIMIT :limit);
+
+-- name: purge_holds
+DELETE FROM holds WHERE id IN (
+    SELECT id FROM holds WHERE run_id = :run_id AND released_at IS NOT NULL LIMIT :limit);
+
+-- name: purge_run_keys
+DELETE FROM run_keys WHERE run_id = :run_id;
+
+-- name: tombstones_with_rows
+SELECT t.run_id, t.state FROM tombstones t
+WHERE (:tenant IS NULL OR t.tenant = :tenant)
+  AND (EXISTS (SELECT 1 FROM runs r WHERE r.run_id = t.run_id)
+       OR (t.state = 'purged' AND EXISTS (SELECT 1 FROM events e WHERE e.run_id = t.run_id)))
+ORDER BY t.run_id LIMIT :limit;
+
+-- name: tenant_keys_of
+SELECT tenant, version, wrapped, provider, created_at, retired_at FROM tenant_keys
+WHERE tenant = :tenant ORDER BY version;
+
+-- name: tenant_key_insert
+INSERT INTO tenant_keys (tenant, version, wrapped, provider, created_at, retired_at)
+VALUES (:tenant, :version, :wrapped, :provider, :created_at, NULL) ON CONFLICT (tenant, version) DO NOTHING;
+
+-- name: tenant_keys_retire
+UPDATE tenant_keys SET retired_at = :at WHERE tenant = :tenant AND version < :below AND retired_at IS NULL;
+
+-- name: tenant_key_delete_unused
+DELETE FROM tenant_keys WHERE tenant = :tenant AND version = :version AND retired_at IS NOT NULL
+AND NOT EXISTS (SELECT 1 FROM run_keys WHERE tenant = :tenant AND key_version = :version);
+
+-- name: tenant_keys_delete_all
+DELETE FROM tenant_keys WHERE tenant = :tenant;
+
+-- name: tenant_keys_rotating
+SELECT tenant, MAX(version) FROM tenant_keys GROUP BY tenant HAVING COUNT(*) > 1 ORDER BY tenant;
+
+-- name: run_key_get
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r LEFT JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.run_id = :run_id;
+
+-- name: run_key_insert
+INSERT INTO run_keys (run_id, tenant, key_version, wrapped) VALUES (:run_id, :tenant, :key_version, :wrapped);
+
+-- name: run_key_forget
+INSERT INTO run_keys (run_id, tenant, key_version, wrapped, forgotten_at)
+VALUES (:run_id, :tenant, NULL, NULL, :at)
+ON CONFLICT (run_id) DO UPDATE SET key_version = NULL, wrapped = NULL, forgotten_at = excluded.forgotten_at;
+
+-- name: run_keys_forget_tenant
+UPDATE run_keys SET key_version = NULL, wrapped = NULL, forgotten_at = :at
+WHERE tenant = :tenant AND forgotten_at IS NULL;
+
+-- name: run_keys_stale
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.tenant = :tenant AND r.key_version < :newest ORDER BY r.run_id LIMIT :limit;
+
+-- name: run_key_rewrap
+UPDATE run_keys SET key_version = :new_version, wrapped = :wrapped
+WHERE run_id = :run_id AND key_version = :old_version;
+
+-- name: run_key_counts
+SELECT key_version, COUNT(*) FROM run_keys WHERE tenant = :tenant GROUP BY key_version ORDER BY key_version;
+
+-- name: run_keys_forgotten_count
+SELECT COUNT(*) FROM run_keys WHERE tenant = :tenant AND forgotten_at IS NOT NULL;
+
+-- name: run_keys_get_many
+SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
+       t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
+FROM run_keys r LEFT JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
+WHERE r.run_id IN (SELECT value FROM json_each(:run_ids));

@@ -12,6 +12,8 @@
     tenants.py        TenantsTx
     principals.py     PrincipalsTx: users, sessions, login counters
     audit.py          AuditTx
+    retention.py      RetentionTx: legal holds, tombstones, the purge's reads and deletes
+    keys.py           KeysTx: tenant data keys and run keys (wrapped)
     metrics.py        MetricsTx
 
 A backend (`sqlite/adapter.py`, `postgres/adapter.py`) subclasses SqlTx with its connection, its own
@@ -24,9 +26,11 @@ from .approvals import SqlApprovalsTx
 from .audit import SqlAuditTx
 from .base import GENESIS, ms_of
 from .definitions import SqlDefinitionsTx
+from .keys import SqlKeysTx
 from .metrics import SqlMetricsTx
 from .notifications import SqlNotificationsTx
 from .principals import SqlPrincipalsTx
+from .retention import SqlRetentionTx
 from .runs import SqlRunsTx
 from .scheduler import SqlSchedulerTx
 from .tenants import SqlTenantsTx
@@ -46,6 +50,8 @@ class SqlTx(
     SqlPrincipalsTx,
     SqlAuditTx,
     SqlMetricsTx,
+    SqlRetentionTx,
+    SqlKeysTx,
 ):
     """Operations inside one transaction, shared by the SQL backends: every protocol of the port's Tx.
     (SqlRunsTx already builds on work, scheduler, approvals and notifications: an append writes their

@@ -15,17 +15,14 @@ from ...core.effects import (
     UpdateApprovers,
 )
 from ...core.state import RunState
-from ..port import ConcurrencyError
+from ..port import ApprovalRequestRow, ConcurrencyError, DecisionRow, LinkRow, NewLink
 from .base import SqlBase, ms_of
 
 __all__ = ["SqlApprovalsTx"]
 
-# The columns of a link that its creator gives; status, use and decision are the store's.
-_LINK_FIELDS = ("link_id", "tenant", "run_id", "step", "request_id", "approver", "expires_at", "created_at")
-
 
 class SqlApprovalsTx(SqlBase):
-    def _request(self, r: Any) -> dict[str, Any]:
+    def _request(self, r: Any) -> ApprovalRequestRow:
         return {
             "request_id": r[0],
             "tenant": r[1],
@@ -40,21 +37,21 @@ class SqlApprovalsTx(SqlBase):
             "created_at": r[10],
         }
 
-    def approval_request(self, request_id: str) -> dict[str, Any] | None:
+    def approval_request(self, request_id: str) -> ApprovalRequestRow | None:
         r = self._one("approval_request_get", request_id=request_id)
         return self._request(r) if r else None
 
-    def pending_approval_requests(self, tenant: str) -> list[dict[str, Any]]:
+    def pending_approval_requests(self, tenant: str) -> list[ApprovalRequestRow]:
         return [
             self._request(r) for r in self.c.execute(self.q["approval_requests_pending"], {"tenant": tenant})
         ]
 
-    def approval_decision(self, request_id: str, approver: str) -> dict[str, Any] | None:
+    def approval_decision(self, request_id: str, approver: str) -> DecisionRow | None:
         r = self._one("approval_decision_get", request_id=request_id, approver=approver)
         return {"decision": r[0], "link_id": r[1], "at": r[2]} if r else None
 
     # --- links ---------------------------------------------------------------------------------
-    def _link(self, r: Any) -> dict[str, Any]:
+    def _link(self, r: Any) -> LinkRow:
         return {
             "link_id": r[0],
             "tenant": r[1],
@@ -69,20 +66,19 @@ class SqlApprovalsTx(SqlBase):
             "decision": r[10],
         }
 
-    def insert_link(self, link: dict[str, Any], token_hash: str) -> None:
-        self.c.execute(
-            self.q["link_insert"], {**{k: link[k] for k in _LINK_FIELDS}, "token_hash": token_hash}
-        )
+    def insert_link(self, link: NewLink, token_hash: str) -> None:
+        # The columns its creator gives (NewLink); status, use and decision are the store's.
+        self.c.execute(self.q["link_insert"], {**link, "token_hash": token_hash})
 
-    def link_by_hash(self, token_hash: str) -> dict[str, Any] | None:
+    def link_by_hash(self, token_hash: str) -> LinkRow | None:
         r = self._one("link_by_hash", token_hash=token_hash)
         return self._link(r) if r else None
 
-    def link_by_id(self, link_id: str) -> dict[str, Any] | None:
+    def link_by_id(self, link_id: str) -> LinkRow | None:
         r = self._one("link_by_id", link_id=link_id)
         return self._link(r) if r else None
 
-    def links_of_request(self, request_id: str) -> list[dict[str, Any]]:
+    def links_of_request(self, request_id: str) -> list[LinkRow]:
         return [self._link(r) for r in self.c.execute(self.q["links_of_request"], {"request_id": request_id})]
 
     def consume_link(self, token_hash: str, decision: str, used_at: str) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...core.effects import Effect
 from ...core.timeutil import parse_iso
-from ..port import ConcurrencyError
+from ..port import ConcurrencyError, Sealer
 from ..states import StateCache
 
 __all__ = ["GENESIS", "SqlBase", "ms_of"]
@@ -69,11 +69,14 @@ class SqlBase:
         queries: dict[str, str],
         integrity_error: type[Exception],
         states: StateCache | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.c = conn
         self.q = queries
         self.integrity_error = integrity_error
         self.states = states
+        # Opens sealed values of what this transaction loads (None: nothing here can open one).
+        self.sealer = sealer
         self._w: Any = None
         # Inside batch(): the writes not sent yet, and the row-count checks (cursor, rows expected, what)
         # run once the batch's writes are through.

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ...core.canonical import canonical_json
-from ..port import ConcurrencyError, DefinitionRow
+from ..port import ConcurrencyError, DefinitionRow, DefinitionVersionRow
 from .base import SqlBase
 
 __all__ = ["SqlDefinitionsTx"]
@@ -40,6 +40,6 @@ class SqlDefinitionsTx(SqlBase):
         except self.integrity_error as exc:
             raise ConcurrencyError(str(exc)) from None
 
-    def definitions(self, tenant: str) -> list[dict[str, Any]]:
+    def definitions(self, tenant: str) -> list[DefinitionVersionRow]:
         rows = self.c.execute(self.q["definitions_list"], {"tenant": tenant}).fetchall()
         return [{"name": r[0], "version": r[1], "digest": r[2], "created_at": r[3]} for r in rows]

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..port import StoreStats
 from .base import SqlBase
 
 __all__ = ["SqlMetricsTx"]
 
 
 class SqlMetricsTx(SqlBase):
-    def stats(self, now_ms: int) -> dict[str, Any]:
+    def stats(self, now_ms: int) -> StoreStats:
         """Aggregates for metrics: runs by status, ready-queue depth/age, overdue timers (by tenant)."""
         return {
             "runs": [tuple(r) for r in self.c.execute(self.q["runs_by_status"])],

@@ -3,17 +3,16 @@ the notifier while it sends), and the rows an append's NotifyApprovers effects w
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...core.effects import NotifyApprovers
 from ...core.state import RunState
+from ..port import NotificationRow
 from .base import SqlBase
 
 __all__ = ["SqlNotificationsTx"]
 
 
 class SqlNotificationsTx(SqlBase):
-    def claim_notifications(self, now_ms: int, limit: int, lease_ms: int) -> list[dict[str, Any]]:
+    def claim_notifications(self, now_ms: int, limit: int, lease_ms: int) -> list[NotificationRow]:
         rows = self.c.execute(self.q["notifications_ready"], {"now": now_ms, "limit": limit}).fetchall()
         for r in rows:
             self.c.execute(self.q["notification_lease"], {"id": r[0], "until": now_ms + lease_ms})

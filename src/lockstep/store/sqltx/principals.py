@@ -27,6 +27,7 @@ class SqlPrincipalsTx(SqlBase):
             r[7],
             r[8],
             int(r[9]),
+            tuple(json.loads(r[10] or "[]")),
         )
 
     def user(self, tenant: str, name: str) -> UserRow | None:
@@ -71,6 +72,7 @@ class SqlPrincipalsTx(SqlBase):
                 "password_hash": u.password_hash,
                 "disabled": int(u.disabled),
                 "email": u.email,
+                "grants": json.dumps(list(u.grants)),
             },
         )
 

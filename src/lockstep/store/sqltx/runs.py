@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...core.canonical import compact_json, parse_json
 from ...core.effects import (
@@ -22,18 +22,23 @@ from ...core.effects import (
 )
 from ...core.events import Event, chain_link
 from ...core.evolve import fold
+from ...core.sealed import maybe_sealed
 from ...core.state import OutdatedSnapshot, RunState
 from ..port import ConcurrencyError, LoadedRun
 from .approvals import SqlApprovalsTx
 from .base import GENESIS
+from .keys import SqlKeysTx
 from .notifications import SqlNotificationsTx
 from .scheduler import SqlSchedulerTx
 from .work import SqlWorkTx
 
+if TYPE_CHECKING:
+    from ..port import Tx
+
 __all__ = ["SqlRunsTx"]
 
 
-class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx):
+class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, SqlKeysTx):
     def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None:
         """The run's snapshot. Backends with row locks lock it for this transaction; with `skip_locked`
         they raise RowLocked instead of waiting when another transaction holds it."""
@@ -49,22 +54,41 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx):
             loaded = self.load_run(run_id)
             if loaded is not None:
                 out[run_id] = loaded
-        return out
+        return self.with_keys(out)
+
+    def with_keys(self, loaded: dict[str, LoadedRun]) -> dict[str, LoadedRun]:
+        """`loaded`, after reading the key rows of its sealed runs in one query (see KeysTx)."""
+        sealed = [run_id for run_id, run in loaded.items() if run.sealed]
+        if sealed:
+            self.remember_run_keys(sealed)
+        return loaded
 
     def _loaded(self, run_id: str, row: Any) -> LoadedRun | None:
         if row is None:
             return None
         cached = self.states.get(run_id, row[2]) if self.states is not None else None
         if cached is not None:
-            return LoadedRun(cached, row[2])
+            return LoadedRun(cached[0], row[2], stored=cached[1])
+        raw = parse_json(row[1])
         try:
-            return LoadedRun(RunState.from_json(parse_json(row[1])), row[2])
+            stored = RunState.from_json(raw)
         except OutdatedSnapshot:
             # Written by an older lockstep: the events are the facts, so rebuild the snapshot from them.
-            state = fold([e for e, _h in self.events(run_id)])
-            if state is None:  # pragma: no cover - a run row always has its RunStarted event
+            rebuilt = fold([e for e, _h in self.events(run_id)])
+            if rebuilt is None:  # pragma: no cover - a run row always has its RunStarted event
                 return None
-            return LoadedRun(state, row[2])
+            stored, raw = rebuilt, rebuilt.to_json(copy_values=False)
+        if not maybe_sealed(row[1]):
+            return LoadedRun(stored, row[2])
+        return LoadedRun(None, row[2], stored=stored, opener=lambda: self._opened(stored, raw))
+
+    def _opened(self, stored: RunState, raw: dict[str, Any]) -> RunState:
+        """The clear state of a run whose snapshot (`raw`, as parsed) holds sealed values."""
+        if self.sealer is None:
+            raise RuntimeError(f"run {stored.run_id} holds sealed values and this store has no sealer")
+        # This transaction is the whole Tx (SqlTx); the mixins alone do not say so to mypy.
+        tx = cast("Tx", self)
+        return RunState.from_json(self.sealer.open(tx, stored.tenant, stored.run_id, raw))
 
     def run_by_key(self, tenant: str, start_key: str) -> tuple[str, str | None] | None:
         row = self._one("run_by_key", tenant=tenant, start_key=start_key)
@@ -80,8 +104,9 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx):
         now_ms: int,
         request_digest: str | None = None,
         lease_until_ms: int | None = None,
+        clear: RunState | None = None,
     ) -> None:
-        expected = before.state.seq if before else 0
+        expected = before.stored.seq if before else 0
         h = before.last_hash if before else GENESIS
         rows = []
         for i, e in enumerate(events):
@@ -150,7 +175,9 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx):
         if self.states is not None and after.active is not None and after.active.worker is not None:
             # An attempt is out: its result (this process's or another's) is the run's next command.
             # Runs that wait for days are not kept; the entry is used only while the head is still h.
-            self.states.put(after.run_id, h, after)
+            self.states.put(after.run_id, h, clear or after, after)
+        elif self.states is not None and clear is not None:
+            self.states.forget(after.run_id)  # clear values are kept no longer than they are needed
 
     def _write_effects(
         self, run: RunState, effects: Sequence[Effect], now_ms: int, lease_until_ms: int | None

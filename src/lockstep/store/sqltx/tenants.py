@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from ...core.canonical import canonical_json
+from ...core.limits import Settings
 from ..port import ConcurrencyError, TenantRow
 from .base import SqlBase
 
@@ -23,7 +23,7 @@ class SqlTenantsTx(SqlBase):
             for r in self.c.execute(self.q["tenants_list"])
         ]
 
-    def insert_tenant(self, name: str, settings: dict[str, Any], created_at: str) -> None:
+    def insert_tenant(self, name: str, settings: Settings, created_at: str) -> None:
         try:
             self.c.execute(
                 self.q["tenant_insert"],
@@ -32,7 +32,7 @@ class SqlTenantsTx(SqlBase):
         except self.integrity_error:
             raise ConcurrencyError(f"tenant {name} already exists") from None
 
-    def update_tenant_settings(self, name: str, settings: dict[str, Any]) -> None:
+    def update_tenant_settings(self, name: str, settings: Settings) -> None:
         self.c.execute(self.q["tenant_update_settings"], {"name": name, "settings": canonical_json(settings)})
 
     def update_tenant_bucket(self, name: str, tokens: float, at_ms: int) -> None:

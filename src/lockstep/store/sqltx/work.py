@@ -8,8 +8,9 @@ from typing import Any
 
 from ...core.canonical import compact_json, parse_json
 from ...core.effects import CloseTask, CreateTask, DeadLetterTask, LeaseTask
+from ...core.sealed import maybe_sealed
 from ...core.state import RunState
-from ..port import TaskRow
+from ..port import DeadTaskRow, TaskRow
 from .base import SqlBase, ms_of
 
 __all__ = ["SqlWorkTx"]
@@ -37,6 +38,7 @@ class SqlWorkTx(SqlBase):
             r[16],
             r[17],
             r[18],
+            maybe_sealed(r[8]),
         )
 
     def task(self, task_id: str) -> TaskRow | None:
@@ -102,7 +104,7 @@ class SqlWorkTx(SqlBase):
         rows = self.c.execute(self.q["stale_ready"], {"before": before_ms, "limit": limit}).fetchall()
         return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
-    def dead_tasks(self, tenant: str, limit: int) -> list[dict[str, Any]]:
+    def dead_tasks(self, tenant: str, limit: int) -> list[DeadTaskRow]:
         rows = self.c.execute(self.q["dead_tasks"], {"tenant": tenant, "limit": limit}).fetchall()
         return [
             {

@@ -1,17 +1,6 @@
-"""The test lab's one process harness: real `lockstep` worker / scheduler / serve processes (and any other
-program a driver needs) on one database, each a subprocess with its output in a log file, that the
-driver can SIGKILL, SIGSTOP and SIGCONT; raw SQL past the engine; a ledger for a test's downstream;
-throwaway PostgreSQL databases (`lockstep.testing.PgCluster`). `Fleet.shutdown()` kills and reaps them
-all.
-
-Its users keep their specifics to themselves and subclass `Fleet` for them: the fault suite
-(`lab/faults/faultfleet.py`: the downstream payment API, fail points), the benchmark
-(`lab/bench/fleet_side.py`), the crash tests (`tests/runtime/prockit.py`) and the scale tests
-(`tests/scale/scalekit.py`), each with its own activity module and default options.
-
-Synchronisation is `wait_until` (poll with a deadline); a fixed sleep only ever stands for "let time
-pass" (a lease running out), never for "until something happened".
-"""
+"""The fleet's processes: `Proc`, one subprocess with its output in a log file (kill, signal, freeze at a
+moment it holds no database lock), and `Fleet`, the launcher of `lockstep` worker / scheduler / serve
+processes and CLI commands on one database, which kills and reaps them all on shutdown."""
 
 from __future__ import annotations
 
@@ -19,131 +8,31 @@ import json
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import closing, contextmanager
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 import httpx
-import psycopg
 
 from lockstep.app import failpoints
-from lockstep.testing.pgcluster import PgCluster
 
-from . import lab_env
+from .. import lab_env
+from .databases import SQLITE, quiescent, sql
+from .waiting import wait_until
 
-__all__ = [
-    "Fleet",
-    "Ledger",
-    "Proc",
-    "database",
-    "free_port",
-    "postgres",
-    "quiescent",
-    "sql",
-    "sqlite_path",
-    "stop_quiescent",
-    "wait_until",
-]
+__all__ = ["Fleet", "Proc", "free_port", "stop_quiescent"]
 
-T = TypeVar("T")
-SQLITE = "sqlite:///"
-# Settings of the driver's own shell that would change what a spawned process does.
 UNSET = (failpoints.ENV, "LOCKSTEP_DEBUG", "LOCKSTEP_DB", "LOCKSTEP_TENANT")
-
-
-def wait_until(
-    predicate: Callable[[], T], timeout: float = 10.0, what: str = "condition", interval: float = 0.02
-) -> T:
-    """Poll `predicate` until it returns something truthy (returned); raise TimeoutError after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {value!r})")
-        time.sleep(interval)
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-# --- databases -------------------------------------------------------------------------------------
-
-
-def sqlite_path(where: str | Path) -> Path:
-    """The file of a SQLite database given as a `sqlite:///` URL or a plain path."""
-    text = str(where)
-    return Path(text[len(SQLITE) :] if text.startswith(SQLITE) else text)
-
-
-def sql(where: str | Path, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """One statement (`?` placeholders; `%s` also works on PostgreSQL) on a PostgreSQL URL, a SQLite URL
-    or a SQLite file, on a connection of its own, committed; the rows it produced (none for a statement
-    without a result). A driver's probe or fault, never a way to repair state."""
-    if str(where).startswith(("postgresql://", "postgres://")):
-        with psycopg.connect(str(where), autocommit=True, connect_timeout=5) as pg:
-            cur = pg.execute(statement.replace("?", "%s").encode(), params or None)
-            return cur.fetchall() if cur.description else []
-    with closing(sqlite3.connect(sqlite_path(where), timeout=30, isolation_level=None)) as conn:
-        return conn.execute(statement, params).fetchall()
-
-
-def database(backend: str, name: str, workdir: Path, pg: PgCluster | None) -> str:
-    """A fresh database's URL: the SQLite file `name`.db in `workdir`, or the PostgreSQL database `name`
-    on the cluster `pg`."""
-    if backend == "sqlite":
-        workdir.mkdir(parents=True, exist_ok=True)
-        return f"{SQLITE}{workdir / f'{name}.db'}"
-    if pg is None:
-        raise ValueError("the postgresql backend needs a cluster")
-    return pg.create_database(name)
-
-
-@contextmanager
-def postgres(wanted: bool = True) -> Iterator[PgCluster | None]:
-    """A throwaway PostgreSQL server for the block (None when not `wanted`), destroyed afterwards. It has
-    its own temporary directory: PgCluster hands it to the postgres OS user (ours may be 0700)."""
-    cluster = PgCluster().init().start() if wanted else None
-    try:
-        yield cluster
-    finally:
-        if cluster is not None:
-            cluster.destroy()
-
-
-class Ledger:
-    """What a test's downstream service recorded: a SQLite file (WAL) or a PostgreSQL database that the
-    test's activities write and the driver reads while they run; each query opens its own connection,
-    so the driver never holds a lock between two reads."""
-
-    def __init__(self, where: str | Path, schema: str) -> None:
-        self.where = str(where)
-        self.pg = self.where.startswith("postgresql://")
-        if self.pg:
-            sql(self.where, schema)
-        else:
-            with closing(sqlite3.connect(self.where, isolation_level=None)) as conn:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.executescript(schema)
-
-    def rows(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        return sql(self.where, statement, params)
-
-    def value(self, statement: str, params: tuple[Any, ...] = ()) -> Any:
-        return self.rows(statement, params)[0][0]
-
-
-# --- processes -------------------------------------------------------------------------------------
 
 
 class Proc:
@@ -217,28 +106,6 @@ def _stopped(pid: int, timeout: float = 2.0) -> bool:
             return True
         time.sleep(0.001)
     return False
-
-
-def quiescent(db_url: str) -> bool:
-    """No session holds a write lock. SQLite: BEGIN IMMEDIATE succeeds. PostgreSQL: no other session of
-    the database is running a statement or idle inside a transaction."""
-    if db_url.startswith(SQLITE):
-        # A short wait: a healthy writer's transaction lasts milliseconds; the stopped one's forever.
-        with closing(sqlite3.connect(sqlite_path(db_url), timeout=0.05, isolation_level=None)) as c:
-            try:
-                c.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError:
-                return False
-            c.execute("ROLLBACK")
-            return True
-    time.sleep(0.05)  # a statement the stopped process had sent finishes on the server
-    with psycopg.connect(db_url, autocommit=True, connect_timeout=5) as pg:
-        row = pg.execute(
-            b"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            b" AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
-            b" AND state IN ('active', 'idle in transaction')"
-        ).fetchone()
-    return row is not None and row[0] == 0
 
 
 class Fleet:

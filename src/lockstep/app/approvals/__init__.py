@@ -1,0 +1,56 @@
+"""Human approval, the service side (part of the application service layer).
+
+    links.py      links (minted at delivery, stored as hashes), listing, revocation, reassignment
+    decisions.py  decisions by link or from the inbox, the approver's identity re-checked at submit time
+    inbox.py      the pending requests a person may decide, and the Review page of one
+
+`Approvals` is the one object the entry points use: each call is its part's own bound method.
+"""
+
+from __future__ import annotations
+
+from ...store import ApproveTx
+from ..port import KernelPort
+from ..principals import Principals
+from ..runs import Runs
+from .decisions import ApprovalDecisions
+from .inbox import Inbox
+from .links import TOKEN_RE, ApprovalLinks
+
+__all__ = ["TOKEN_RE", "Approvals"]
+
+
+class Approvals:
+    def __init__(
+        self,
+        kernel: KernelPort[ApproveTx],
+        runs: Runs,
+        principals: Principals,
+        base_url: str = "http://127.0.0.1:8080",
+    ) -> None:
+        self.kernel = kernel
+        self.runs = runs
+        self.principals = principals
+        self.base_url = base_url.rstrip("/")
+        links = ApprovalLinks(kernel, self.base_url)
+        decisions = ApprovalDecisions(kernel, runs, principals)
+        inbox = Inbox(kernel, runs)
+
+        # Links and approvers (operators).
+        self.mint = links.mint
+        self.revoke = links.revoke
+        self.links = links.links
+        self.reassign = links.reassign
+
+        # Decisions (approvers).
+        self.inspect = decisions.inspect
+        self.decide = decisions.decide
+        self.decide_in_session = decisions.decide_in_session
+
+        # The inbox.
+        self.inbox = inbox.inbox
+        self.request_view = inbox.request_view
+
+    def linking_to(self, base_url: str) -> Approvals:
+        """The same approvals, minting links under `base_url` (the server's public address)."""
+        return Approvals(self.kernel, self.runs, self.principals, base_url)

@@ -1,0 +1,282 @@
+"""Approval decisions: by link (the token names the request and the approver) or from the inbox (the
+session is the identity), with the approver's identity and roles re-checked at submit time, each attempt
+audited.
+
+The token is consumed by a conditional update in the same transaction as the decision event, so a
+double click or a replay can never decide twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal, cast
+
+from ...core.canonical import JSONObject
+from ...core.commands import DecideApproval, Rejected
+from ...core.definition import Definition
+from ...core.shape import for_view
+from ...core.state import RunState
+from ...core.timeutil import iso
+from ...errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound, Refused
+from ...store import ApplyTx, ApproveTx, DecisionRow, LinkRow, LoadedRun
+from ..port import KernelPort
+from ..principals import Principal, Principals
+from ..runs import Runs
+from ..views import ApprovalPage, DecisionResult, LinkRef, RunStatus
+from ..views.recorded import Decision
+from .links import TOKEN_RE, token_hash
+
+__all__ = ["UNKNOWN", "ApprovalDecisions", "check_seat"]
+
+UNKNOWN = "unknown approval link (it does not exist, or it was mistyped)"
+
+
+class ApprovalDecisions:
+    def __init__(self, kernel: KernelPort[ApproveTx], runs: Runs, principals: Principals) -> None:
+        self.kernel = kernel
+        self.runs = runs
+        self.principals = principals
+
+    def _now_ms(self) -> int:
+        return int(self.kernel.clock().timestamp() * 1000)
+
+    def inspect(self, principal: Principal, token: str) -> ApprovalPage:
+        """What the approval page shows for a token; never changes anything."""
+        link = self._link_for(principal, token, consuming=False)
+        state = self.runs.redacted(self.kernel.state(principal.tenant, link["run_id"]))
+        a = state.approval if state.approval and state.approval["request_id"] == link["request_id"] else None
+        ref = LinkRef(
+            request_id=link["request_id"], step=link["step"], approver=link["approver"], run_id=link["run_id"]
+        )
+        return ApprovalPage(link=ref, run=self.runs.describe(state), approval=for_view(a))
+
+    def _link_for(self, principal: Principal, token: str, *, consuming: bool) -> LinkRow:
+        well_formed = TOKEN_RE.match(token) is not None
+        with self.kernel.read() as tx:
+            # Malformed tokens take the same path as unknown ones: no timing hint about the format.
+            link = tx.link_by_hash(token_hash(token[:200]))
+            prior = tx.approval_decision(link["request_id"], link["approver"]) if link else None
+        return self._check_link(principal, link if well_formed else None, prior)
+
+    def _check_link(self, principal: Principal, link: LinkRow | None, prior: DecisionRow | None) -> LinkRow:
+        if link is None or link["tenant"] != principal.tenant:
+            raise NotFound(UNKNOWN, code="unknown_link")
+        # Identity first: someone else's link, spent or not, tells them nothing about its decision.
+        if link["approver"] != principal.name:
+            raise Forbidden(
+                f"this link was issued to {link['approver']}, not to {principal.name}", code="not_bound"
+            )
+        if link["status"] == "used":
+            raise Conflict(
+                f"this link was already used: {link['approver']} decided {link['decision']} at "
+                f"{link['used_at']}",
+                code="already_decided",
+                extra={
+                    "decision": {
+                        "approver": link["approver"],
+                        "decision": link["decision"],
+                        "at": link["used_at"],
+                    }
+                },
+            )
+        if link["status"] == "revoked":
+            raise Gone("this approval link was revoked (a newer link may have been sent)", code="revoked")
+        if link["expires_at"] <= self._now_ms():
+            raise Gone("this approval link has expired", code="expired")
+        if not principal.can("approve"):
+            raise Forbidden(f"{principal.name} does not have the approver role", code="not_an_approver")
+        if prior is not None:
+            raise Conflict(
+                f"{link['approver']} already decided {prior['decision']} at {prior['at']}",
+                code="already_decided",
+                extra={"decision": {"approver": link["approver"], **prior}},
+            )
+        return link
+
+    def decide(
+        self,
+        principal: Principal,
+        token: str,
+        decision: str,
+        comment: str | None = None,
+        *,
+        channel: str = "api",
+    ) -> DecisionResult:
+        """Record one decision; every attempt, refused or not, is written to the audit log."""
+        link_id = None
+        try:
+            if decision not in ("approve", "reject"):
+                raise InvalidInput(f"decision must be approve or reject, not {decision!r}")
+            result = self._decide(principal, token, decision, comment)
+            link_id = result.link_id
+        except LockstepError as exc:
+            self.principals.audit(
+                principal.tenant,
+                principal.name,
+                "approval.decide",
+                link_id,
+                "refused",
+                code=exc.code,
+                channel=channel,
+                decision=decision,
+                token_sha256_prefix=token_hash(token[:200])[:12],
+            )
+            raise
+        self.principals.audit(
+            principal.tenant,
+            principal.name,
+            "approval.decide",
+            link_id,
+            "ok",
+            channel=channel,
+            decision=decision,
+            request_id=result.request_id,
+        )
+        return result
+
+    def _decide(self, principal: Principal, token: str, decision: str, comment: str | None) -> DecisionResult:
+        self.kernel.check_value(principal.tenant, comment, "max_payload_bytes", "the comment")
+        well_formed = TOKEN_RE.match(token) is not None
+        h = token_hash(token[:200])
+        now = self.kernel.clock()
+        with self.kernel.write() as tx:
+            found = tx.link_by_hash(h)
+            prior = tx.approval_decision(found["request_id"], found["approver"]) if found else None
+            link = self._check_link(principal, found if well_formed else None, prior)
+            # Re-read the approver now: membership and roles at submit time are what count.
+            user = tx.user(principal.tenant, principal.name)
+            if user is None or user.disabled:
+                raise Forbidden(f"{principal.name} is disabled", code="disabled")
+            loaded = tx.load_run(link["run_id"])
+            if loaded is None:  # pragma: no cover
+                raise NotFound(UNKNOWN, code="unknown_link")
+            s = loaded.state
+            d = self.kernel.definition_of(tx, s)
+            cmd = DecideApproval(
+                link["request_id"],
+                user.name,
+                decision,
+                (comment or "")[:2000] or None,
+                user.roles,
+                user.groups,
+                link["link_id"],
+            )
+            # Consume first: settling the request revokes its other pending links in the same transaction.
+            # If the decision is refused below, the whole transaction (and this update) rolls back.
+            if not tx.consume_link(h, decision, iso(now)):
+                raise Conflict("this link was used concurrently", code="already_decided")
+            after = self._record(tx, loaded, cmd, now, d)
+        return _decided(after, link["request_id"], link["step"], link["link_id"], decision)
+
+    def _record(
+        self, tx: ApplyTx, loaded: LoadedRun, cmd: DecideApproval, now: datetime, d: Definition
+    ) -> RunState:
+        """Decide `cmd` in the caller's transaction; the core's refusal becomes the API's error."""
+        try:
+            after, _events = self.kernel.apply(tx, loaded, cmd, now, d)
+        except Rejected as r:
+            raise _refusal(r) from None
+        if after is None:  # pragma: no cover - a recorded decision always leaves a state
+            raise Conflict("the decision was not recorded", code="not_waiting")
+        return after
+
+    def decide_in_session(
+        self, principal: Principal, run_id: str, step: str, decision: str, comment: str | None = None
+    ) -> DecisionResult:
+        """Decide from the inbox, as the logged-in approver, without a link (audited like decide)."""
+        try:
+            if decision not in ("approve", "reject"):
+                raise InvalidInput(f"decision must be approve or reject, not {decision!r}")
+            result = self._decide_in_session(principal, run_id, step, decision, comment)
+        except LockstepError as exc:
+            self.principals.audit(
+                principal.tenant,
+                principal.name,
+                "approval.decide",
+                None,
+                "refused",
+                code=exc.code,
+                channel="inbox",
+                decision=decision,
+                run_id=run_id,
+                step=step,
+            )
+            raise
+        self.principals.audit(
+            principal.tenant,
+            principal.name,
+            "approval.decide",
+            None,
+            "ok",
+            channel="inbox",
+            decision=decision,
+            request_id=result.request_id,
+        )
+        return result
+
+    def _decide_in_session(
+        self, principal: Principal, run_id: str, step: str, decision: str, comment: str | None
+    ) -> DecisionResult:
+        now = self.kernel.clock()
+        with self.kernel.write() as tx:
+            loaded = tx.load_run(run_id)
+            if loaded is None or loaded.state.tenant != principal.tenant:
+                raise NotFound(f"run {run_id} not found in tenant {principal.tenant}")
+            s = loaded.state
+            a = s.approval
+            if a is None or a["step"] != step:
+                raise Conflict(
+                    f"run {run_id} is not waiting for an approval at step {step}", code="not_waiting"
+                )
+            check_seat(principal, a)
+            user = tx.user(principal.tenant, principal.name)
+            if user is None or user.disabled:
+                raise Forbidden(f"{principal.name} is disabled", code="disabled")
+            d = self.kernel.definition_of(tx, s)
+            cmd = DecideApproval(
+                a["request_id"], user.name, decision, (comment or "")[:2000] or None, user.roles, user.groups
+            )
+            after = self._record(tx, loaded, cmd, now, d)
+        return _decided(after, a["request_id"], step, None, decision)
+
+
+def check_seat(principal: Principal, a: JSONObject) -> None:
+    """Refuse someone who may not decide `a` now: not an approver, or already decided."""
+    if not principal.can("approve"):
+        raise Forbidden(f"{principal.name} does not have the approver role", code="not_an_approver")
+    prior = next((d for d in a["decisions"] if d["approver"] == principal.name), None)
+    if prior is not None:
+        raise Conflict(
+            f"{principal.name} already decided {prior['decision']} at {prior['at']}",
+            code="already_decided",
+            extra={"decision": {"approver": principal.name, **prior}},
+        )
+
+
+def _decided(
+    after: RunState, request_id: str, step: str, link_id: str | None, decision: str
+) -> DecisionResult:
+    """What a recorded decision answers: the request's state after it and the run's status."""
+    pending = after.approval
+    done = after.steps[step].output or {}
+    decisions: list[Decision] = (pending or done).get("decisions", [])
+    return DecisionResult(
+        request_id=request_id,
+        run_id=after.run_id,
+        step=step,
+        link_id=link_id,
+        decision=cast(Literal["approve", "reject"], decision),
+        request_status="pending" if pending is not None else done.get("outcome"),
+        decisions=decisions,
+        run_status=cast(RunStatus, after.status),
+    )
+
+
+def _refusal(r: Rejected) -> LockstepError:
+    if r.code == "already_decided":
+        return Conflict(r.reason, code="already_decided")
+    if r.code in ("not_an_approver", "initiator"):
+        return Forbidden(r.reason, code=r.code)
+    if r.code == "not_waiting":
+        return Conflict(r.reason, code="not_waiting")
+    return Refused(r.reason, code=r.code)

@@ -1,0 +1,80 @@
+"""The approver's inbox: the pending requests a person may decide, and the Review page of one of them
+(opened from the inbox with the session as the identity, so no link is minted)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from ...core.approval import eligible
+from ...core.shape import for_view
+from ...errors import Conflict, NotFound
+from ...store import ApprovalsTx
+from ..port import KernelPort
+from ..principals import Principal
+from ..runs import Runs
+from ..views import ApprovalPage, DefinitionRef, InboxItem, LinkRef
+from ..views.recorded import ApprovalRequest
+from .decisions import check_seat
+
+__all__ = ["Inbox"]
+
+
+class Inbox:
+    def __init__(self, kernel: KernelPort[ApprovalsTx], runs: Runs) -> None:
+        self.kernel = kernel
+        self.runs = runs
+
+    def inbox(self, principal: Principal) -> list[InboxItem]:
+        """Pending requests this person may decide and has not decided yet."""
+        with self.kernel.read() as tx:
+            pending = tx.pending_approval_requests(principal.tenant)
+            decided = {
+                r["request_id"] for r in pending if tx.approval_decision(r["request_id"], principal.name)
+            }
+        out = []
+        for r in pending:
+            if r["request_id"] in decided:
+                continue
+            if principal.name not in r["users"] and not set(principal.groups) & set(r["groups"]):
+                continue
+            if not r["allow_initiator"] and r["initiator"] == principal.name:
+                continue
+            try:
+                state = self.runs.redacted(self.kernel.state(principal.tenant, r["run_id"]))
+            except NotFound:  # pragma: no cover
+                continue
+            if state.approval is None or state.approval["request_id"] != r["request_id"]:
+                continue
+            out.append(
+                InboxItem(
+                    request_id=r["request_id"],
+                    run_id=r["run_id"],
+                    step=r["step"],
+                    definition=DefinitionRef.model_validate(state.definition),
+                    details=for_view(state.approval["details"]),
+                    quorum=state.approval["policy"]["quorum"],
+                    decisions=state.approval["decisions"],
+                    requested_at=state.approval["requested_at"],
+                    expires_at=state.approval["expires_at"],
+                )
+            )
+        return out
+
+    def request_view(self, principal: Principal, run_id: str, step: str) -> ApprovalPage:
+        """What the inbox's Review page shows: the pending request at `step`, for a logged-in approver.
+        No link is minted (the session is the identity; a link authorizes nothing), so opening it any
+        number of times appends nothing to the run's history."""
+        state = self.runs.redacted(self.kernel.state(principal.tenant, run_id))
+        a = state.approval
+        if a is None or a["step"] != step:
+            raise Conflict(f"run {run_id} is not waiting for an approval at step {step}", code="not_waiting")
+        check_seat(principal, a)
+        policy = a["policy"]
+        if not eligible(policy, principal.name, principal.groups) or (
+            not policy["allow_initiator"] and a.get("initiator") == principal.name
+        ):
+            # The same answer as for a request that is not there: no details for people outside the policy.
+            why = f"run {run_id} is not waiting for your approval at step {step}"
+            raise Conflict(why, code="not_waiting")
+        link = LinkRef(request_id=a["request_id"], step=step, approver=principal.name, run_id=run_id)
+        return ApprovalPage(link=link, run=self.runs.describe(state), approval=cast(ApprovalRequest, a))

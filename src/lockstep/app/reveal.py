@@ -1,0 +1,98 @@
+"""Revealing sealed values to a person: only to a user holding the `read_sensitive` grant (besides the
+right to read runs), only on an explicit request, and every request, allowed or refused, is written to
+the audit log (who, which run, which fields: never a value). Everyone else sees redaction markers."""
+
+from __future__ import annotations
+
+from ..core.canonical import JSONValue
+from ..core.sealed import READ_GRANT, map_markers, marker_parts
+from ..core.state import RunState
+from ..errors import Forbidden, LockstepError, NotFound
+from .kernel import Kernel
+from .principals import Principal, Principals
+from .runs import Runs
+from .views import EventView, RunView
+
+__all__ = ["Reveal"]
+
+
+def _labels(value: JSONValue) -> list[str]:
+    """The labels (fields) of the markers in `value`, for the audit row."""
+    found: list[str] = []
+
+    def seen(marker: dict[str, JSONValue]) -> JSONValue:
+        try:
+            parts = marker_parts(marker)
+        except ValueError:
+            parts = None
+        found.append(parts[0] if parts else "?")
+        return marker
+
+    map_markers(value, seen)
+    return sorted(set(found))
+
+
+class Reveal:
+    def __init__(self, kernel: Kernel, runs: Runs, principals: Principals) -> None:
+        self.kernel = kernel
+        self.runs = runs
+        self.principals = principals
+
+    def run(self, principal: Principal, run_id: str, *, channel: str = "api") -> RunView:
+        """The run with its sealed values opened (those of a forgotten run stay redacted)."""
+        stored = self._allowed(principal, run_id, channel, "run")
+        raw = stored.to_json(copy_values=False)
+        labels = _labels(raw)
+        if not labels:
+            return self.runs.describe(stored)
+        try:
+            with self.kernel.read() as tx:
+                opened = self.kernel.opened(tx, stored.tenant, run_id, raw)
+        except LockstepError as exc:  # no key, another key, a moved value: a reveal that failed
+            self._audit(principal, run_id, "failed", channel=channel, what="run", code=exc.code)
+            raise
+        self._audit(principal, run_id, "ok", channel=channel, what="run", labels=labels)
+        return self.runs.describe(RunState.from_json(opened))
+
+    def events(self, principal: Principal, run_id: str, *, channel: str = "api") -> list[EventView]:
+        """The run's history with its sealed values opened."""
+        self._allowed(principal, run_id, channel, "events")
+        labels: set[str] = set()
+
+        def opener(data: JSONValue) -> JSONValue:
+            found = _labels(data)
+            if not found:
+                return data
+            labels.update(found)
+            with self.kernel.read() as tx:
+                return self.kernel.opened(tx, principal.tenant, run_id, data)
+
+        try:
+            out = self.runs.events(principal.tenant, run_id, opener)
+        except LockstepError as exc:
+            self._audit(principal, run_id, "failed", channel=channel, what="events", code=exc.code)
+            raise
+        if labels:
+            self._audit(principal, run_id, "ok", channel=channel, what="events", labels=sorted(labels))
+        return out
+
+    def _allowed(self, principal: Principal, run_id: str, channel: str, what: str) -> RunState:
+        """The run as stored, if `principal` may reveal it; else Forbidden (audited as refused)."""
+        try:
+            principal.require("read")
+            if not principal.can(READ_GRANT):
+                how = f"`lockstep users grant {principal.name} {READ_GRANT}`"
+                raise Forbidden(
+                    f"user {principal.name} does not have the {READ_GRANT} grant: sensitive values stay "
+                    f"redacted (an admin grants it with {how})",
+                    code="no_read_sensitive",
+                )
+            return self.kernel.state(principal.tenant, run_id)
+        except NotFound:
+            raise
+        except LockstepError as exc:
+            self._audit(principal, run_id, "refused", channel=channel, what=what, code=exc.code)
+            raise
+
+    def _audit(self, principal: Principal, run_id: str, outcome: str, **detail: JSONValue) -> None:
+        self.principals.audit(principal.tenant, principal.name, "sensitive.read", run_id, outcome, **detail)

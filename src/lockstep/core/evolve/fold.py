@@ -1,0 +1,88 @@
+"""evolve(state, event) -> state and fold(events): the checks every event passes, then the dispatch to the
+function of its group of events (one module each, beside this one)."""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from ..events import (
+    KEEPS_PROPOSAL,
+    ApprovalRecord,
+    AttemptRecord,
+    Event,
+    EventData,
+    RepairRecord,
+    RunRecord,
+    RunStarted,
+    TimerRecord,
+)
+from ..state import TERMINAL, RunState
+from .approvals import evolve_approval
+from .attempts import evolve_attempt
+from .copying import replace
+from .repairs import evolve_repair
+from .run import evolve_run, started
+from .timers import evolve_timer
+
+__all__ = ["evolve", "fold"]
+
+
+def evolve(state: RunState | None, event: Event) -> RunState:
+    """Apply one event. RunStarted creates the state; every event advances seq by exactly one."""
+    d = event.data
+    if isinstance(d, RunStarted):
+        if state is not None:
+            raise ValueError("RunStarted on a run that already exists")
+        return started(d, event)
+    if state is None:
+        raise ValueError(f"{event.type} before RunStarted")
+    if event.seq != state.seq + 1:
+        raise ValueError(f"event seq {event.seq} does not follow {state.seq}")
+    s = _apply(state, d, event)
+    if s.proposal is not None and d.type not in KEEPS_PROPOSAL:
+        s = replace(s, proposal=None)  # the run moved on: the proposal was made for a state that is gone
+    s = replace(s, seq=event.seq, updated_at=event.at)
+    return replace(s, status=_derive_status(s))
+
+
+def fold(events: list[Event]) -> RunState | None:
+    state: RunState | None = None
+    for e in events:
+        state = evolve(state, e)
+    return state
+
+
+def _apply(s: RunState, d: EventData, e: Event) -> RunState:
+    """One case per group of records (mypy checks that every record is in one: assert_never). Attempts
+    and timers come first: they are most of a history, and the match tries the cases in order."""
+    match d:
+        case AttemptRecord():
+            return evolve_attempt(s, d, e)
+        case TimerRecord():
+            return evolve_timer(s, d, e)
+        case RunRecord():
+            return evolve_run(s, d, e)
+        case ApprovalRecord():
+            return evolve_approval(s, d, e)
+        case RepairRecord():
+            return evolve_repair(s, d, e)
+        case _:
+            assert_never(d)
+
+
+def _derive_status(s: RunState) -> str:
+    if s.status in TERMINAL:
+        return s.status
+    if s.attention is not None:
+        return "needs_attention"
+    if s.paused is not None:
+        return "paused"
+    if s.compensating is not None:
+        return "compensating"
+    if s.cancel is not None:
+        return "cancelling"
+    if s.active is not None:
+        return "running"
+    if s.timers or s.approval is not None:
+        return "waiting"
+    return "running"
