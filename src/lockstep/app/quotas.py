@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..core.limits import TENANT_LIMITS, Settings, tenant_limit
 from ..core.shape import Shape, measure, over_limit
 from ..errors import InvalidInput, RateLimited
-from ..store import QuotaTx, TenantsTx
+from ..store import QuotaTx, TenantRow
 
 __all__ = ["admit", "check_input", "check_value", "limit_error", "limit_message", "measured"]
 
@@ -68,10 +68,10 @@ def check_value(
     return shape
 
 
-def check_input(tx: TenantsTx, tenant: str, shape: Shape) -> Settings:
-    """The tenant's settings, read fresh in the start's transaction, after refusing an input over its
-    limits (the input was measured before the transaction: nothing is walked while it is open)."""
-    row = tx.tenant(tenant)
+def check_input(row: TenantRow | None, tenant: str, shape: Shape) -> Settings:
+    """The tenant's settings from `row` (its row as the start's transaction read it), after refusing an
+    input over its limits (the input was measured before the transaction: nothing is walked while it is
+    open)."""
     settings = row.settings if row else {}
     over = over_limit(settings, shape, "max_input_bytes")
     if over is not None:
@@ -79,9 +79,9 @@ def check_input(tx: TenantsTx, tenant: str, shape: Shape) -> Settings:
     return settings
 
 
-def admit(tx: QuotaTx, tenant: str, now_ms: int) -> None:
-    """Tenant limits at the edge, inside the start transaction: refused starts write nothing."""
-    row = tx.tenant(tenant)
+def admit(tx: QuotaTx, row: TenantRow | None, tenant: str, now_ms: int) -> None:
+    """Tenant limits at the edge, inside the start transaction: refused starts write nothing. `row` is
+    the tenant's row as this transaction read it for check_input (one read per start, not two)."""
     if row is None:
         return
     if {"max_active_runs", "max_timers", "starts_per_second"} & row.settings.keys():

@@ -147,7 +147,8 @@ class Runs:
         shape: Shape,
         eager: Eager | None = None,
     ) -> str:
-        settings = check_input(tx, tenant, shape)
+        tenant_row = tx.tenant(tenant)  # read fresh, once: it bounds the input and admits the start
+        settings = check_input(tenant_row, tenant, shape)
         row = tx.definition(tenant, name, version)
         if row is None:
             known = [x["name"] for x in tx.definitions(tenant)]
@@ -158,7 +159,7 @@ class Runs:
                 "publish it first with `lockstep publish FILE`"
             )
         d = self.kernel.definition_for(tx, tenant, name, row.version)
-        admit(tx, tenant, epoch_ms(now))
+        admit(tx, tenant_row, tenant, epoch_ms(now))
         run_id = new_run_id(now)
         max_run = settings.get("max_run_seconds")
         cmd = StartRun(

@@ -3,6 +3,7 @@ logs its events and stops cleanly on SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import signal
@@ -46,6 +47,14 @@ def _event_logs(c: Ctx) -> None:
     if os.environ.get("LOCKSTEP_LOG_FORMAT", "json") != "off":
         configure_logging(json_logs=os.environ.get("LOCKSTEP_LOG_FORMAT", "json") == "json")
         c.engine.service.listeners.append(log_events)
+
+
+def _freeze_startup_heap() -> None:
+    """Move what start-up created (modules, classes, the engine: some 65,000 objects) out of the cyclic
+    collector's reach. It lives as long as the process; unfrozen, every full collection of a busy worker
+    or scheduler walks all of it again."""
+    gc.collect()
+    gc.freeze()
 
 
 def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
@@ -128,6 +137,7 @@ def worker(
         versions=_versions(versions),
     )
     _event_logs(c)
+    _freeze_startup_heap()
     w.start()
     err.print(f"worker {w.worker_id} serving {', '.join(names)}" + ("" if no_scheduler else " (+ scheduler)"))
     _run_until_signal([w.stop], "draining in-flight activities, then exiting")
@@ -187,6 +197,7 @@ def scheduler(
     if ttl.total_seconds() < 1:
         raise InvalidInput("--partition-ttl must be at least 1s")
     s.partition_ttl = ttl
+    _freeze_startup_heap()
     t = threading.Thread(target=s.run, args=(stop,), daemon=True)
     t.start()
     err.print("scheduler running")

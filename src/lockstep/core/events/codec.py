@@ -32,7 +32,7 @@ __all__ = ["SCHEMA_VERSION", "Event", "chain_hash", "chain_link", "data_of"]
 SCHEMA_VERSION = 1
 
 
-class Event(msgspec.Struct, frozen=True):
+class Event(msgspec.Struct, frozen=True, gc=False):  # see record.py for gc=False
     """One fact in its envelope. `seq` is assigned when it is appended (1-based, contiguous per run).
 
     `stored` is empty but for an event read from storage whose data does not fit its record (see the

@@ -21,7 +21,10 @@ JSON: TypeAlias = Any
 Doc: TypeAlias = dict[str, Any]
 
 
-class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+# gc=False (here and on Event): records and envelopes hold only JSON values, which never refer back to
+# them, so they cannot be part of a reference cycle; untracked, the thousands a worker or scheduler
+# creates per second do not trigger or lengthen the cyclic collector's passes.
+class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     """One kind of fact. Its tag `type` is a class attribute (stored in its own column), not a field."""
 
     type: ClassVar[str]
