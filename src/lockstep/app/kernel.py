@@ -27,6 +27,7 @@ from ..core.events import Event
 from ..core.evolve import evolve
 from ..core.exprcheck import STORED_EXPR_LIMITS
 from ..core.limits import DEFAULT_SERVER_LIMITS, SERVER_LIMITS, ServerLimits, Settings
+from ..core.pointer import parse_pointer
 from ..core.sealed import SEALED, contains_marker, label_of, maybe_sealed, pointer_get, pointer_set
 from ..core.sensitive import batch_pointers
 from ..core.shape import Shape
@@ -313,9 +314,7 @@ class Kernel:
             fields: dict[int, set[str]] = {}
             for (i, pointer, _label, _value), marker in zip(found, markers, strict=True):
                 datas[i] = pointer_set(datas[i], pointer, marker)
-                fields.setdefault(i, set()).add(
-                    pointer.split("/", 2)[1].replace("~1", "/").replace("~0", "~")
-                )
+                fields.setdefault(i, set()).add(parse_pointer(pointer)[0])  # the record's field
             for i, changed in fields.items():
                 e = written[i]
                 # The record with the sealed fields in place (unvalidated: a marker may stand where

@@ -23,6 +23,7 @@ import binascii
 from collections.abc import Callable
 
 from .canonical import JSONValue
+from .pointer import get_at, replace_at
 
 __all__ = [
     "FORGOTTEN",
@@ -149,45 +150,15 @@ def redact(value: JSONValue, kind: str = SENSITIVE) -> JSONValue:
     return map_markers(value, lambda _m: dict(shown))
 
 
-def _tokens(pointer: str) -> list[str]:
-    if not pointer.startswith("/"):
-        raise ValueError(f"JSON pointer {pointer!r} must start with '/'")
-    return [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
-
-
-def _child(doc: JSONValue, step: str) -> tuple[bool, JSONValue]:
-    if type(doc) is dict:
-        return (step in doc, doc.get(step))
-    if type(doc) is list and step.isdigit() and (len(step) == 1 or not step.startswith("0")):
-        i = int(step)
-        return (i < len(doc), doc[i] if i < len(doc) else None)
-    return False, None
-
-
 def pointer_get(doc: JSONValue, pointer: str) -> tuple[bool, JSONValue]:
-    """(found, value) at an RFC 6901 pointer ("/a/0/b") inside `doc`."""
-    for token in _tokens(pointer):
-        found, doc = _child(doc, token)
-        if not found:
-            return False, None
-    return True, doc
+    """(found, value) at an RFC 6901 pointer ("/a/0/b") inside `doc` (core/pointer.py walks it)."""
+    try:
+        return True, get_at(doc, pointer)
+    except KeyError:
+        return False, None
 
 
 def pointer_set(doc: JSONValue, pointer: str, value: JSONValue) -> JSONValue:
-    """A copy of `doc` with `value` at `pointer` (which must exist): only the containers on the path are
-    copied; everything else is shared."""
-    tokens = _tokens(pointer)
-
-    def put(node: JSONValue, i: int) -> JSONValue:
-        token = tokens[i]
-        found, child = _child(node, token)
-        if not found:
-            raise KeyError(pointer)
-        new = value if i == len(tokens) - 1 else put(child, i + 1)
-        if type(node) is dict:
-            return {**node, token: new}
-        copied = list(node)
-        copied[int(token)] = new
-        return copied
-
-    return put(doc, 0)
+    """A copy of `doc` with `value` at `pointer` (which must exist: KeyError otherwise): only the
+    containers on the path are copied; everything else is shared."""
+    return replace_at(doc, pointer, value)
