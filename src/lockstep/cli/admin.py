@@ -34,21 +34,22 @@ def verify(c: Ctx, run_id: str | None, as_json: bool) -> None:
         print_json(body)
     else:
         for r in bad:
-            out.print(f"[red]MISMATCH[/red] {r.run_id}: " + "; ".join(r.problems))
+            out.print(f"[red]MISMATCH[/red] {r.run_id}: " + escape("; ".join(r.problems)), markup=True)
         for p in audit_bad:
-            out.print(f"[red]AUDIT[/red] {escape(p.problem)}")
+            out.print(f"[red]AUDIT[/red] {escape(p.problem)}", markup=True)
         checked = f"verified {len(report)} run(s), {sum(r.events for r in report)} event(s)"
         if audit is not None:
             checked += f", {audit.rows} audit row(s)"
         problems = len(bad) + len(audit_bad)
         out.print(
             f"{checked}: "
-            + ("[green]all consistent[/green]" if not problems else f"[red]{problems} inconsistent[/red]")
+            + ("[green]all consistent[/green]" if not problems else f"[red]{problems} inconsistent[/red]"),
+            markup=True,
         )
         for chain in audit.chains if audit is not None else []:
             if chain.head is not None:  # what to keep elsewhere to notice a rewrite of the whole chain
                 who = f"tenant {chain.tenant}" if chain.tenant else "rows without a tenant"
-                out.print(f"audit chain of {escape(who)}: {chain.rows} row(s), head {chain.head}")
+                out.print(f"audit chain of {who}: {chain.rows} row(s), head {chain.head}")
     if bad or audit_bad:
         sys.exit(1)
 

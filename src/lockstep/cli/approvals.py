@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from ..app.approvals import Approvals
-from .context import Ctx, pass_ctx
+from .context import Ctx, cli_user, pass_ctx
 from .inputs import duration
 from .render import print_json
 
@@ -59,9 +57,7 @@ def approvals_link(
     """Mint and print a fresh single-use link {"url", "token", "expires_at"} (recorded in the history)."""
     expires = duration(expires_in, "--expires-in") if expires_in else None
     print_json(
-        _approvals(c, public_url).mint(
-            c.tenant, run_id, step, approver, expires_in=expires, by=os.environ.get("USER")
-        )
+        _approvals(c, public_url).mint(c.tenant, run_id, step, approver, expires_in=expires, by=cli_user())
     )
 
 
@@ -79,7 +75,7 @@ def approvals_links(c: Ctx, run_id: str) -> None:
 @pass_ctx
 def approvals_revoke(c: Ctx, link_id: str, reason: str) -> None:
     """Revoke a pending link (e.g. after resending a new one)."""
-    print_json(_approvals(c).revoke(c.tenant, link_id, reason, actor=os.environ.get("USER")))
+    print_json(_approvals(c).revoke(c.tenant, link_id, reason, actor=cli_user()))
 
 
 @approvals.command("reassign")
@@ -91,7 +87,7 @@ def approvals_revoke(c: Ctx, link_id: str, reason: str) -> None:
 @pass_ctx
 def approvals_reassign(c: Ctx, run_id: str, step: str, old: str, new: str, reason: str) -> None:
     """Replace an approver on a pending request; their links are revoked, the new one is notified."""
-    print_json(_approvals(c).reassign(c.tenant, run_id, step, old, new, reason, actor=os.environ.get("USER")))
+    print_json(_approvals(c).reassign(c.tenant, run_id, step, old, new, reason, actor=cli_user()))
 
 
 # The commands of this group, attached to the root group in root.py.

@@ -3,18 +3,17 @@ lines (an export, read a page at a time); filters as in GET /v1/audit."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict
 
 import click
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..app.audit import DEFAULT_PAGE, MAX_PAGE, audit_filter
 from ..app.views import AuditEntry
 from ..core.canonical import canonical_json
 from ..errors import InvalidInput
-from .context import Ctx, pass_ctx
+from .context import Ctx, cli_user, pass_ctx
 from .render import out, print_json
 
 __all__ = ["COMMANDS"]
@@ -77,7 +76,7 @@ def audit(
         if limit is not None and limit < 1:
             raise InvalidInput(f"--limit: {limit} is out of range; give 1 or more rows")
         described = {k: v for k, v in asdict(where).items() if v is not None}
-        who = os.environ.get("USER")
+        who = cli_user()
         log.record(scope, who, "audit.export", None, "ok", channel="cli", **described)
         for row in log.export(scope, where, limit=limit):
             click.echo(row.model_dump_json())
@@ -92,16 +91,16 @@ def audit(
         t.add_row(
             str(row.id),
             row.at,
-            escape(row.actor or "—"),
-            escape(row.action),
-            escape(row.target or ""),
-            f"[{style}]{escape(row.outcome)}[/{style}]" if style else escape(row.outcome),
-            escape(_detail(row)),
+            row.actor or "—",
+            row.action,
+            row.target or "",
+            Text(row.outcome, style=style),
+            _detail(row),
         )
     out.print(t)
     where_text = "rows without a tenant" if scope is None else f"tenant {scope}"
     more = f"; older rows: --cursor {page.next}" if page.next else ""
-    out.print(f"{len(page.items)} row(s) of {escape(where_text)}, newest first{more}")
+    out.print(f"{len(page.items)} row(s) of {where_text}, newest first{more}")
 
 
 # The commands of this group, attached to the root group in root.py.

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import getpass
+import os
+
 import click
 
 from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from ..engine import Engine
 
-__all__ = ["Ctx", "pass_ctx"]
+__all__ = ["Ctx", "cli_user", "pass_ctx"]
 
 
 class Ctx:
@@ -35,6 +38,18 @@ class Ctx:
         """Close the engine if a command opened it (the root group calls this when the command ends)."""
         if self._engine is not None:
             self._engine.close()
+
+
+def cli_user() -> str:
+    """Who is at the keyboard, for the audit log, holds and repairs: $USER, else the login name
+    ($LOGNAME, the account's name), or "cli" where none can be found (a container without a passwd
+    entry)."""
+    if user := os.environ.get("USER"):
+        return user
+    try:
+        return getpass.getuser() or "cli"
+    except (KeyError, OSError):
+        return "cli"
 
 
 pass_ctx = click.make_pass_decorator(Ctx)

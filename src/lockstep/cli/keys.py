@@ -12,14 +12,14 @@ from ..app.keys import KEY_FILE_ENV, create_key_file
 from ..app.views import KeyFileCreated
 from ..core.sealed import READ_GRANT
 from ..errors import InvalidInput
-from .context import Ctx, pass_ctx
+from .context import Ctx, cli_user, pass_ctx
 from .render import print_json
 
 __all__ = ["COMMANDS", "runs_forget", "tenants_shred", "users_grant", "users_revoke"]
 
 
 def _actor() -> str | None:
-    return os.environ.get("USER") or getpass.getuser()
+    return cli_user() or getpass.getuser()
 
 
 @click.group()

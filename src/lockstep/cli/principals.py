@@ -3,7 +3,6 @@ addresses and API keys."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from typing import TypeVar
@@ -12,7 +11,7 @@ import click
 
 from ..app.principals import Principals
 from ..errors import InvalidInput
-from .context import Ctx, pass_ctx
+from .context import Ctx, cli_user, pass_ctx
 from .inputs import seconds
 from .render import err, print_json
 
@@ -39,7 +38,7 @@ def tenants() -> None:
 @pass_ctx
 def tenants_create(c: Ctx, name: str) -> None:
     """Create tenant NAME."""
-    print_json(_principals(c).create_tenant(name))
+    print_json(_principals(c).create_tenant(name, actor=cli_user()))
 
 
 def _value_limit_options(f: F) -> F:
@@ -109,7 +108,7 @@ def tenants_set(
         changes["retention"] = _retention(retention)  # None (keep forever) unsets it
     if not changes:
         raise InvalidInput("give at least one limit option (see `lockstep tenants set --help`)")
-    print_json(_principals(c).set_tenant(name, actor=_operator(), **changes))
+    print_json(_principals(c).set_tenant(name, actor=cli_user(), **changes))
     if changes.get("retention"):
         st = c.engine.service.retention.status(name).tenants[0]
         err.print(
@@ -127,11 +126,6 @@ def _retention(text: str) -> int | None:
     return int(keep)
 
 
-def _operator() -> str:
-    """Who is at the CLI, for the audit log and holds (the platform operator, with database access)."""
-    return os.environ.get("USER") or "cli"
-
-
 def _reason_opt(f: F) -> F:
     return click.option("--reason", required=True, help="Why (kept with the hold and audited).")(f)
 
@@ -142,7 +136,7 @@ def _reason_opt(f: F) -> F:
 @pass_ctx
 def tenants_hold(c: Ctx, name: str, reason: str) -> None:
     """Place a legal hold on tenant NAME: none of its runs is purged until the hold is released."""
-    print_json(c.engine.service.retention.hold_tenant(name, reason, _operator()))
+    print_json(c.engine.service.retention.hold_tenant(name, reason, cli_user()))
 
 
 @tenants.command("release")
@@ -151,7 +145,7 @@ def tenants_hold(c: Ctx, name: str, reason: str) -> None:
 @pass_ctx
 def tenants_release(c: Ctx, name: str, reason: str) -> None:
     """Release tenant NAME's legal hold: its runs past retention are purged again."""
-    print_json(c.engine.service.retention.release_tenant(name, reason, _operator()))
+    print_json(c.engine.service.retention.release_tenant(name, reason, cli_user()))
 
 
 @tenants.command("list")
@@ -182,9 +176,11 @@ def users_create(
     c: Ctx, name: str, tenant: str | None, roles: str, groups: str, grants: tuple[str, ...]
 ) -> None:
     """Create a user; prints its API key ONCE (only a hash is stored)."""
-    created = _principals(c).create_user(tenant or c.tenant, name, _csv(roles), _csv(groups))
+    created = _principals(c).create_user(
+        tenant or c.tenant, name, _csv(roles), _csv(groups), actor=cli_user()
+    )
     for g in grants:
-        _principals(c).set_grant(tenant or c.tenant, name, g, granted=True, by=os.environ.get("USER"))
+        _principals(c).set_grant(tenant or c.tenant, name, g, granted=True, by=cli_user())
     print_json(created)
 
 
@@ -195,7 +191,7 @@ def users_create(
 def users_disable(c: Ctx, name: str, tenant: str | None) -> None:
     """Disable a user: their key, sessions and links stop working at once (enabling does not revive
     the sessions)."""
-    print_json(_principals(c).disable_user(tenant or c.tenant, name))
+    print_json(_principals(c).disable_user(tenant or c.tenant, name, actor=cli_user()))
 
 
 @users.command("enable")
@@ -204,7 +200,7 @@ def users_disable(c: Ctx, name: str, tenant: str | None) -> None:
 @pass_ctx
 def users_enable(c: Ctx, name: str, tenant: str | None) -> None:
     """Enable a disabled user again."""
-    print_json(_principals(c).enable_user(tenant or c.tenant, name))
+    print_json(_principals(c).enable_user(tenant or c.tenant, name, actor=cli_user()))
 
 
 @users.command("set-password")
@@ -221,7 +217,7 @@ def users_set_password(c: Ctx, name: str, tenant: str | None, password_stdin: bo
         password = sys.stdin.readline().rstrip("\n")
     else:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
-    print_json(_principals(c).set_password(tenant or c.tenant, name, password))
+    print_json(_principals(c).set_password(tenant or c.tenant, name, password, actor=cli_user()))
 
 
 @users.command("rotate-key")
@@ -231,7 +227,7 @@ def users_set_password(c: Ctx, name: str, tenant: str | None, password_stdin: bo
 def users_rotate_key(c: Ctx, name: str, tenant: str | None) -> None:
     """Replace a user's API key; prints the new key once, the old one stops working and the user's UI
     sessions end."""
-    print_json(_principals(c).rotate_key(tenant or c.tenant, name))
+    print_json(_principals(c).rotate_key(tenant or c.tenant, name, actor=cli_user()))
 
 
 @users.command("set")
@@ -248,6 +244,7 @@ def users_set(c: Ctx, name: str, tenant: str | None, roles: str | None, groups: 
             name,
             roles=_csv(roles) if roles is not None else None,
             groups=_csv(groups) if groups is not None else None,
+            actor=cli_user(),
         )
     )
 
@@ -267,7 +264,7 @@ def users_list(c: Ctx, tenant: str | None) -> None:
 @pass_ctx
 def users_set_email(c: Ctx, name: str, email: str, tenant: str | None) -> None:
     """Set the address the SMTP notifier sends approval links to."""
-    print_json(_principals(c).set_email(tenant or c.tenant, name, email))
+    print_json(_principals(c).set_email(tenant or c.tenant, name, email, actor=cli_user()))
 
 
 # The commands of this group, attached to the root group in root.py.

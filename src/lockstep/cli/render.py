@@ -19,8 +19,11 @@ __all__ = ["STATUS_STYLE", "err", "fail", "out", "print_json", "print_run"]
 
 
 # Piped output (scripts, tests, CI logs) gets a wide console so run ids and reasons are not wrapped.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Markup is off by default: what the consoles print is mostly tenants' and workers' text (step names,
+# error messages, a redaction's "[sensitive]"), which Rich would otherwise read as tags and swallow or
+# style. A line that wants styling says markup=True and escapes what it interpolates.
+out = Console(highlight=False, soft_wrap=True, markup=False, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 STATUS_STYLE = {
     "completed": "green",
     "failed": "red",
@@ -54,15 +57,17 @@ def print_run(s: RunView) -> None:
     style = STATUS_STYLE.get(s.status, "")
     d = s.definition
     out.print(
-        f"[bold]{s.run_id}[/bold]  [{style}]{s.status}[/{style}]  {d.name} v{d.version}  tenant {s.tenant}"
+        f"[bold]{s.run_id}[/bold]  [{style}]{s.status}[/{style}]  "
+        f"{escape(d.name)} v{d.version}  tenant {escape(s.tenant)}",
+        markup=True,
     )
     if s.current_step:
         out.print(f"current step: {s.current_step}")
     if s.wait_reason:
-        out.print(f"[bold]why:[/bold]  {s.wait_reason}")
-        out.print(f"[bold]next:[/bold] {s.next_action}")
+        out.print(f"[bold]why:[/bold]  {escape(s.wait_reason or '')}", markup=True)
+        out.print(f"[bold]next:[/bold] {escape(s.next_action or '')}", markup=True)
     if s.error:
-        out.print(f"[red]error:[/red] {_error(s.error)}")
+        out.print(f"[red]error:[/red] {escape(_error(s.error))}", markup=True)
     if s.status == "completed":
         out.print(f"output: {json.dumps(s.output)}")
     t = Table("step", "status", "attempts", "idempotency key", "detail")

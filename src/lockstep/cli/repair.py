@@ -3,7 +3,6 @@ confirm/reject, and migrate to another version."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -11,7 +10,7 @@ from rich.table import Table
 
 from ..app.repair import Repairs
 from ..errors import InvalidInput
-from .context import Ctx, pass_ctx
+from .context import Ctx, cli_user, pass_ctx
 from .inputs import parse_json
 from .render import out, print_json
 
@@ -28,9 +27,7 @@ __all__ = ["COMMANDS"]
 @pass_ctx
 def retry(c: Ctx, run_id: str, step: str, reason: str, new_key: bool) -> None:
     """Run a step that waits for an operator (dead letter, unknown outcome) again, as a new attempt."""
-    print_json(
-        c.engine.service.retry(c.tenant, run_id, step, reason, actor=os.environ.get("USER"), new_key=new_key)
-    )
+    print_json(c.engine.service.retry(c.tenant, run_id, step, reason, actor=cli_user(), new_key=new_key))
 
 
 @click.command("dead-letters")
@@ -63,7 +60,7 @@ reason_opt = click.option(
 @pass_ctx
 def pause(c: Ctx, run_id: str, reason: str) -> None:
     """Pause a run: nothing new starts; in-flight attempts finish and are recorded; due timers wait."""
-    print_json(_repairs(c).pause(c.tenant, run_id, reason, actor=os.environ.get("USER")))
+    print_json(_repairs(c).pause(c.tenant, run_id, reason, actor=cli_user()))
 
 
 @click.command()
@@ -72,7 +69,7 @@ def pause(c: Ctx, run_id: str, reason: str) -> None:
 @pass_ctx
 def resume(c: Ctx, run_id: str, reason: str) -> None:
     """Resume a paused run: transitions held back while paused (due timers, next steps) happen now."""
-    print_json(_repairs(c).resume(c.tenant, run_id, reason, actor=os.environ.get("USER")))
+    print_json(_repairs(c).resume(c.tenant, run_id, reason, actor=cli_user()))
 
 
 @click.command()
@@ -90,7 +87,7 @@ def skip(c: Ctx, run_id: str, step: str, output: str | None, reason: str) -> Non
             step,
             reason,
             output=parse_json(output, "--output"),
-            actor=os.environ.get("USER"),
+            actor=cli_user(),
             roles=("operator", "admin"),
         )
     )
@@ -104,9 +101,7 @@ def skip(c: Ctx, run_id: str, step: str, output: str | None, reason: str) -> Non
 def edit_input(c: Ctx, run_id: str, input_: str, reason: str) -> None:
     """Replace the run's input (checked against its version's input_schema) for steps not yet started."""
     print_json(
-        _repairs(c).edit_input(
-            c.tenant, run_id, parse_json(input_, "--input"), reason, actor=os.environ.get("USER")
-        )
+        _repairs(c).edit_input(c.tenant, run_id, parse_json(input_, "--input"), reason, actor=cli_user())
     )
 
 
@@ -127,7 +122,7 @@ def resolve(c: Ctx, run_id: str, step: str, outcome: str, output: str | None, re
             outcome,
             reason,
             output=parse_json(output, "--output"),
-            actor=os.environ.get("USER"),
+            actor=cli_user(),
         )
     )
 
@@ -141,7 +136,7 @@ def confirm(c: Ctx, run_id: str, proposal_id: str, reason: str) -> None:
     """Four-eyes: confirm another operator's proposed skip, migrate or resolve (it runs now)."""
     print_json(
         _repairs(c).confirm(
-            c.tenant, run_id, proposal_id, reason, actor=os.environ.get("USER"), roles=("operator", "admin")
+            c.tenant, run_id, proposal_id, reason, actor=cli_user(), roles=("operator", "admin")
         )
     )
 
@@ -153,7 +148,7 @@ def confirm(c: Ctx, run_id: str, proposal_id: str, reason: str) -> None:
 @pass_ctx
 def reject_proposal(c: Ctx, run_id: str, proposal_id: str, reason: str) -> None:
     """Four-eyes: reject a proposal (your own proposal: withdraw it)."""
-    print_json(_repairs(c).reject(c.tenant, run_id, proposal_id, reason, actor=os.environ.get("USER")))
+    print_json(_repairs(c).reject(c.tenant, run_id, proposal_id, reason, actor=cli_user()))
 
 
 def _mapping(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -189,7 +184,7 @@ def migrate(
 ) -> None:
     """Move a running run (or, with --definition, many) to another version of its definition."""
     mapping = _mapping(maps)
-    actor = os.environ.get("USER")
+    actor = cli_user()
     if run_id is not None:
         if definition or from_version or where:
             raise InvalidInput("give either RUN_ID or --definition/--from-version/--where, not both")

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 from rich.table import Table
+from rich.text import Text
 
 from ..app.principals import Principal
 from ..app.views import RunSummary
 from ..core.narrate import narrate
 from ..core.state import STATUSES
 from ..errors import Forbidden
-from .context import Ctx, pass_ctx
+from .context import Ctx, cli_user, pass_ctx
 from .inputs import parse_json
 from .render import STATUS_STYLE, out, print_json, print_run
 
@@ -28,15 +27,13 @@ __all__ = ["COMMANDS"]
 def start(c: Ctx, name: str, version: int | None, input_: str | None, key: str | None) -> None:
     """Start a run of definition NAME; prints {"run_id"}."""
     payload = parse_json(input_, "--input")
-    run_id = c.engine.start(
-        name, input=payload, key=key, version=version, tenant=c.tenant, actor=os.environ.get("USER")
-    )
+    run_id = c.engine.start(name, input=payload, key=key, version=version, tenant=c.tenant, actor=cli_user())
     print_json({"run_id": run_id})
 
 
 def _revealer(c: Ctx, who: str | None) -> Principal:
     """The user a --reveal is made as (and audited for): --as, else $USER; they need read_sensitive."""
-    name = who or os.environ.get("USER") or ""
+    name = who or cli_user()
     p = c.engine.service.principals.principal(c.tenant, name) if name else None
     if p is None:
         c.engine.service.principals.audit(c.tenant, name or None, "sensitive.read", None, "refused")
@@ -116,7 +113,7 @@ def runs(c: Ctx, status: str | None, definition: str | None, limit: int, after: 
         style = STATUS_STYLE.get(r.status, "")
         t.add_row(
             r.run_id,
-            f"[{style}]{r.status}[/{style}]",
+            Text(r.status, style=style),
             f"{r.definition.name} v{r.definition.version}",
             r.current_step or "",
             r.wait_reason or "",
@@ -130,11 +127,7 @@ def runs(c: Ctx, status: str | None, definition: str | None, limit: int, after: 
 @pass_ctx
 def cancel(c: Ctx, run_id: str, reason: str) -> None:
     """Cancel a run: start nothing new, wait for in-flight work, compensate, end cancelled."""
-    print_json(c.engine.cancel(run_id, reason=reason, tenant=c.tenant, actor=os.environ.get("USER")))
-
-
-def _operator() -> str:
-    return os.environ.get("USER") or "cli"
+    print_json(c.engine.cancel(run_id, reason=reason, tenant=c.tenant, actor=cli_user()))
 
 
 @runs.command("hold")
@@ -143,7 +136,7 @@ def _operator() -> str:
 @pass_ctx
 def runs_hold(c: Ctx, run_id: str, reason: str) -> None:
     """Place a legal hold on a run (running or finished): it is never purged until released."""
-    print_json(c.engine.service.retention.hold_run(c.tenant, run_id, reason, _operator()))
+    print_json(c.engine.service.retention.hold_run(c.tenant, run_id, reason, cli_user()))
 
 
 @runs.command("release")
@@ -152,7 +145,7 @@ def runs_hold(c: Ctx, run_id: str, reason: str) -> None:
 @pass_ctx
 def runs_release(c: Ctx, run_id: str, reason: str) -> None:
     """Release a run's legal hold: once past its tenant's retention it is purged again."""
-    print_json(c.engine.service.retention.release_run(c.tenant, run_id, reason, _operator()))
+    print_json(c.engine.service.retention.release_run(c.tenant, run_id, reason, cli_user()))
 
 
 @runs.command("purge")
@@ -161,7 +154,7 @@ def runs_release(c: Ctx, run_id: str, reason: str) -> None:
 @pass_ctx
 def runs_purge(c: Ctx, run_id: str, reason: str) -> None:
     """Purge a finished, unheld run now, whatever the retention; prints its tombstone."""
-    print_json(c.engine.service.retention.purge_run(c.tenant, run_id, reason, _operator()))
+    print_json(c.engine.service.retention.purge_run(c.tenant, run_id, reason, cli_user()))
 
 
 # The commands of this group, attached to the root group in root.py.

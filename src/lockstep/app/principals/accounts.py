@@ -69,16 +69,17 @@ class Accounts:
 
     def __init__(self, kernel: KernelPort[AccountsTx]) -> None:
         self.kernel = kernel
-        # Changes of tenants and users are audited; no user is logged in (CLI, Python API): no actor.
+        # Changes of tenants and users are audited with `actor`: the CLI passes the operator at the
+        # keyboard ($USER); the Python API may pass whoever it acts for (None: nobody named).
         self.log = Audit(kernel)
 
     # --- tenants -------------------------------------------------------------------------------
-    def create_tenant(self, name: str) -> TenantSettings:
+    def create_tenant(self, name: str, *, actor: str | None = None) -> TenantSettings:
         check_name("tenant", name)
         try:
             with self.kernel.write() as tx:
                 tx.insert_tenant(name, {}, iso(self.kernel.clock()))
-                self.log.record(name, None, "tenant.create", name, "ok", tx=tx)
+                self.log.record(name, actor, "tenant.create", name, "ok", tx=tx)
         except ConcurrencyError:
             raise Conflict(f"tenant {name} already exists") from None
         return TenantSettings(tenant=name, settings={})
@@ -117,7 +118,9 @@ class Accounts:
         return [TenantView(tenant=t.name, settings=t.settings, created_at=t.created_at) for t in rows]
 
     # --- users ---------------------------------------------------------------------------------
-    def create_user(self, tenant: str, name: str, roles: list[str], groups: list[str]) -> NewUser:
+    def create_user(
+        self, tenant: str, name: str, roles: list[str], groups: list[str], *, actor: str | None = None
+    ) -> NewUser:
         """Create a user and return its API key: shown once, only its hash is stored."""
         check_name("user", name)
         bad = [r for r in roles if r not in ROLES]
@@ -149,11 +152,17 @@ class Accounts:
             except ConcurrencyError:
                 raise Conflict(f"user {name} already exists in tenant {tenant}") from None
             kept = {"roles": list(dict.fromkeys(roles)), "groups": list(dict.fromkeys(groups))}
-            self.log.record(tenant, None, "user.create", name, "ok", tx=tx, **kept)
+            self.log.record(tenant, actor, "user.create", name, "ok", tx=tx, **kept)
         return NewUser(tenant=tenant, user=name, roles=roles, groups=groups, api_key=key)
 
     def _update(
-        self, tenant: str, name: str, *, end_sessions: bool = False, **changes: Unpack[UserChanges]
+        self,
+        tenant: str,
+        name: str,
+        *,
+        actor: str | None = None,
+        end_sessions: bool = False,
+        **changes: Unpack[UserChanges],
     ) -> UserRow:
         """Change a user; with `end_sessions` (a credential change) every session of theirs ends in the
         same transaction, and so does any session a login that checked the old credentials opens later."""
@@ -167,35 +176,41 @@ class Accounts:
             u = replace(u, **changes)
             tx.update_user(u)
             action, detail = user_change(dict(changes))
-            self.log.record(tenant, None, action, name, "ok", tx=tx, **detail)
+            self.log.record(tenant, actor, action, name, "ok", tx=tx, **detail)
             return u
 
-    def disable_user(self, tenant: str, name: str) -> UserEnabled:
-        self._update(tenant, name, end_sessions=True, disabled=True)
+    def disable_user(self, tenant: str, name: str, *, actor: str | None = None) -> UserEnabled:
+        self._update(tenant, name, actor=actor, end_sessions=True, disabled=True)
         return UserEnabled(tenant=tenant, user=name, disabled=True)
 
-    def enable_user(self, tenant: str, name: str) -> UserEnabled:
-        self._update(tenant, name, disabled=False)
+    def enable_user(self, tenant: str, name: str, *, actor: str | None = None) -> UserEnabled:
+        self._update(tenant, name, actor=actor, disabled=False)
         return UserEnabled(tenant=tenant, user=name, disabled=False)
 
-    def set_password(self, tenant: str, name: str, password: str) -> PasswordSet:
+    def set_password(self, tenant: str, name: str, password: str, *, actor: str | None = None) -> PasswordSet:
         check_password_policy(password, tenant=tenant, user=name, limits=self.kernel.server_limits)
-        self._update(tenant, name, end_sessions=True, password_hash=hash_password(password))
+        self._update(tenant, name, actor=actor, end_sessions=True, password_hash=hash_password(password))
         return PasswordSet(tenant=tenant, user=name, password="set", sessions="ended")  # noqa: S106 - not one
 
-    def set_email(self, tenant: str, name: str, email: str) -> EmailSet:
+    def set_email(self, tenant: str, name: str, email: str, *, actor: str | None = None) -> EmailSet:
         if not re.match(r"^[^@\s]+@[^@\s]+\.[^@\s]+$", email):
             raise InvalidInput(f"{email!r} is not an e-mail address")
-        self._update(tenant, name, email=email)
+        self._update(tenant, name, actor=actor, email=email)
         return EmailSet(tenant=tenant, user=name, email=email)
 
-    def rotate_key(self, tenant: str, name: str) -> KeyRotated:
+    def rotate_key(self, tenant: str, name: str, *, actor: str | None = None) -> KeyRotated:
         key = new_api_key()
-        self._update(tenant, name, end_sessions=True, key_hash=sha256_hex(key))
+        self._update(tenant, name, actor=actor, end_sessions=True, key_hash=sha256_hex(key))
         return KeyRotated(tenant=tenant, user=name, api_key=key, sessions="ended")
 
     def set_membership(
-        self, tenant: str, name: str, *, roles: list[str] | None = None, groups: list[str] | None = None
+        self,
+        tenant: str,
+        name: str,
+        *,
+        roles: list[str] | None = None,
+        groups: list[str] | None = None,
+        actor: str | None = None,
     ) -> Membership:
         changes: UserChanges = {}
         if roles is not None:
@@ -205,7 +220,7 @@ class Accounts:
             changes["roles"] = tuple(roles)
         if groups is not None:
             changes["groups"] = tuple(groups)
-        u = self._update(tenant, name, **changes)
+        u = self._update(tenant, name, actor=actor, **changes)
         return Membership(tenant=tenant, user=name, roles=list(u.roles), groups=list(u.groups))
 
     def set_grant(
