@@ -37,7 +37,8 @@ def rows(page: Any) -> Any:
 
 def test_an_admin_reads_filters_and_pages_the_audit_log(page: Any, ui_server: Server, viewer: Any) -> None:
     """The nav's Audit link opens the log with the admin's own login on top; filtering by action and
-    outcome narrows it; more than a page of rows gives an 'Older rows' link to the rest."""
+        outcome narrows it; more than a page of rows gives an 'Older rows' link to the rest; details read as
+    words (lists as names), not Python reprs."""
     with ui_server.api() as api:  # 60 refused requests by the viewer: more than one page of rows
         name, _password = viewer
         key = ui_server.cli("users", "rotate-key", name, "--tenant", "default").stdout
@@ -75,6 +76,13 @@ def test_an_admin_reads_filters_and_pages_the_audit_log(page: Any, ui_server: Se
     page.get_by_role("button", name="Filter").click()
     expect(page.get_by_role("alert")).to_contain_text("action: 'not an action' is neither an action name")
     assert page.locator("script").count() == 0  # no JavaScript on the page
+
+    # Details read as words: a user's roles as a list of names, never Python's ['admin'] or None.
+    page.goto("/ui/audit?action=user.create")
+    details = rows(page).locator("td.detail").all_inner_texts()
+    assert details
+    assert all("roles" in d for d in details), details
+    assert not [d for d in details if "['" in d or "None" in d], details
 
 
 def test_a_viewer_has_no_audit_link_and_is_refused_the_page(

@@ -27,7 +27,7 @@ def test_reasons_with_markup_are_printed_literally(cli: Cli) -> None:
 
 
 def test_account_changes_are_audited_with_the_cli_user(cli: Cli) -> None:
-    """users create / set-password / disable, and tenants create, record the CLI user ($USER, else the login name) as the actor."""
+    """tenants create, users create and disable record the CLI user ($USER, else the login name)."""
     cli.env.pop("USER", None)
     cli.env["LOGNAME"] = "ops-ana"  # no $USER: the login name
     cli.run("tenants", "create", "acme")

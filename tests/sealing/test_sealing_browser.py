@@ -34,17 +34,21 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def served(tmp_path: Path, key_file: Path) -> Iterator[tuple[str, str, Any]]:
-    """A sealed run made in this process, then `lockstep serve` (with the key) on the same database."""
+def served(tmp_path: Path, key_file: Path) -> Iterator[tuple[str, str, Any, str]]:
+    """A sealed run made in this process and one left waiting for alice's approval (alice holds the
+    grant), then `lockstep serve` (with the key) on the same database."""
     from contextlib import ExitStack
 
     url = f"sqlite:///{tmp_path}/ui.db"
     with ExitStack() as stack:
         world = open_world(url, key_file, stack)
-        for user in ("viewer", "auditor"):
+        for user in ("viewer", "auditor", "alice"):
             world.service.principals.set_password(TENANT, user, PASSWORD)
         world.start_worker()
         run_id = world.through(CARD, CLEAR_REF)
+        waiting = world.start(CARD, "REF-WAITING-1")
+        world.wait(waiting, lambda s: s["wait_kind"] == "approval", "waited for approval")
+        world.service.principals.set_grant(TENANT, "alice", "read_sensitive", granted=True, by="test")
         assert world.worker is not None
         world.worker.stop()
         world.engine.close()
@@ -73,7 +77,7 @@ def served(tmp_path: Path, key_file: Path) -> Iterator[tuple[str, str, Any]]:
         assert time.monotonic() < deadline, "lockstep serve did not become healthy"
         time.sleep(0.1)
     try:
-        yield base, run_id, url
+        yield base, run_id, url, waiting
     finally:
         proc.terminate()
         proc.wait(timeout=15)
@@ -124,11 +128,11 @@ def _audit(url: str) -> list[tuple[str, str, str]]:
 
 
 def test_a_viewer_sees_the_redaction_marker_and_a_granted_user_reveals(
-    browser: Any, served: tuple[str, str, Any]
+    browser: Any, served: tuple[str, str, Any, str]
 ) -> None:
     """Viewer: marker shown, value absent, no reveal button, a forged reveal POST is 403. Auditor: the
     button reveals the card (audited); reloading hides it again."""
-    base, run_id, url = served
+    base, run_id, url, _waiting = served
     viewer = _login(browser, base, "viewer")
     viewer.goto(f"/ui/runs/{run_id}")
     expect(viewer.locator("#sensitive h2")).to_have_text("Sensitive values hidden")
@@ -159,4 +163,32 @@ def test_a_viewer_sees_the_redaction_marker_and_a_granted_user_reveals(
     rows = _audit(url)
     assert ("viewer", "refused") in [(a, o) for a, o, _ in rows]
     assert [(a, o) for a, o, _ in rows].count(("auditor", "ok")) == 2  # the run and its events
+    assert all(CARD not in detail for _a, _o, detail in rows)
+
+
+def test_an_approver_with_the_grant_reveals_the_details_she_decides_on(
+    browser: Any, served: tuple[str, str, Any, str]
+) -> None:
+    """alice's review page says the details are sensitive and hides them; her Reveal (a CSRF POST) shows
+    the card, audited as an approval read; a reload hides it; a viewer's forged reveal is refused."""
+    base, _run_id, url, waiting = served
+    alice = _login(browser, base, "alice")
+    alice.goto(f"/ui/approvals/{waiting}/approve")
+    expect(alice.locator("#details")).to_contain_text("hold sensitive values")
+    assert CARD not in alice.content()
+    alice.locator("#reveal").click()
+    alice.wait_for_load_state()
+    expect(alice.locator("p.details")).to_contain_text(CARD)
+    expect(alice.locator("#revealed")).to_contain_text("audit log")
+    alice.screenshot(path="/tmp/i16seal-approval-revealed.png", full_page=True)
+    alice.goto(f"/ui/approvals/{waiting}/approve")
+    assert CARD not in alice.content()
+
+    viewer = _login(browser, base, "viewer")
+    csrf = viewer.locator('form[action="/ui/logout"] input[name="csrf"]').input_value()
+    forged = viewer.request.post(f"/ui/approvals/{waiting}/approve/reveal", form={"csrf": csrf})
+    assert forged.status in (403, 409)
+    assert CARD not in forged.text()
+    rows = _audit(url)
+    assert [(a, o) for a, o, d in rows if '"approval"' in d] == [("alice", "ok")]
     assert all(CARD not in detail for _a, _o, detail in rows)

@@ -1,6 +1,10 @@
 """Revealing sealed values to a person: only to a user holding the `read_sensitive` grant (besides the
 right to read runs), only on an explicit request, and every request, allowed or refused, is written to
-the audit log (who, which run, which fields: never a value). Everyone else sees redaction markers."""
+the audit log (who, which run, which fields: never a value). Everyone else sees redaction markers.
+
+Approvers are the one exception to "besides the right to read runs": an approver the request's policy
+admits, holding the grant, may reveal that request's details (what they decide on), nothing else of the
+run."""
 
 from __future__ import annotations
 
@@ -8,10 +12,11 @@ from ..core.canonical import JSONValue
 from ..core.sealed import READ_GRANT, map_markers, marker_parts
 from ..core.state import RunState
 from ..errors import Forbidden, LockstepError, NotFound
+from .approvals import Approvals
 from .kernel import Kernel
 from .principals import Principal, Principals
 from .runs import Runs
-from .views import EventView, RunView
+from .views import ApprovalPage, EventView, RunView
 
 __all__ = ["Reveal"]
 
@@ -33,10 +38,11 @@ def _labels(value: JSONValue) -> list[str]:
 
 
 class Reveal:
-    def __init__(self, kernel: Kernel, runs: Runs, principals: Principals) -> None:
+    def __init__(self, kernel: Kernel, runs: Runs, principals: Principals, approvals: Approvals) -> None:
         self.kernel = kernel
         self.runs = runs
         self.principals = principals
+        self.approvals = approvals
 
     def run(self, principal: Principal, run_id: str, *, channel: str = "api") -> RunView:
         """The run with its sealed values opened (those of a forgotten run stay redacted)."""
@@ -76,17 +82,45 @@ class Reveal:
             self._audit(principal, run_id, "ok", channel=channel, what="events", labels=sorted(labels))
         return out
 
+    def approval(self, principal: Principal, run_id: str, step: str, *, channel: str = "ui") -> ApprovalPage:
+        """The approval page of the request at `step` with its details opened, for an approver the policy
+        admits (the same checks, and the same answers, as the page itself) who holds the grant."""
+        shown = self.approvals.request_view(principal, run_id, step)
+        try:
+            self._require_grant(principal)
+        except LockstepError as exc:
+            self._audit(principal, run_id, "refused", channel=channel, what="approval", code=exc.code)
+            raise
+        request = self.kernel.state(principal.tenant, run_id).approval
+        details = request.get("details") if request is not None else None
+        labels = _labels(details)
+        if not labels or not isinstance(shown.approval, dict):  # nothing sealed, or not pending
+            return shown
+        try:
+            with self.kernel.read() as tx:
+                opened = self.kernel.opened(tx, principal.tenant, run_id, details)
+        except LockstepError as exc:
+            self._audit(principal, run_id, "failed", channel=channel, what="approval", code=exc.code)
+            raise
+        self._audit(principal, run_id, "ok", channel=channel, what="approval", step=step, labels=labels)
+        approval = {**shown.approval, "details": opened}
+        return shown.model_copy(update={"approval": approval})
+
+    @staticmethod
+    def _require_grant(principal: Principal) -> None:
+        if not principal.can(READ_GRANT):
+            how = f"`lockstep users grant {principal.name} {READ_GRANT}`"
+            raise Forbidden(
+                f"user {principal.name} does not have the {READ_GRANT} grant: sensitive values stay "
+                f"redacted (an admin grants it with {how})",
+                code="no_read_sensitive",
+            )
+
     def _allowed(self, principal: Principal, run_id: str, channel: str, what: str) -> RunState:
         """The run as stored, if `principal` may reveal it; else Forbidden (audited as refused)."""
         try:
             principal.require("read")
-            if not principal.can(READ_GRANT):
-                how = f"`lockstep users grant {principal.name} {READ_GRANT}`"
-                raise Forbidden(
-                    f"user {principal.name} does not have the {READ_GRANT} grant: sensitive values stay "
-                    f"redacted (an admin grants it with {how})",
-                    code="no_read_sensitive",
-                )
+            self._require_grant(principal)
             return self.kernel.state(principal.tenant, run_id)
         except NotFound:
             raise

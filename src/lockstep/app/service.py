@@ -70,7 +70,7 @@ class Service:
         self.repairs = Repairs(kernel, runs)
         self.retention = Retention(kernel)
         self.keys = Keys(kernel, ring)
-        self.reveal = Reveal(kernel, runs, self.principals)
+        self.reveal = Reveal(kernel, runs, self.principals, self.approvals)
         self.audit = Audit(kernel)
 
         # The kernel: what runtime/ and the tests reach below the feature calls.

@@ -18,7 +18,7 @@ from ..api import html
 from ..app.approvals import Approvals
 from ..app.principals import Principal
 from ..errors import Conflict, Forbidden, Gone, LockstepError, NotFound
-from .pages import CsrfRejected, Session, check_csrf, page
+from .pages import CsrfRejected, Session, check_csrf, page, service_of
 
 __all__ = ["router"]
 
@@ -154,6 +154,31 @@ def review_page(request: Request, run_id: str, step: str, session: Session) -> R
         "link": view.link,
         "run": view.run,
         "approval": view.approval,
+    }
+    return page(request, "approve.html", context)
+
+
+@router.post("/ui/approvals/{run_id}/{step}/reveal", response_class=HTMLResponse)
+def review_reveal(
+    request: Request, run_id: str, step: str, session: Session, csrf: Annotated[str, Form()] = ""
+) -> Response:
+    """The review page with the request's sealed details shown, for an admitted approver holding the
+    read_sensitive grant: a POST with the CSRF token (no link or prefetch reveals), audited either way."""
+    me, expected = session
+    check_csrf(expected, csrf)
+    try:
+        view = service_of(request).reveal.approval(me, run_id, step, channel="ui")
+    except LockstepError as exc:
+        return _refused(request, session, exc)
+    context = {
+        "me": me,
+        "csrf": expected,
+        "token": None,
+        "action": _review_path(run_id, step),
+        "link": view.link,
+        "run": view.run,
+        "approval": view.approval,
+        "revealed": True,
     }
     return page(request, "approve.html", context)
 

@@ -18,7 +18,7 @@ from ..app.principals import Principal, Principals
 from ..app.service import Service
 from ..app.views import plain
 from ..core.narrate import narrate
-from ..core.sealed import text_of
+from ..core.sealed import REDACTED, text_of
 from ..core.timeutil import format_duration, parse_iso
 
 __all__ = [
@@ -63,11 +63,25 @@ def _until(at: str | None, now: datetime | None = None) -> str:
     )
 
 
+def _detail_value(value: object) -> str:
+    """An audit detail as people read it: a list as its items, none as a dash, text as it is, the
+    rest as compact JSON (never Python's repr: ['a'] and None mean nothing to an auditor)."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return ", ".join(str(v) for v in value) if value else "(none)"
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
 html.env.filters["ago"] = _ago
 html.env.filters["until"] = _until
 html.env.filters["pretty"] = lambda v: json.dumps(plain(v), indent=2, ensure_ascii=False, sort_keys=True)
 html.env.globals["narrate"] = narrate
 html.env.filters["text"] = text_of  # a redaction marker in a sentence: [sensitive]
+html.env.filters["detail_value"] = _detail_value
+html.env.tests["redaction"] = lambda v: type(v) is dict and REDACTED in v  # {"$redacted": ...}
 
 
 def service_of(request: Request) -> Service:
