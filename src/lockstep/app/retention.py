@@ -129,6 +129,12 @@ class Retention:
         with self.kernel.read() as tx:
             return [_hold(h) for h in tx.holds(tenant, active=active, limit=limit)]
 
+    def holding(self, tenant: str, run_id: str) -> list[HoldView]:
+        """The active holds that keep run `run_id` from being purged: its own, then its tenant's."""
+        with self.kernel.read() as tx:
+            found = (tx.active_hold(tenant, run_id), tx.active_hold(tenant, None))
+        return [_hold(h) for h in found if h is not None]
+
     # --- an operator's purge of one run --------------------------------------------------------
     def purge_run(self, tenant: str, run_id: str, reason: str, actor: str) -> TombstoneView:
         """Purge one finished, unheld run now, whatever the tenant's retention (e.g. an erasure

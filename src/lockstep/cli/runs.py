@@ -64,6 +64,10 @@ def show(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) -> N
         print_json(s)
     else:
         print_run(s)
+        for h in svc.retention.holding(c.tenant, run_id):
+            on = "this run" if h.run_id else f"tenant {h.tenant}"
+            since = f"since {h.held_at} by {h.held_by}"
+            out.print(f"legal hold on {on} {since}: {h.reason} (never purged while held)")
 
 
 @click.command()

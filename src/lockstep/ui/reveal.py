@@ -44,5 +44,6 @@ def reveal(
             "can_cancel": me.can("cancel"),
             "can_operate": me.can("operate"),
             "revealed": True,
+            "holds": svc.retention.holding(me.tenant, run_id),
         },
     )

@@ -234,6 +234,7 @@ def run_page(request: Request, run_id: str, session: Session) -> HTMLResponse:
             "can_cancel": me.can("cancel"),
             "can_operate": me.can("operate"),
             "revealed": False,
+            "holds": svc.retention.holding(me.tenant, run_id),
         },
     )
 
