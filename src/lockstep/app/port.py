@@ -1,5 +1,5 @@
 """What a feature service needs of the kernel: `KernelPort[X]`, the kernel's calls with its transactions
-typed as `X`, the intersection of the storage protocols that the feature uses (`store/port.py`).
+typed as `X`, the intersection of the storage protocols that the feature uses (`store/port/`).
 
 The kernel's own transactions offer every aggregate (`Tx`), so `Kernel` is a `KernelPort` over any of
 them; a feature that takes `KernelPort[ClaimTx]` can only call what `ClaimTx` offers, and mypy checks it.

@@ -1,6 +1,6 @@
 """The backend-neutral half of the SQL adapters: one transaction's operations over named queries.
 
-`SqlTx` is one mixin per aggregate of the port (see `store/port.py`) over a shared base:
+`SqlTx` is one mixin per aggregate of the port (see `store/port/`) over a shared base:
 
     base.py           the connection, named queries, buffered writes, batch() and savepoint()
     definitions.py    DefinitionsTx
