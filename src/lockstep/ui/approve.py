@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from ..api import html
 from ..app.approvals import Approvals
 from ..app.principals import Principal
+from ..app.views import ApprovalPage
 from ..errors import Conflict, Forbidden, Gone, LockstepError, NotFound
 from .pages import CsrfRejected, Session, check_csrf, page, service_of
 
@@ -141,19 +142,27 @@ def open_request(
 
 @router.get("/ui/approvals/{run_id}/{step}", response_class=HTMLResponse)
 def review_page(request: Request, run_id: str, step: str, session: Session) -> Response:
-    me, csrf = session
+    me, _csrf = session
     try:
         view = _approvals(request).request_view(me, run_id, step)
     except LockstepError as exc:
         return _refused(request, session, exc)
+    return _review(request, session, view, revealed=False)
+
+
+def _review(
+    request: Request, session: tuple[Principal, str], view: ApprovalPage, *, revealed: bool
+) -> Response:
+    me, csrf = session
     context = {
         "me": me,
         "csrf": csrf,
         "token": None,
-        "action": _review_path(run_id, step),
+        "action": _review_path(view.link.run_id, view.link.step),
         "link": view.link,
         "run": view.run,
         "approval": view.approval,
+        "revealed": revealed,
     }
     return page(request, "approve.html", context)
 
@@ -170,17 +179,7 @@ def review_reveal(
         view = service_of(request).reveal.approval(me, run_id, step, channel="ui")
     except LockstepError as exc:
         return _refused(request, session, exc)
-    context = {
-        "me": me,
-        "csrf": expected,
-        "token": None,
-        "action": _review_path(run_id, step),
-        "link": view.link,
-        "run": view.run,
-        "approval": view.approval,
-        "revealed": True,
-    }
-    return page(request, "approve.html", context)
+    return _review(request, session, view, revealed=True)
 
 
 @router.post("/ui/approvals/{run_id}/{step}")
