@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import World
 from sealkit import CARD, CLEAR_REF, SECRETS, TENANT, TOKEN
+from sealworld import World
 
 from lockstep.core.narrate import narrate
 from lockstep.core.sealed import SENSITIVE, redaction
