@@ -11,7 +11,6 @@ from ..app.principals import Principal
 from ..app.views import RunSummary
 from ..core.narrate import narrate
 from ..core.state import STATUSES
-from ..errors import Forbidden
 from .context import Ctx, pass_ctx
 from .inputs import parse_json
 from .render import STATUS_STYLE, out, print_json, print_run
@@ -34,17 +33,12 @@ def start(c: Ctx, name: str, version: int | None, input_: str | None, key: str |
     print_json({"run_id": run_id})
 
 
-def _revealer(c: Ctx, who: str | None) -> Principal:
+def _revealer(c: Ctx, who: str | None, run_id: str, what: str) -> Principal:
     """The user a --reveal is made as (and audited for): --as, else $USER; they need read_sensitive."""
-    name = who or os.environ.get("USER") or ""
-    p = c.engine.service.principals.principal(c.tenant, name) if name else None
-    if p is None:
-        c.engine.service.principals.audit(c.tenant, name or None, "sensitive.read", None, "refused")
-        raise Forbidden(
-            f"--reveal needs a user of tenant {c.tenant} with the read_sensitive grant: no enabled user "
-            f"{name or '(none given)'}; name one with --as USER"
-        )
-    return p
+    name = who or os.environ.get("USER") or None
+    return c.engine.service.reveal.as_user(
+        c.tenant, name, run_id, what=what, channel="cli", hint="name one with --as USER"
+    )
 
 
 reveal_opt = click.option(
@@ -62,7 +56,11 @@ as_opt = click.option("--as", "who", metavar="USER", help="The user a --reveal i
 def show(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) -> None:
     """Show a run: status, current step, why it waits and what happens next (sensitive values redacted)."""
     svc = c.engine.service
-    s = svc.reveal.run(_revealer(c, who), run_id, channel="cli") if reveal else svc.show(c.tenant, run_id)
+    s = (
+        svc.reveal.run(_revealer(c, who, run_id, "run"), run_id, channel="cli")
+        if reveal
+        else svc.show(c.tenant, run_id)
+    )
     if as_json:
         print_json(s)
     else:
@@ -79,7 +77,7 @@ def events(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) ->
     """The run's event history (append-only, hash-chained; sensitive values redacted)."""
     svc = c.engine.service
     if reveal:
-        rows = svc.reveal.events(_revealer(c, who), run_id, channel="cli")
+        rows = svc.reveal.events(_revealer(c, who, run_id, "events"), run_id, channel="cli")
     else:
         rows = svc.events(c.tenant, run_id)
     if as_json:
