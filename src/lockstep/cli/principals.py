@@ -11,10 +11,12 @@ from typing import TypeVar
 import click
 
 from ..app.principals import Principals
+from ..app.retention import Retention
 from ..errors import InvalidInput
 from .context import Ctx, pass_ctx
 from .inputs import seconds
 from .render import err, print_json
+from .retention import RetentionCall, cli_operator, reason_command
 
 __all__ = ["COMMANDS"]
 
@@ -109,7 +111,7 @@ def tenants_set(
         changes["retention"] = _retention(retention)  # None (keep forever) unsets it
     if not changes:
         raise InvalidInput("give at least one limit option (see `lockstep tenants set --help`)")
-    print_json(_principals(c).set_tenant(name, actor=_operator(), **changes))
+    print_json(_principals(c).set_tenant(name, actor=cli_operator(), **changes))
     if changes.get("retention"):
         st = c.engine.service.retention.status(name).tenants[0]
         err.print(
@@ -127,31 +129,25 @@ def _retention(text: str) -> int | None:
     return int(keep)
 
 
-def _operator() -> str:
-    """Who is at the CLI, for the audit log and holds (the platform operator, with database access)."""
-    return os.environ.get("USER") or "cli"
+def _whole_tenant(act: Callable[[Retention, str, str, str], object]) -> RetentionCall:
+    """A tenant's hold or release in reason_command's shape: the tenant is the command's argument."""
+    return lambda retention, _given_tenant, name, reason, who: act(retention, name, reason, who)
 
 
-def _reason_opt(f: F) -> F:
-    return click.option("--reason", required=True, help="Why (kept with the hold and audited).")(f)
-
-
-@tenants.command("hold")
-@click.argument("name")
-@_reason_opt
-@pass_ctx
-def tenants_hold(c: Ctx, name: str, reason: str) -> None:
-    """Place a legal hold on tenant NAME: none of its runs is purged until the hold is released."""
-    print_json(c.engine.service.retention.hold_tenant(name, reason, _operator()))
-
-
-@tenants.command("release")
-@click.argument("name")
-@_reason_opt
-@pass_ctx
-def tenants_release(c: Ctx, name: str, reason: str) -> None:
-    """Release tenant NAME's legal hold: its runs past retention are purged again."""
-    print_json(c.engine.service.retention.release_tenant(name, reason, _operator()))
+reason_command(
+    tenants,
+    "hold",
+    "name",
+    _whole_tenant(Retention.hold_tenant),
+    "Place a legal hold on tenant NAME: none of its runs is purged until the hold is released.",
+)
+reason_command(
+    tenants,
+    "release",
+    "name",
+    _whole_tenant(Retention.release_tenant),
+    "Release tenant NAME's legal hold: its runs past retention are purged again.",
+)
 
 
 @tenants.command("list")
