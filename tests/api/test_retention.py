@@ -34,7 +34,8 @@ async def purged(api: Api, engine: Engine, clock: FakeClock, acme: Tenant) -> tu
 
 
 async def test_a_purged_run_is_410_with_when_by_whom_and_why(api: Api, purged: tuple[str, str]):
-    """GET, events, cancel and verify of a purged run: 410 problem `purged` with the tombstone's facts."""
+    """GET, events, cancel, verify and the approval links and reassignment of a purged run: 410 problem
+    `purged` with the tombstone's facts."""
     gone, _ = purged
     auth = api.t.auth("operator")
     for r in (
@@ -42,6 +43,13 @@ async def test_a_purged_run_is_410_with_when_by_whom_and_why(api: Api, purged: t
         await api.c.get(f"/v1/runs/{gone}/events", headers=auth),
         await api.c.get(f"/v1/runs/{gone}/verify", headers=auth),
         await api.c.post(f"/v1/runs/{gone}/cancel", json={"reason": "late"}, headers=auth),
+        await api.c.post(f"/v1/runs/{gone}/approvals/nap/links", json={"approver": "x"}, headers=auth),
+        await api.c.get(f"/v1/runs/{gone}/approvals/links", headers=auth),
+        await api.c.post(
+            f"/v1/runs/{gone}/approvals/nap/reassign",
+            json={"old": "a", "new": "b", "reason": "away"},
+            headers=auth,
+        ),
     ):
         body = assert_problem(r, 410, "purged")
         assert body["purged_by"] == "retention"

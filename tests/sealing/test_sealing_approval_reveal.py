@@ -5,7 +5,7 @@ one outside the policy, and users who are not approvers are refused and see noth
 from __future__ import annotations
 
 import pytest
-from conftest import World
+from sealworld import World
 from sealkit import CARD, CLEAR_REF, TENANT
 
 from lockstep.errors import Conflict, Forbidden

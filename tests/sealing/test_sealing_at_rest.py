@@ -9,7 +9,6 @@ import json
 import logging
 
 import pytest
-from conftest import World
 from sealkit import (
     CARD,
     CLEAR_REF,
@@ -21,6 +20,7 @@ from sealkit import (
     checkpoint,
     stored_bytes,
 )
+from sealworld import World
 
 from lockstep.app.observability import configure_logging, log_events
 from lockstep.errors import InvalidInput, Refused

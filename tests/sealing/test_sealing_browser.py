@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import open_world
 from playwright.sync_api import expect
 from sealkit import CARD, CLEAR_REF, TENANT
+from sealworld import open_world
 
 CHROMIUM = "/usr/bin/chromium"
 PASSWORD = "correct-horse-battery-staple-7"  # noqa: S105 - the test users' password

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import World
 from sealkit import CARD, CLEAR_REF, SECRETS, TENANT, TOKEN
+from sealworld import World
 
 from lockstep.core.narrate import narrate
 from lockstep.core.sealed import SENSITIVE, redaction
@@ -163,6 +163,27 @@ def test_the_cli_redacts_and_reveals_only_with_the_grant(world: World) -> None:
     assert ("viewer", "refused") in outcomes
     assert ("nobody", "refused") in outcomes
     assert outcomes.count(("auditor", "ok")) == 2
+
+
+def test_a_refused_cli_reveal_names_the_run_and_fields_whether_or_not_the_user_exists(world: World) -> None:
+    """A reveal as an unknown or a disabled user is audited like one as a user without the grant: the
+    run as target, the channel and what was asked for (run or events), and why it was refused."""
+    run_id = world.through(CARD, CLEAR_REF)
+    world.service.principals.create_user(TENANT, "leaver", ["viewer"], [])
+    world.service.principals.disable_user(TENANT, "leaver")
+    _cli(world, "show", run_id, "--reveal", "--as", "viewer", key=True, expect=7)
+    _cli(world, "show", run_id, "--reveal", key=True, expect=7, user="nobody")
+    _cli(world, "events", run_id, "--reveal", "--as", "ghost", key=True, expect=7)
+    _cli(world, "events", run_id, "--reveal", "--as", "leaver", key=True, expect=7)
+    refused = [r for r in world.audit("sensitive.read") if r["outcome"] == "refused"]
+    assert [(r["actor"], r["target"], r["detail"]["channel"], r["detail"]["what"]) for r in refused] == [
+        ("viewer", run_id, "cli", "run"),
+        ("nobody", run_id, "cli", "run"),
+        ("ghost", run_id, "cli", "events"),
+        ("leaver", run_id, "cli", "events"),
+    ]
+    assert refused[0]["detail"]["code"] == "no_read_sensitive"
+    assert {r["detail"]["code"] for r in refused[1:]} == {"no_such_user"}
 
 
 def test_the_cli_manages_keys_forgets_and_shreds(world: World, tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import World
 from sealkit import TENANT
+from sealworld import World
 
 from lockstep.errors import Refused
 

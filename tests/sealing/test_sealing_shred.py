@@ -5,8 +5,8 @@ the hash chain, every clear field and verify stay as they were. Unfinished runs 
 from __future__ import annotations
 
 import pytest
-from conftest import World
 from sealkit import CARD, CLEAR_REF, TENANT
+from sealworld import World
 
 from lockstep.core.sealed import FORGOTTEN, redaction
 from lockstep.errors import InvalidInput, Refused

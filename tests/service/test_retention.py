@@ -329,3 +329,66 @@ def test_verify_reports_a_tombstone_contradicted_by_the_stored_rows(
     assert (bad.run_id, bad.ok) == (run_id, False)
     assert "still stored" in bad.problems[0]
     assert world.retention.check_tombstones("globex") == []
+
+
+def test_approval_calls_on_a_purged_run_answer_gone_and_another_tenant_not_found(
+    world: Service, clock: FakeClock, store: Store
+):
+    """Minting a link, deciding from the inbox, listing links, reassigning and the Review page of a
+    purged run raise Gone with its tombstone (as show does), the refused decision is audited with code
+    purged, the inbox simply leaves the run out; for another tenant the run does not exist."""
+    run_id = world.start("acme", "ask").run_id
+    world.approvals.mint("acme", run_id, "approve", "alice")
+    world.cancel("acme", run_id, "no longer needed")
+    clock.advance(days=8)
+    purge_all(world)
+    alice = Principal("acme", "alice", ("approver",), ())
+    for call in (
+        lambda: world.approvals.mint("acme", run_id, "approve", "alice"),
+        lambda: world.approvals.decide_in_session(alice, run_id, "approve", "approve"),
+        lambda: world.approvals.links("acme", run_id),
+        lambda: world.approvals.reassign("acme", run_id, "approve", "alice", "bob", "away", "ops"),
+        lambda: world.approvals.request_view(alice, run_id, "approve"),
+    ):
+        with pytest.raises(Gone) as gone:
+            call()
+        assert gone.value.code == "purged"
+        assert "retention 7d" in str(gone.value)
+        assert gone.value.extra["run_status"] == "cancelled"
+    assert world.approvals.inbox(alice) == []
+    with store.read() as tx:
+        log = [asdict(r) for r in tx.audit_page("acme", AuditFilter(action="approval.decide"), None, 10)]
+    assert [(r["outcome"], r["detail"]["code"], r["detail"]["run_id"]) for r in log] == [
+        ("refused", "purged", run_id)
+    ]
+    bob = Principal("globex", "alice", ("approver",), ())
+    for call in (
+        lambda: world.approvals.mint("globex", run_id, "approve", "alice"),
+        lambda: world.approvals.decide_in_session(bob, run_id, "approve", "approve"),
+        lambda: world.approvals.links("globex", run_id),
+    ):
+        with pytest.raises(NotFound):
+            call()
+
+
+def test_the_inbox_leaves_out_a_run_purged_while_it_is_read(
+    world: Service, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+):
+    """A request listed as pending whose run finishes and is purged before the inbox reads it is left
+    out: the inbox answers the other requests instead of failing with the run's 410."""
+    doomed, kept = (world.start("acme", "ask").run_id for _ in range(2))
+    real = world.kernel.state
+    pending = [doomed]
+
+    def purge_first(tenant: str | None, run_id: str) -> Any:
+        if run_id in pending:  # the inbox's first look at the doomed run: it goes just before
+            pending.clear()
+            world.cancel("acme", doomed, "withdrawn")
+            clock.advance(days=8)
+            purge_all(world)
+        return real(tenant, run_id)
+
+    monkeypatch.setattr(world.kernel, "state", purge_first)
+    alice = Principal("acme", "alice", ("approver",), ())
+    assert [i.run_id for i in world.approvals.inbox(alice)] == [kept]
+    assert world.retention.tombstone("acme", doomed).status == "cancelled"

@@ -28,6 +28,7 @@ DECIDE_ERRORS: dict[int | str, dict[str, Any]] = {
 OPERATE_ERRORS: dict[int | str, dict[str, Any]] = {
     404: error_response("No such run, step or link in the caller's tenant"),
     409: error_response("The run is not waiting for this approval"),
+    410: error_response("The run was purged: the problem says when, by whom and why (its tombstone)"),
 }
 
 

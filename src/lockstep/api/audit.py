@@ -38,25 +38,35 @@ Since = Annotated[str | None, Query(max_length=40, description="Rows at or after
 Until = Annotated[str | None, Query(max_length=40, description="Rows before this time (RFC 3339)")]
 
 
-def _where(
-    actor: str | None, action: str | None, outcome: str | None, since: str | None, until: str | None
-) -> AuditFilter:
-    return audit_filter(actor=actor, action=action, outcome=outcome, since=since, until=until)
-
-
-@router.get("", responses=BAD_FILTER, summary="The tenant's audit log, newest first, a page at a time")
-def audit_page(
-    svc: Svc,
-    p: Admin,
+def _filters(
     actor: Actor = None,
     action: Action = None,
     outcome: Outcome = None,
     since: Since = None,
     until: Until = None,
+) -> dict[str, str | None]:
+    """The filters both routes take, as query parameters; a route checks them (audit_filter) once
+    FastAPI has checked every parameter, so a bad one is a 422 naming it, as it always was."""
+    return {"actor": actor, "action": action, "outcome": outcome, "since": since, "until": until}
+
+
+def _page(
     cursor: Annotated[str | None, Query(max_length=100, description="`next` of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
-) -> AuditPage:
-    return svc.audit.page(p.tenant, _where(actor, action, outcome, since, until), cursor=cursor, limit=limit)
+) -> tuple[str | None, int]:
+    """Where a page starts, and its length: a dependency like the filters, so that the API document
+    lists them after the filters (FastAPI lists a route's own parameters before its dependencies')."""
+    return cursor, limit
+
+
+Filters = Annotated[dict[str, str | None], Depends(_filters)]
+Page = Annotated[tuple[str | None, int], Depends(_page)]
+
+
+@router.get("", responses=BAD_FILTER, summary="The tenant's audit log, newest first, a page at a time")
+def audit_page(svc: Svc, p: Admin, filters: Filters, page: Page) -> AuditPage:
+    cursor, limit = page
+    return svc.audit.page(p.tenant, audit_filter(**filters), cursor=cursor, limit=limit)
 
 
 @router.get(
@@ -71,16 +81,8 @@ def audit_page(
     },
     summary="Export the tenant's audit log as JSON lines (streamed, same filters as the list)",
 )
-def audit_export(
-    svc: Svc,
-    p: Admin,
-    actor: Actor = None,
-    action: Action = None,
-    outcome: Outcome = None,
-    since: Since = None,
-    until: Until = None,
-) -> StreamingResponse:
-    where = _where(actor, action, outcome, since, until)  # a bad filter is refused before anything
+def audit_export(svc: Svc, p: Admin, filters: Filters) -> StreamingResponse:
+    where = audit_filter(**filters)  # a bad filter is refused before anything
     svc.audit.record(p.tenant, p.name, "audit.export", None, "ok", channel="api", **_described(where))
     rows = svc.audit.export(p.tenant, where)
 

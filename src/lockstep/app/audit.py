@@ -74,7 +74,8 @@ ACTIONS: dict[str, str] = {
     "user.enable": "a user enabled again",
     "user.update": "a user changed otherwise (the names of the fields changed)",
     "sensitive.read": "sensitive values shown in clear (a reveal of a run or its events): ok, refused "
-    "without the read_sensitive grant, or failed; the labels, never the values",
+    "(without the read_sensitive grant, or as no enabled user), or failed; target is the run; the "
+    "labels, never the values",
     "user.grant": "a grant (read_sensitive) given to a user",
     "user.revoke": "a grant taken back from a user",
     "keys.init": "a key-encryption key file created (`lockstep keys init`)",

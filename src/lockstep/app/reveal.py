@@ -116,6 +116,33 @@ class Reveal:
                 code="no_read_sensitive",
             )
 
+    def as_user(
+        self, tenant: str, name: str | None, run_id: str, *, what: str, channel: str, hint: str
+    ) -> Principal:
+        """The enabled user `name` of `tenant` a reveal of `run_id` is made as, where the caller names
+        the user rather than authenticating them (the command line's --as or $USER). No such user:
+        Forbidden, audited like every refused reveal (the run, what was asked for, the channel), so the
+        log names the run whether or not the user exists; `hint` says how to name one."""
+        p = self.principals.principal(tenant, name) if name else None
+        if p is None:
+            code = "no_such_user"
+            self.principals.audit(
+                tenant,
+                name or None,
+                "sensitive.read",
+                run_id,
+                "refused",
+                channel=channel,
+                what=what,
+                code=code,
+            )
+            raise Forbidden(
+                f"a reveal needs a user of tenant {tenant} with the {READ_GRANT} grant: no enabled user "
+                f"{name or '(none given)'}; {hint}",
+                code=code,
+            )
+        return p
+
     def _allowed(self, principal: Principal, run_id: str, channel: str, what: str) -> RunState:
         """The run as stored, if `principal` may reveal it; else Forbidden (audited as refused)."""
         try:

@@ -10,10 +10,12 @@ from typing import TypeVar
 import click
 
 from ..app.principals import Principals
+from ..app.retention import Retention
 from ..errors import InvalidInput
 from .context import Ctx, cli_user, pass_ctx
 from .inputs import seconds
 from .render import err, print_json
+from .retention import RetentionCall, reason_command
 
 __all__ = ["COMMANDS"]
 
@@ -126,26 +128,25 @@ def _retention(text: str) -> int | None:
     return int(keep)
 
 
-def _reason_opt(f: F) -> F:
-    return click.option("--reason", required=True, help="Why (kept with the hold and audited).")(f)
+def _whole_tenant(act: Callable[[Retention, str, str, str], object]) -> RetentionCall:
+    """A tenant's hold or release in reason_command's shape: the tenant is the command's argument."""
+    return lambda retention, _given_tenant, name, reason, who: act(retention, name, reason, who)
 
 
-@tenants.command("hold")
-@click.argument("name")
-@_reason_opt
-@pass_ctx
-def tenants_hold(c: Ctx, name: str, reason: str) -> None:
-    """Place a legal hold on tenant NAME: none of its runs is purged until the hold is released."""
-    print_json(c.engine.service.retention.hold_tenant(name, reason, cli_user()))
-
-
-@tenants.command("release")
-@click.argument("name")
-@_reason_opt
-@pass_ctx
-def tenants_release(c: Ctx, name: str, reason: str) -> None:
-    """Release tenant NAME's legal hold: its runs past retention are purged again."""
-    print_json(c.engine.service.retention.release_tenant(name, reason, cli_user()))
+reason_command(
+    tenants,
+    "hold",
+    "name",
+    _whole_tenant(Retention.hold_tenant),
+    "Place a legal hold on tenant NAME: none of its runs is purged until the hold is released.",
+)
+reason_command(
+    tenants,
+    "release",
+    "name",
+    _whole_tenant(Retention.release_tenant),
+    "Release tenant NAME's legal hold: its runs past retention are purged again.",
+)
 
 
 @tenants.command("list")

@@ -4,13 +4,35 @@ purge pass run now. Setting a tenant's retention is `tenants set T --retention 9
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 from rich.table import Table
 
-from .context import Ctx, pass_ctx
+from ..app.retention import Retention
+from .context import Ctx, cli_user, pass_ctx
 from .render import out, print_json
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "HOLD_REASON", "RetentionCall", "reason_command"]
+
+HOLD_REASON = "Why (kept with the hold and audited)."
+# A retention call a command makes: (the service, the --tenant given, the command's argument, the reason,
+# the operator) -> what it prints. Retention.hold_run, release_run and purge_run have this shape.
+RetentionCall = Callable[[Retention, str, str, str, str], object]
+
+
+def reason_command(
+    group: click.Group, name: str, argument: str, act: RetentionCall, doc: str, *, why: str = HOLD_REASON
+) -> None:
+    """Add `NAME ARGUMENT --reason TEXT` to `group` (`runs hold RUN_ID`, `tenants release NAME`, ...):
+    it prints, as JSON, what `act` answers, the operator at the CLI as its actor."""
+
+    @group.command(name, help=doc)
+    @click.argument(argument)
+    @click.option("--reason", required=True, help=why)
+    @pass_ctx
+    def command(c: Ctx, /, reason: str, **given: str) -> None:
+        print_json(act(c.engine.service.retention, c.tenant, given[argument], reason, cli_user()))
 
 
 @click.group()

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import click
 from rich.table import Table
 from rich.text import Text
 
 from ..app.principals import Principal
+from ..app.retention import Retention
 from ..app.views import RunSummary
 from ..core.narrate import narrate
 from ..core.state import STATUSES
-from ..errors import Forbidden
 from .context import Ctx, cli_user, pass_ctx
 from .inputs import parse_json
 from .render import STATUS_STYLE, out, print_json, print_run
+from .retention import reason_command
 
 __all__ = ["COMMANDS"]
+
+F = TypeVar("F", bound=Callable[..., object])
 
 
 @click.command()
@@ -31,35 +37,37 @@ def start(c: Ctx, name: str, version: int | None, input_: str | None, key: str |
     print_json({"run_id": run_id})
 
 
-def _revealer(c: Ctx, who: str | None) -> Principal:
+def _revealer(c: Ctx, who: str | None, run_id: str, what: str) -> Principal:
     """The user a --reveal is made as (and audited for): --as, else $USER; they need read_sensitive."""
     name = who or cli_user()
-    p = c.engine.service.principals.principal(c.tenant, name) if name else None
-    if p is None:
-        c.engine.service.principals.audit(c.tenant, name or None, "sensitive.read", None, "refused")
-        raise Forbidden(
-            f"--reveal needs a user of tenant {c.tenant} with the read_sensitive grant: no enabled user "
-            f"{name or '(none given)'}; name one with --as USER"
-        )
-    return p
+    return c.engine.service.reveal.as_user(
+        c.tenant, name, run_id, what=what, channel="cli", hint="name one with --as USER"
+    )
 
 
+json_opt = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 reveal_opt = click.option(
     "--reveal", is_flag=True, help="Show sensitive values (needs the read_sensitive grant; audited)."
 )
 as_opt = click.option("--as", "who", metavar="USER", help="The user a --reveal is made as (default: $USER).")
 
 
+def _showing(f: F) -> F:
+    """A command that shows one run: RUN_ID, then --json, --reveal and --as."""
+    return click.argument("run_id")(json_opt(reveal_opt(as_opt(f))))
+
+
 @click.command()
-@click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@reveal_opt
-@as_opt
+@_showing
 @pass_ctx
 def show(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) -> None:
     """Show a run: status, current step, why it waits and what happens next (sensitive values redacted)."""
     svc = c.engine.service
-    s = svc.reveal.run(_revealer(c, who), run_id, channel="cli") if reveal else svc.show(c.tenant, run_id)
+    s = (
+        svc.reveal.run(_revealer(c, who, run_id, "run"), run_id, channel="cli")
+        if reveal
+        else svc.show(c.tenant, run_id)
+    )
     if as_json:
         print_json(s)
     else:
@@ -71,16 +79,13 @@ def show(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) -> N
 
 
 @click.command()
-@click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@reveal_opt
-@as_opt
+@_showing
 @pass_ctx
 def events(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) -> None:
     """The run's event history (append-only, hash-chained; sensitive values redacted)."""
     svc = c.engine.service
     if reveal:
-        rows = svc.reveal.events(_revealer(c, who), run_id, channel="cli")
+        rows = svc.reveal.events(_revealer(c, who, run_id, "events"), run_id, channel="cli")
     else:
         rows = svc.events(c.tenant, run_id)
     if as_json:
@@ -134,31 +139,28 @@ def cancel(c: Ctx, run_id: str, reason: str) -> None:
     print_json(c.engine.cancel(run_id, reason=reason, tenant=c.tenant, actor=cli_user()))
 
 
-@runs.command("hold")
-@click.argument("run_id")
-@click.option("--reason", required=True, help="Why (kept with the hold and audited).")
-@pass_ctx
-def runs_hold(c: Ctx, run_id: str, reason: str) -> None:
-    """Place a legal hold on a run (running or finished): it is never purged until released."""
-    print_json(c.engine.service.retention.hold_run(c.tenant, run_id, reason, cli_user()))
-
-
-@runs.command("release")
-@click.argument("run_id")
-@click.option("--reason", required=True, help="Why (kept with the hold and audited).")
-@pass_ctx
-def runs_release(c: Ctx, run_id: str, reason: str) -> None:
-    """Release a run's legal hold: once past its tenant's retention it is purged again."""
-    print_json(c.engine.service.retention.release_run(c.tenant, run_id, reason, cli_user()))
-
-
-@runs.command("purge")
-@click.argument("run_id")
-@click.option("--reason", required=True, help="Why, e.g. an erasure request (kept in its tombstone).")
-@pass_ctx
-def runs_purge(c: Ctx, run_id: str, reason: str) -> None:
-    """Purge a finished, unheld run now, whatever the retention; prints its tombstone."""
-    print_json(c.engine.service.retention.purge_run(c.tenant, run_id, reason, cli_user()))
+reason_command(
+    runs,
+    "hold",
+    "run_id",
+    Retention.hold_run,
+    "Place a legal hold on a run (running or finished): it is never purged until released.",
+)
+reason_command(
+    runs,
+    "release",
+    "run_id",
+    Retention.release_run,
+    "Release a run's legal hold: once past its tenant's retention it is purged again.",
+)
+reason_command(
+    runs,
+    "purge",
+    "run_id",
+    Retention.purge_run,
+    "Purge a finished, unheld run now, whatever the retention; prints its tombstone.",
+    why="Why, e.g. an erasure request (kept in its tombstone).",
+)
 
 
 # The commands of this group, attached to the root group in root.py.

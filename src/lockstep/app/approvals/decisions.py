@@ -148,8 +148,8 @@ class ApprovalDecisions:
             if user is None or user.disabled:
                 raise Forbidden(f"{principal.name} is disabled", code="disabled")
             loaded = tx.load_run(link["run_id"])
-            if loaded is None:  # pragma: no cover
-                raise NotFound(UNKNOWN, code="unknown_link")
+            if loaded is None:  # pragma: no cover - a purge revoked its links when the run finished
+                raise self.kernel.missing(tx, link["run_id"], principal.tenant)
             s = loaded.state
             d = self.kernel.definition_of(tx, s)
             cmd = DecideApproval(
@@ -221,7 +221,7 @@ class ApprovalDecisions:
         with self.kernel.write() as tx:
             loaded = tx.load_run(run_id)
             if loaded is None or loaded.state.tenant != principal.tenant:
-                raise NotFound(f"run {run_id} not found in tenant {principal.tenant}")
+                raise self.kernel.missing(tx, run_id, principal.tenant)  # Gone if purged
             s = loaded.state
             a = s.approval
             if a is None or a["step"] != step:

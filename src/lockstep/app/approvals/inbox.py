@@ -7,7 +7,7 @@ from typing import cast
 
 from ...core.approval import eligible
 from ...core.shape import for_view
-from ...errors import Conflict, NotFound
+from ...errors import Conflict, Gone, NotFound
 from ...store import ApprovalsTx
 from ..port import KernelPort
 from ..principals import Principal
@@ -41,7 +41,7 @@ class Inbox:
                 continue
             try:
                 state = self.runs.redacted(self.kernel.state(principal.tenant, r["run_id"]))
-            except NotFound:  # pragma: no cover
+            except (NotFound, Gone):  # pragma: no cover - finished (and purged) since the list was read
                 continue
             if state.approval is None or state.approval["request_id"] != r["request_id"]:
                 continue

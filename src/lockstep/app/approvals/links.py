@@ -54,7 +54,7 @@ class ApprovalLinks:
         with self.kernel.write() as tx:
             loaded = tx.load_run(run_id)
             if loaded is None or loaded.state.tenant != tenant:
-                raise NotFound(f"run {run_id} not found in tenant {tenant}")
+                raise self.kernel.missing(tx, run_id, tenant)  # Gone if purged: its tombstone says why
             s = loaded.state
             a = s.approval
             if a is None or a["step"] != step:
@@ -112,8 +112,8 @@ class ApprovalLinks:
             if link["status"] != "pending":
                 raise Refused(f"link {link_id} is already {link['status']}", code="not_pending")
             loaded = tx.load_run(link["run_id"])
-            if loaded is None:  # pragma: no cover - links belong to runs
-                raise NotFound(f"run {link['run_id']} not found")
+            if loaded is None:  # pragma: no cover - a purge revoked its links when the run finished
+                raise self.kernel.missing(tx, link["run_id"], tenant)
             s = loaded.state
             d = self.kernel.definition_of(tx, s)
             cmd = RevokeApprovalLink(link["request_id"], link["approver"], link_id, reason, actor)

@@ -559,8 +559,13 @@ DELETE FROM events WHERE run_id = %(run_id)s
   AND seq IN (SELECT seq FROM events WHERE run_id = %(run_id)s ORDER BY seq LIMIT %(limit)s);
 
 -- name: purge_tasks
+-- Every task row of the run: the closed ones through their index by run; then any never closed (a ready
+-- or leased row the run no longer refers to), looked for among the open rows, through their indexes.
 DELETE FROM tasks WHERE task_id IN (
-    SELECT task_id FROM tasks WHERE run_id = %(run_id)s AND status NOT IN ('ready', 'leased') LIMIT %(limit)s);
+    SELECT task_id FROM tasks WHERE run_id = %(run_id)s AND status NOT IN ('ready', 'leased')
+    UNION ALL SELECT task_id FROM tasks WHERE status = 'ready' AND run_id = %(run_id)s
+    UNION ALL SELECT task_id FROM tasks WHERE status = 'leased' AND run_id = %(run_id)s
+    LIMIT %(limit)s);
 
 -- name: purge_timers
 DELETE FROM timers WHERE run_id = %(run_id)s

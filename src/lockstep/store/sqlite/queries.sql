@@ -491,8 +491,13 @@ DELETE FROM events WHERE run_id = :run_id
   AND seq IN (SELECT seq FROM events WHERE run_id = :run_id ORDER BY seq LIMIT :limit);
 
 -- name: purge_tasks
+-- Every task row of the run: the closed ones through their index by run; then any never closed (a ready
+-- or leased row the run no longer refers to), looked for among the open rows, through their indexes.
 DELETE FROM tasks WHERE rowid IN (
-    SELECT rowid FROM tasks WHERE run_id = :run_id AND status NOT IN ('ready', 'leased') LIMIT :limit);
+    SELECT rowid FROM tasks WHERE run_id = :run_id AND status NOT IN ('ready', 'leased')
+    UNION ALL SELECT rowid FROM tasks WHERE status = 'ready' AND run_id = :run_id
+    UNION ALL SELECT rowid FROM tasks WHERE status = 'leased' AND run_id = :run_id
+    LIMIT :limit);
 
 -- name: purge_timers
 DELETE FROM timers WHERE rowid IN (SELECT rowid FROM timers WHERE run_id = :run_id LIMIT :limit);
