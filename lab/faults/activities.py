@@ -48,7 +48,7 @@ def _effect(kind: str, data: dict[str, Any] | None, ctx: ActivityContext) -> dic
         "id": saved["id"],
         "attempt": ctx.attempt,
         "replayed": resp.headers.get("Idempotent-Replayed") == "true",
-        "amount": body["amount"],  # what the activity was given (rotate_under_load: opened in clear)
+        "amount": body["amount"],  # what the activity was given (sealing.py: opened in clear)
     }
 
 

@@ -26,9 +26,11 @@ Violations (each must be 0):
   derived from the log): a lockstep process died; a request was answered 5xx or dropped; a tenant under
   attack by another saw failed starts or its start latency p99 more than double;
 - runs_lost, purged_unfinished, purged_held, purged_early, kept_past_retention, purge_incomplete,
-  tombstone_mismatch (retention, scenario `purge_under_load`: see purgecheck.py).
-- keys_lost (flagged by rotate_under_load): a sealed value that no longer opens to its own value, an
-  activity given something else than the clear value, or a rotation that never completed.
+  tombstone_mismatch, sealed_left, transactions_failed (retention, scenario `purge_under_load`: see
+  purgecheck.py).
+- keys_lost (flagged by rotate_under_load and purge_under_load, see sealing.py): a sealed value that no
+  longer opens to its own value, an activity given something else than the clear value, or a rotation
+  that never completed.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ PURGE_CHECKS = (
     "kept_past_retention",
     "purge_incomplete",
     "tombstone_mismatch",
+    "sealed_left",
+    "transactions_failed",
 )
 
 CHECKS = (

@@ -39,13 +39,13 @@ from urllib.parse import urlsplit
 from .ledger import LedgerReader, LedgerWriter
 from .settings import FaultSettings
 
-__all__ = ["Downstream", "FaultSettings", "LedgerReader", "main"]
+__all__ = ["Downstream", "FaultSettings", "LedgerReader", "canonical_sha", "main"]
 
 KIND = re.compile(r"[a-z_]{1,32}")
 MAX_BODY = 1 << 20
 
 
-def _canonical_sha(body: object) -> str:
+def canonical_sha(body: object) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -205,7 +205,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = _parse_json(raw)
             if not isinstance(body, dict):
                 raise _HttpError(HTTPStatus.BAD_REQUEST, "bad_request", "the body must be a JSON object")
-            seen["body_sha"] = _canonical_sha(body)
+            seen["body_sha"] = canonical_sha(body)
             seen["run_id"], seen["step"] = body.get("run_id"), body.get("step")
             if not isinstance(seen["run_id"], str) or not isinstance(seen["step"], str):
                 seen["run_id"] = seen["step"] = None

@@ -4,61 +4,28 @@ of a re-wrap batch (written, not committed). Every run must finish with its own 
 must have been given the clear value, every run key must end on the newest version and the older
 versions must be gone.
 
-The definition declares `amount` sensitive (`x-lockstep-sensitive`), so every process of the fleet seals
-it (driver, workers, schedulers).
+The definition declares `amount` and `card` sensitive (`x-lockstep-sensitive`), so every process of the
+fleet seals them (driver, workers, schedulers); the key file is made with `lockstep keys init`. The
+checks are sealing.py's, shared with `purge_under_load`.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from lockstep.app.keys import KEY_FILE_ENV, create_key_file
-from lockstep.app.principals import Principal
-from lockstep.core.events import ActivitySucceeded
-from lockstep.engine import Engine
-
-from ..fleet import wait_until
 from .base import Ctx, Supervisor, pay_definition, settle_time
 from .checker import Verdict
+from .sealing import Rotator, Started, check_given, check_values, init_keys, sealed_definition, wait_rotated
 
 __all__ = ["rotate_under_load"]
-
-
-def _definition() -> dict[str, Any]:
-    doc = pay_definition(wait="100ms")
-    doc["input_schema"] = {
-        "type": "object",
-        "properties": {
-            "amount": {"type": "integer", "x-lockstep-sensitive": True},
-            "ref": {"type": "string"},
-        },
-    }
-    return doc
-
-
-def _rotated(engine: Engine, tenant: str, version: int) -> bool:
-    (t,) = engine.service.keys.status(tenant).tenants
-    return [v.version for v in t.versions] == [version] and t.rewrap_pending == 0
 
 
 def rotate_under_load(ctx: Ctx) -> tuple[Verdict, float | None]:
     """Two rotations while sealed runs go through workers SIGKILLed at random; the first scheduler dies
     inside its first re-wrap batch and another takes over."""
     f = ctx.fleet
-    key = f.dir / "lockstep.key"
-    create_key_file(key)
-    f.env[KEY_FILE_ENV] = str(key)  # every worker, scheduler and CLI of the fleet has the key
-    engine = Engine.open(f.db_url, keys=key)
-    try:
-        return _drive(ctx, engine)
-    finally:
-        engine.close()
-
-
-def _drive(ctx: Ctx, engine: Engine) -> tuple[Verdict, float | None]:
-    f = ctx.fleet
-    engine.publish(_definition(), tenant=ctx.tenant)
+    init_keys(f)  # every worker, scheduler and CLI of the fleet has the key
+    f.engine.publish(sealed_definition(pay_definition(wait="100ms")), tenant=ctx.tenant)
     workers = Supervisor(3, lambda n: f.worker(f"w{n}", scheduler=False))
     schedulers = Supervisor(2, lambda n: f.scheduler(f"s{n}", faults="keys.rewrap=kill@1" if n == 1 else ""))
 
@@ -66,17 +33,19 @@ def _drive(ctx: Ctx, engine: Engine) -> tuple[Verdict, float | None]:
         workers.tick()
         schedulers.tick()
 
-    amounts: dict[str, int] = {}
+    started: dict[str, Started] = {}
+    rotator = Rotator(ctx, ctx.tenant)
     rounds = 4
     with ctx.monitor() as mon:
         for r in range(rounds):
             for i in range(ctx.runs // rounds):
                 n = r * 1000 + i
-                run_id = engine.start("pay", input={"amount": 100 + n, "ref": f"r{n}"}, tenant=ctx.tenant)
-                amounts[run_id] = 100 + n
+                doc = {"amount": 100 + n, "card": f"CARD-{ctx.seed}-{n}", "ref": f"r{n}"}
+                run_id = f.engine.start("pay", input=doc, tenant=ctx.tenant)
+                started[run_id] = Started(ctx.tenant, doc)
             if r in (1, 2):
-                f.cli("keys", "rotate", "--tenant", ctx.tenant)
-                ctx.count("rotations")
+                rotator.start()
+                rotator.join()
             victim = ctx.rng.choice(workers.procs)
             time.sleep(ctx.rng.uniform(0.05, 0.4))
             victim.kill()
@@ -84,47 +53,11 @@ def _drive(ctx: Ctx, engine: Engine) -> tuple[Verdict, float | None]:
             tick()
         t0 = time.monotonic()
         settled = settle_time(ctx, t0, tick=tick)
-
-        def rotated() -> bool:
-            tick()
-            return _rotated(engine, ctx.tenant, 3)
-
-        try:
-            wait_until(rotated, ctx.deadline_s, "every run key on version 3 and the old versions gone")
-            rewrapped = True
-        except Exception:
-            rewrapped = False
+        unrotated = wait_rotated(ctx, ctx.tenant, rotator.version, tick=tick)
     ctx.count("schedulers died", schedulers.deaths)
     v = ctx.verdict(monitor=mon)
-    if not rewrapped:
-        (t,) = engine.service.keys.status(ctx.tenant).tenants
-        v.flag(
-            "keys_lost",
-            f"rotation unfinished: versions {[x.version for x in t.versions]}, {t.rewrap_pending} pending",
-        )
-    _check_values(engine, ctx.tenant, amounts, v)
+    for problem in [*rotator.failed, *([unrotated] if unrotated else [])]:
+        v.flag("keys_lost", problem)
+    check_values(f.engine, started, v)
+    check_given(f.ledger, started, v)
     return v, settled
-
-
-def _check_values(engine: Engine, tenant: str, amounts: dict[str, int], v: Verdict) -> None:
-    """Each run's sealed amount opens to its own value, and its charge was given that value in clear."""
-    checker = Principal(tenant, "faults-checker", ("viewer",), (), 0, ("read_sensitive",))
-    svc = engine.service
-    for run_id, amount in amounts.items():
-        try:
-            shown = svc.reveal.run(checker, run_id, channel="faults")
-        except Exception as exc:
-            v.flag("keys_lost", f"{run_id}: {type(exc).__name__}: {exc}")
-            continue
-        if shown.input.get("amount") != amount:
-            v.flag("keys_lost", f"{run_id}: input amount {shown.input.get('amount')!r}, expected {amount}")
-        with svc.read() as tx:
-            given = [
-                e.data.output.get("amount")
-                for e, _h in tx.events(run_id)
-                if isinstance(e.data, ActivitySucceeded)
-                and e.data.step == "charge"
-                and isinstance(e.data.output, dict)
-            ]
-        if any(g != amount for g in given):
-            v.flag("keys_lost", f"{run_id}: the charge was given {given!r}, not {amount}")

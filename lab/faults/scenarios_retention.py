@@ -1,24 +1,37 @@
-"""Retention under load: `purge_under_load`. Runs start, finish, wait for people and get legal holds in
-waves while two schedulers purge with a retention of seconds; the schedulers SIGKILL themselves in the
-middle of purges (inside a delete transaction, right after a batch of tombstones) and are restarted.
+"""Retention and key rotation under load: `purge_under_load`. Runs whose inputs and charge outputs are
+sealed start, finish, wait for people and get legal holds in waves while two schedulers purge with a
+retention of seconds and tenant `default`'s data key is rotated twice (`lockstep keys rotate`); the
+schedulers SIGKILL themselves in the middle of purges (inside a delete transaction, right after a batch
+of tombstones) and inside re-wrap batches (written, not committed), and are restarted.
 
 Tenant `default` keeps finished runs 2 s; some runs are held from the moment they start (half of those
 released once they finished), some wait for an approval that never comes (they cannot finish). Tenant
-`vault` keeps finished runs 1 s but is under a tenant hold all along. The checker (purgecheck.py, on
-top of checker.py for the runs still stored) then requires: nothing unfinished lost, nothing held
-purged, nothing purged early, every finished unheld run gone with a complete tombstone once its
-retention plus one purge period (plus the allowance for a killed scheduler's restart) has passed, and
-everything still stored verified.
+`vault` keeps finished runs 1 s but is under a tenant hold all along. The key file is made with
+`lockstep keys init`; the run inputs' `amount` and `card` and the charge's output `amount` are
+sensitive. The checker (purgecheck.py and sealing.py, on top of checker.py for the runs still stored)
+then requires: nothing unfinished lost, nothing held purged, nothing purged early, every finished
+unheld run gone with a complete tombstone once its retention plus one purge period (plus the allowance
+for a killed scheduler's restart) has passed, and everything still stored verified; every stored run's
+sealed values open to exactly what it was started with (and its charge output to what the activity
+produced), every charge applied downstream was sent the clear amount, the rotation finished (every run
+key on the newest version, the older versions gone), a purged run left neither its key row nor any of
+its sealed values anywhere, and no purge or re-wrap pass deadlocked or failed but for a lost race
+(those are counted).
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from typing import Any
 
+from lockstep.errors import LockstepError
+
+from ..fleet import Proc
 from .base import Ctx, Supervisor, pay_definition
 from .checker import Expect, Verdict
-from .purgecheck import PurgeWatch, Tracked, check_purge
+from .purgecheck import PurgeWatch, Tracked, check_processes, check_purge, check_sealed
+from .sealing import Rotator, Started, check_given, check_values, init_keys, sealed_definition, wait_rotated
 
 __all__ = ["purge_under_load"]
 
@@ -33,33 +46,49 @@ APPROVAL = {
     "approval": {"approvers": {"users": ["alice"]}, "quorum": 1, "timeout": "1h"},
 }
 KILL_POINTS = ("purge.rows", "purge.tombstoned", "purge.deleted")
+ROTATE_AT = (1, 3)  # the waves at whose start tenant default's key is rotated
 
 
 def purge_under_load(ctx: Ctx) -> tuple[Verdict, float | None]:
-    """Waves of runs (finishing, held, waiting for people) while killed-and-restarted schedulers purge."""
+    """Waves of sealed runs (finishing, held, waiting for people) while killed-and-restarted schedulers
+    purge and re-wrap run keys after two rotations."""
     f = ctx.fleet
-    f.cli("tenants", "create", "default", expect=None)
-    f.cli("tenants", "create", "vault")
-    f.cli("users", "create", "alice", "--tenant", "default", "--roles", "approver")
-    f.engine.publish(pay_definition(wait="200ms"), tenant="default")
-    f.engine.publish(pay_definition("long", wait="10ms", extra=[APPROVAL]), tenant="default")
-    f.engine.publish(pay_definition(wait="10ms"), tenant="vault")
-    f.cli("tenants", "set", "default", "--retention", "2s")
-    f.cli("tenants", "set", "vault", "--retention", "1s")
-    f.cli("tenants", "hold", "vault", "--reason", "regulator inquiry 2025-3")
+    init_keys(f)
+    # Set up in-process (each CLI command costs a second of start-up): the operator's commands under
+    # test are `keys init`, `keys rotate` and `runs release`.
+    accounts, retention = f.engine.service.principals, f.engine.service.retention
+    with suppress(LockstepError):  # "default" may exist already
+        accounts.create_tenant("default")
+    accounts.create_tenant("vault")
+    accounts.create_user("default", "alice", ["approver"], [])
+    f.engine.publish(sealed_definition(pay_definition(wait="200ms"), output=True), tenant="default")
+    long = pay_definition("long", wait="10ms", extra=[APPROVAL])
+    f.engine.publish(sealed_definition(long, output=True), tenant="default")
+    f.engine.publish(sealed_definition(pay_definition(wait="10ms"), output=True), tenant="vault")
+    for tenant, keep in RETENTION_S.items():
+        accounts.set_tenant(tenant, retention=keep)
+    retention.hold_tenant("vault", "regulator inquiry 2025-3", "driver")
     ctx.count("tenant holds", 1)
-    points = [f"{ctx.rng.choice(KILL_POINTS)}=kill@{ctx.rng.randint(1, 3)}" for _ in range(2)]
+    faults = _scheduler_faults(ctx)
 
-    def scheduler(n: int) -> Any:
-        faults = points[n - 1] if n <= len(points) else ""
+    def scheduler(n: int) -> Proc:
+        spec = faults[n - 1] if n <= len(faults) else ""
         extra = ["--purge-interval", f"{int(PERIOD_S * 1000)}ms", "--purge-batch", "10"]
-        return f.scheduler(f"s{n}", extra=extra, faults=faults, wait=not faults)
+        return f.scheduler(f"s{n}", extra=extra, faults=spec, wait=not spec)
 
     schedulers = Supervisor(2, scheduler)
     workers = Supervisor(2, lambda n: f.worker(f"w{n}"))
     tracked: dict[str, Tracked] = {}
+    started: dict[str, Started] = {}
+    rotator = Rotator(ctx, "default")
     per_wave = max(3, ctx.runs // WAVES)
     n = 0
+
+    def start(name: str, tenant: str, amount: int, ref: str) -> str:
+        doc = {"amount": amount, "card": f"CARD-{ctx.seed}-{ref}", "ref": ref}
+        rid = f.engine.start(name, input=doc, tenant=tenant)
+        started[rid] = Started(tenant, doc)
+        return rid
 
     def tick() -> None:
         schedulers.tick()
@@ -67,27 +96,29 @@ def purge_under_load(ctx: Ctx) -> tuple[Verdict, float | None]:
 
     with ctx.monitor() as mon, PurgeWatch(f) as watch:
         for wave in range(WAVES):
+            if wave in ROTATE_AT:  # in a thread: runs start, finish and are purged meanwhile
+                rotator.start()
             for _ in range(per_wave):
-                rid = f.engine.start("pay", input={"amount": 100 + n, "ref": f"r{n}"}, tenant="default")
+                rid = start("pay", "default", 100 + n, f"r{n}")
                 tracked[rid] = Tracked("default")
                 if ctx.rng.random() < 0.25:  # held while it still runs
                     f.engine.service.retention.hold_run("default", rid, f"case {n}", "driver")
                     tracked[rid].held = True
                     ctx.count("runs held while running")
                 n += 1
-            rid = f.engine.start("long", input={"amount": 1, "ref": f"long{wave}"}, tenant="default")
-            tracked[rid] = Tracked("default", can_finish=False)
-            rid = f.engine.start("pay", input={"amount": 2, "ref": f"vault{wave}"}, tenant="vault")
-            tracked[rid] = Tracked("vault")
+            tracked[start("long", "default", 1, f"long{wave}")] = Tracked("default", can_finish=False)
+            tracked[start("pay", "vault", 2, f"vault{wave}")] = Tracked("vault")
             if wave == WAVES // 2:
                 _release_some(ctx, tracked, watch)
             end = time.monotonic() + 1.0
             while time.monotonic() < end:
                 tick()
                 time.sleep(0.05)
+            rotator.join()
         _release_some(ctx, tracked, watch, wait=True)
         settled = _settle(ctx, tracked, watch, tick)
-    ctx.count("schedulers SIGKILLed mid-purge (restarted)", schedulers.deaths)
+        unrotated = wait_rotated(ctx, "default", rotator.version, tick=tick)
+    ctx.count("schedulers SIGKILLed (restarted)", schedulers.deaths)
     verdict = ctx.verdict(monitor=mon)
     vault = ctx.verdict(Expect(tenant="vault"))  # its runs are all stored: verified like the others
     for check, examples in vault.examples.items():
@@ -105,6 +136,7 @@ def purge_under_load(ctx: Ctx) -> tuple[Verdict, float | None]:
         held_tenants={"vault"},
         v=verdict,
     )
+    numbers |= _check_sealed_runs(ctx, tracked, started, watch, rotator, unrotated, verdict)
     for what, value in numbers.items():
         ctx.injected[what] = value
     verdict.outcomes["started"] = len(tracked)
@@ -115,6 +147,44 @@ def purge_under_load(ctx: Ctx) -> tuple[Verdict, float | None]:
     if settled is not None and schedulers.last_death is not None:
         recovery = round(max(0.0, settled - schedulers.last_death), 2)
     return verdict, recovery
+
+
+def _scheduler_faults(ctx: Ctx) -> list[str]:
+    """The fail points of the first schedulers: the first dies in a purge, the second inside its first
+    re-wrap batch after the first rotation, the third in whichever comes first, the fourth in a re-wrap
+    after the second rotation (it starts once the first is over); the rest run clean."""
+    purge = [f"{ctx.rng.choice(KILL_POINTS)}=kill@{ctx.rng.randint(1, 3)}" for _ in range(2)]
+    rewrap = "keys.rewrap=kill@1"
+    return [purge[0], rewrap, f"{purge[1]};{rewrap}", rewrap]
+
+
+def _check_sealed_runs(
+    ctx: Ctx,
+    tracked: dict[str, Tracked],
+    started: dict[str, Started],
+    watch: PurgeWatch,
+    rotator: Rotator,
+    unrotated: str | None,
+    v: Verdict,
+) -> dict[str, Any]:
+    """The key checks: the stored runs' values, the charges sent, the rotation, what purged runs left."""
+    f = ctx.fleet
+    for problem in [*rotator.failed, *([unrotated] if unrotated else [])]:
+        v.flag("keys_lost", problem)
+    stored = {str(r[0]) for r in f.sql("SELECT run_id FROM runs")}
+    hits = f.failpoint_hits()
+    killed = {int(h["pid"]) for h in hits if h["action"] == "kill"}
+    rewraps = [h for h in hits if h["point"] == "keys.rewrap"]
+    return {
+        "key version": rotator.version,
+        "stored runs opened": check_values(f.engine, {r: s for r, s in started.items() if r in stored}, v),
+        "charges sent in clear (all runs)": check_given(f.ledger, started, v),
+        "SIGKILLed in a re-wrap batch": len(rewraps),
+        "... of them with run keys written": sum(1 for h in rewraps if h["moved"]),
+        "SIGKILLed in a purge": sum(1 for h in hits if str(h["point"]).startswith("purge.")),
+        **check_sealed(f, tracked, watch, v),
+        **check_processes(f.procs, killed, v),
+    }
 
 
 def _release_some(ctx: Ctx, tracked: dict[str, Tracked], watch: PurgeWatch, *, wait: bool = False) -> None:

@@ -39,7 +39,7 @@ def world(tmp_path: Path) -> Iterator[tuple[Engine, Clock, Any]]:
     engine.publish(QUICK)
     engine.service.principals.set_tenant("default", retention=2)
     try:
-        yield engine, clock, SimpleNamespace(sql=lambda s, p=(): sql(url, s, p))
+        yield engine, clock, SimpleNamespace(sql=lambda s, p=(): sql(url, s, p), backend="sqlite")
     finally:
         engine.close()
 
@@ -116,3 +116,16 @@ def test_each_purge_violation_is_found(world: Any) -> None:
         "purge_incomplete": 1,
         "tombstone_mismatch": 1,
     }
+
+
+def test_a_purge_before_the_end_plus_retention_is_early_even_unwatched(world: Any) -> None:
+    """A run purged 1 s after its terminal event (retention 2 s) is purged_early by its tombstone's own
+    times, though the watcher never saw it unfinished; one purged 3 s after is not."""
+    engine, clock, fleet = world
+    ids = finish(engine, clock, 2)
+    seen = {r: Seen(finished=s.finished) for r, s in seen_as_stored(fleet, ids).items()}
+    clock.now += timedelta(seconds=1)
+    engine.service.retention.purge_run("default", ids[0], "erasure", "ops")
+    clock.now += timedelta(seconds=2)
+    engine.service.retention.purge_run("default", ids[1], "erasure", "ops")
+    assert run_check(fleet, {r: Tracked("default") for r in ids}, seen) == {"purged_early": 1}
