@@ -5,8 +5,8 @@ one outside the policy, and users who are not approvers are refused and see noth
 from __future__ import annotations
 
 import pytest
-from sealworld import World
 from sealkit import CARD, CLEAR_REF, TENANT
+from sealworld import World
 
 from lockstep.errors import Conflict, Forbidden
 
