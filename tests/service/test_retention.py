@@ -97,8 +97,9 @@ def test_the_purge_deletes_exactly_the_finished_runs_past_retention(
 def test_a_purged_run_answers_gone_with_its_tombstone_and_another_tenant_not_found(
     world: Service, clock: FakeClock
 ):
-    """show, events, cancel and verify of a purged run raise Gone saying when, by whom and why; for any
-    other tenant the run does not exist (404), so a tombstone does not leak it."""
+    """show, events, cancel and verify of a purged run raise Gone saying when, by whom and why (the
+    refused cancel is audited); for any other tenant the run does not exist (404), so a tombstone does
+    not leak it."""
     (run_id,) = finished(world, clock, "acme", 1)
     state = world.show("acme", run_id)
     clock.advance(days=8)
@@ -122,6 +123,9 @@ def test_a_purged_run_answers_gone_with_its_tombstone_and_another_tenant_not_fou
     with pytest.raises(NotFound):
         world.retention.tombstone("globex", run_id)
     assert world.retention.tombstone("acme", run_id).status == "completed"
+    with world.read() as tx:
+        refused = [r for r in tx.audit_page("acme", AuditFilter(), None, 100) if r.action == "run.cancel"]
+    assert [(r.outcome, r.target, r.detail.get("code")) for r in refused] == [("refused", run_id, "purged")]
 
 
 def test_held_runs_and_held_tenants_are_never_purged_until_released(world: Service, clock: FakeClock):

@@ -22,7 +22,7 @@ from ..core.commands import Command
 from ..core.events import Event
 from ..core.state import RunState
 from ..core.timeutil import iso
-from ..errors import Conflict, Forbidden, InvalidInput, NotFound, Refused
+from ..errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, Refused
 from ..store import AuditFilter, AuditTx, LoadedRun
 from .port import KernelPort
 from .views import AuditChainCheck, AuditEntry, AuditPage, AuditProblem, AuditVerifyResult
@@ -256,7 +256,7 @@ class Audit:
         **detail: Any,
     ) -> tuple[RunState, list[Event]]:
         """`kernel.command` with its audit row in the same transaction; a refusal (the state machine's,
-        a run of another tenant) is recorded as refused, with its code, and raised."""
+        a run of another tenant, a purged run) is recorded as refused, with its code, and raised."""
 
         def with_row(tx: AuditTx, loaded: LoadedRun) -> Command:
             self.record(tenant, actor, action, run_id, "ok", tx=tx, **detail)
@@ -264,7 +264,7 @@ class Audit:
 
         try:
             return self.kernel.command(run_id, command, tenant, prepare=with_row)
-        except (Refused, Conflict, NotFound, Forbidden) as exc:
+        except (Refused, Conflict, NotFound, Forbidden, Gone) as exc:  # Gone: a purged run
             self.refused(tenant, actor, action, run_id, exc.code, **detail)
             raise
 
