@@ -28,6 +28,7 @@ def test_forgetting_a_run_makes_its_values_unreadable_and_keeps_verify_green(wor
     world.service.keys.forget(TENANT, run_id, "customer asked to be forgotten", "admin")
     shown = world.engine.show(run_id, tenant=TENANT)
     assert shown["input"] == {"card": GONE, "ref": CLEAR_REF}  # what was clear stays clear
+    assert GONE == {"$redacted": "forgotten", "readable_by": None}  # nobody may read it now
     assert shown["steps"]["charge"]["output"]["token"] == GONE
     revealed = world.service.reveal.run(world.principal("auditor"), run_id, channel="test")
     assert revealed.input["card"] == GONE

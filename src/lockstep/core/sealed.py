@@ -132,9 +132,10 @@ def contains_marker(value: JSONValue) -> bool:
     return found
 
 
-def redaction(kind: str = SENSITIVE) -> dict[str, str]:
-    """What a read model shows for a sealed value: that one exists, and who may read it."""
-    return {REDACTED: kind, "readable_by": READ_GRANT}
+def redaction(kind: str = SENSITIVE) -> dict[str, str | None]:
+    """What a read model shows for a sealed value: that one exists, and who may read it (nobody, once
+    its key is destroyed: `readable_by` null)."""
+    return {REDACTED: kind, "readable_by": None if kind == FORGOTTEN else READ_GRANT}
 
 
 def text_of(value: JSONValue) -> str:
