@@ -300,4 +300,6 @@ def test_demo_runs_the_tour_end_to_end(tmp_path: Path) -> None:
     done = cli.run("demo", db=False)
     assert "every run reached the state it should" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+    assert "[bold]" not in done.stdout  # its markup is rendered, never printed as text
+    assert "[/green]" not in done.stdout
     assert not list(tmp_path.iterdir())  # the tour uses its own temporary directory

@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.markup import escape
 
 from .context import Ctx, pass_ctx
@@ -75,7 +76,10 @@ def demo(db_url: str | None, keep: bool) -> None:
     """A scripted tour: retries, a lost response, a durable timer, a cancellation with compensation."""
     from ..examples.tour import run_tour  # noqa: PLC0415
 
-    sys.exit(run_tour(db_url, keep=keep, console=out))
+    # The tour writes its own text, styled with markup (unlike the other commands, which print tenants'
+    # and workers' text and so keep markup off).
+    console = Console(highlight=False, soft_wrap=True, width=out.width if out.is_terminal else 200)
+    sys.exit(run_tour(db_url, keep=keep, console=console))
 
 
 # The commands of this group, attached to the root group in root.py.
