@@ -45,3 +45,4 @@ def test_a_held_run_shows_its_hold_and_how_to_release_it(page: Any, ui_server: S
     page.reload()
     expect(page.locator("section.hold")).to_have_count(0)
     assert "legal hold" not in ui_server.cli("show", run_id).stdout
+    assert "[bold]" not in ui_server.log()  # serve's own start-up lines render their markup
