@@ -73,9 +73,11 @@ def run_server(
             else os.getcwd()
         )
         info = bootstrap(engine, db_dir)
+        key = f", API key {info['api_key']}" if "api_key" in info else ""
         console.print(
             f"example: tenant [bold]default[/bold], user [bold]admin[/bold], password "
-            f"[bold]{info['password']}[/bold]" + (f", API key {info['api_key']}" if "api_key" in info else "")
+            f"[bold]{info['password']}[/bold]{key}",
+            markup=True,  # our own text and generated secrets: no tenant's text in it
         )
         if not metrics_public:
             console.print(
