@@ -96,6 +96,10 @@ class Tracing:
         self.tracer = self.provider.get_tracer("lockstep")
         self._closed = False
 
+    @property
+    def tracer_provider(self) -> TracerProvider:
+        return self.provider
+
     def observe(self, before: RunState | None, after: RunState, events: list[Event]) -> None:
         self.emit(ended_spans(before, events))
 

@@ -4,16 +4,23 @@ the OpenTelemetry SDK is imported."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ...core.events import Event
 from ...core.state import RunState
 from .ids import SpanRef
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
 __all__ = ["TraceSink"]
 
 
 class TraceSink(Protocol):
+    @property
+    def tracer_provider(self) -> TracerProvider:
+        """The provider the process's other spans use too (the HTTP server's requests)."""
+
     def observe(self, before: RunState | None, after: RunState, events: list[Event]) -> None:
         """After a commit: emit the spans that the transition `before` -> `after` (`events`) ended."""
 
