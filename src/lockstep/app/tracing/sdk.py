@@ -140,6 +140,10 @@ class Tracing:
             return traceparent, None
         return format_traceparent(SpanRef(ref.trace_id, ref.span_id, 0)), None
 
+    def set_global(self) -> None:
+        if type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider":  # none set yet
+            trace.set_tracer_provider(self.provider)
+
     def flush(self) -> None:
         self.provider.force_flush()
 

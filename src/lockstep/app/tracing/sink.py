@@ -27,6 +27,10 @@ class TraceSink(Protocol):
     def new_trace(self, parent: SpanRef | None) -> tuple[str, str | None]:
         """RunStarted's (trace, trace_parent) for a run starting now, under `parent` if given."""
 
+    def set_global(self) -> None:
+        """Make this the process's global tracer provider (if none is set): for the long-running
+        processes, so activities' own spans (`ctx.otel_context()`) go the same way."""
+
     def flush(self) -> None:
         """Export what is buffered now (bounded by the exporter's timeout)."""
 
