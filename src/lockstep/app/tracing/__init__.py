@@ -5,6 +5,7 @@ operator commands are spans, emitted from committed events by whichever process 
     context.py   which trace a starting run joins (a header, an argument, the current span)
     spans.py     the spans a transition ends (pure: records, no OpenTelemetry)
     operator.py  what an operator command's span carries
+    replay.py    a run's spans derived again from its stored history (`lockstep trace`)
     sink.py      TraceSink, what the application layer needs of tracing
     config.py    whether the OTEL_* environment turns tracing on (imports the SDK only then)
     sdk.py       the SDK glue: provider, derived-id generator, emission
@@ -15,6 +16,7 @@ from __future__ import annotations
 from .config import tracing_configured, tracing_from_env
 from .context import current_span_ref, explicit_parent, request_parent
 from .ids import SpanRef, attempt_traceparent, format_traceparent, new_trace, parse_traceparent, run_trace
+from .replay import run_spans
 from .sink import TraceSink
 from .spans import SpanEvent, SpanRecord, ended_spans, history_spans
 
@@ -32,6 +34,7 @@ __all__ = [
     "new_trace",
     "parse_traceparent",
     "request_parent",
+    "run_spans",
     "run_trace",
     "tracing_configured",
     "tracing_from_env",

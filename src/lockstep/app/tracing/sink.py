@@ -4,11 +4,13 @@ the OpenTelemetry SDK is imported."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from ...core.events import Event
 from ...core.state import RunState
 from .ids import SpanRef
+from .spans import SpanRecord
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -23,6 +25,9 @@ class TraceSink(Protocol):
 
     def observe(self, before: RunState | None, after: RunState, events: list[Event]) -> None:
         """After a commit: emit the spans that the transition `before` -> `after` (`events`) ended."""
+
+    def emit(self, records: Iterable[SpanRecord]) -> None:
+        """Export finished spans (derived again from a history: `lockstep trace --export`)."""
 
     def new_trace(self, parent: SpanRef | None) -> tuple[str, str | None]:
         """RunStarted's (trace, trace_parent) for a run starting now, under `parent` if given."""
