@@ -29,6 +29,9 @@ Violations (each must be 0):
   tombstone_mismatch (retention, scenario `purge_under_load`: see purgecheck.py).
 - keys_lost (flagged by rotate_under_load): a sealed value that no longer opens to its own value, an
   activity given something else than the clear value, or a rotation that never completed.
+- spans_wrong, spans_lost (flagged by traced_crashes: see tracecheck.py): a span received that the run's
+  history does not imply; a span missing that no SIGKILL explains, or still missing after
+  `lockstep trace --export`.
 """
 
 from __future__ import annotations
@@ -95,6 +98,8 @@ CHECKS = (
     "isolation_breached",
     *PURGE_CHECKS,
     "keys_lost",
+    "spans_wrong",
+    "spans_lost",
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
 EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.refund": "refund"}
