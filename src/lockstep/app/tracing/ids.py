@@ -115,7 +115,7 @@ def run_trace(state: RunState) -> RunTrace:
 
 def derived_id(*parts: object) -> int:
     """A non-zero 64-bit span id from `parts` (sha256: no two spans of a run share one in practice)."""
-    text = "\n".join(str(p) for p in parts)
+    text = "\n".join(map(str, parts))
     return _nonzero(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big"))
 
 

@@ -101,7 +101,7 @@ class Tracing:
         return self.provider
 
     def observe(self, before: RunState | None, after: RunState, events: list[Event]) -> None:
-        self.emit(ended_spans(before, events))
+        self.emit(ended_spans(before, events, after))
 
     def emit(self, records: Iterable[SpanRecord]) -> None:
         for r in records:

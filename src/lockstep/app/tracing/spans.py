@@ -79,21 +79,40 @@ def history_spans(events: Sequence[Event]) -> list[SpanRecord]:
     return ended_spans(None, events)
 
 
-def ended_spans(before: RunState | None, events: Sequence[Event]) -> list[SpanRecord]:
-    """The spans that `events` (one committed transition) end, over the state `before` it."""
+def ended_spans(
+    before: RunState | None, events: Sequence[Event], after: RunState | None = None
+) -> list[SpanRecord]:
+    """The spans that `events` (one committed transition) end, over the state `before` it (`after`,
+    the state they lead to, if known, spares folding the last one again)."""
     out: list[SpanRecord] = []
     state = before
     closed: dict[str, int] = {}  # step -> index in `out` of the visit span this transition ended
-    for e in events:
-        after = evolve(state, e)
+    trace: RunTrace | None = None  # the same for the whole run: computed once
+    common: tuple[object, dict[str, Attr]] = (None, {})
+    last = len(events) - 1
+    for i, e in enumerate(events):
+        nxt = after if i == last and after is not None and after.seq == e.seq else evolve(state, e)
         if state is not None:
-            _settle(closed, out, after, e.at)
-            for record in _Ended(state, after, e).spans():
+            trace = trace or run_trace(state)
+            if common[0] is not state.definition:  # changes only with a migration
+                common = (state.definition, _common(state))
+            _settle(closed, out, nxt, e.at)
+            for record in _Ended(state, nxt, e, trace, common[1]).spans():
                 if record.kind == "step":
                     closed[str(record.attributes["lockstep.step"])] = len(out)
                 out.append(record)
-        state = after
+        state = nxt
     return out
+
+
+def _common(s: RunState) -> dict[str, Attr]:
+    """What every span of the run carries."""
+    return {
+        "lockstep.tenant": s.tenant,
+        "lockstep.definition": str(s.definition.get("name")),
+        "lockstep.version": int(s.definition.get("version") or 0),
+        "lockstep.run_id": s.run_id,
+    }
 
 
 def _settle(closed: dict[str, int], out: list[SpanRecord], after: RunState, at: str) -> None:
@@ -113,15 +132,10 @@ def _settle(closed: dict[str, int], out: list[SpanRecord], after: RunState, at: 
 class _Ended:
     """The spans one event ends: `b` is the state before it, `a` after."""
 
-    def __init__(self, b: RunState, a: RunState, e: Event) -> None:
+    def __init__(self, b: RunState, a: RunState, e: Event, trace: RunTrace, common: dict[str, Attr]) -> None:
         self.b, self.a, self.e = b, a, e
-        self.trace = run_trace(b)
-        self.common: dict[str, Attr] = {
-            "lockstep.tenant": b.tenant,
-            "lockstep.definition": str(b.definition.get("name")),
-            "lockstep.version": int(b.definition.get("version") or 0),
-            "lockstep.run_id": b.run_id,
-        }
+        self.trace = trace
+        self.common = common
         self.out: list[SpanRecord] = []
 
     def spans(self) -> list[SpanRecord]:
