@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ...store import RunsTx
 from ..port import KernelPort
-from .spans import SpanRecord, history_spans
+from .records import SpanRecord
+from .spans import history_spans
 
 __all__ = ["run_spans"]
 

@@ -26,7 +26,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 from ...core.events import Event
 from ...core.state import RunState
 from .ids import SAMPLED, SpanRef, format_traceparent, new_trace, parse_traceparent
-from .spans import SpanRecord, ended_spans, ns
+from .records import SpanRecord, ns
+from .spans import ended_spans
 
 __all__ = ["Tracing"]
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from ...core.events import Event
 from ...core.state import RunState
 from .ids import SpanRef
-from .spans import SpanRecord
+from .records import SpanRecord
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider

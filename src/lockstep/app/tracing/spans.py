@@ -1,5 +1,5 @@
 """The spans of a run, derived from its committed events: which spans a transition ends, with their ids,
-parents, times and attributes. Pure (no OpenTelemetry here: emit.py hands the records to the SDK).
+parents, times and attributes. Pure (no OpenTelemetry here: sdk.py hands the records to the SDK).
 
 A span is emitted once, when it ends, by the process that committed the event that ended it: its start
 time is read from the state before that event (the run's, a step visit's, an attempt's lease, a
@@ -16,8 +16,7 @@ approval's details or comments: those may be sensitive (core/sensitive.py), so n
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
 
 from ...core.events import (
     ActivityCancelled,
@@ -34,44 +33,13 @@ from ...core.events import (
 )
 from ...core.evolve import evolve
 from ...core.state import STEP_OPEN, Attempt, RunState, Timer
-from ...core.timeutil import parse_iso
 from .ids import RunTrace, run_trace
 from .operator import operator_span
+from .records import Attr, SpanEvent, SpanRecord, ns
 
-__all__ = ["Attr", "SpanEvent", "SpanRecord", "ended_spans", "history_spans", "ns"]
+__all__ = ["ended_spans", "history_spans"]
 
-Attr = str | int | bool
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TEXT = 256  # the longest reason a span carries; longer ones are cut
-
-
-def ns(at: str) -> int:
-    """An event time (ISO, milliseconds) as nanoseconds since the epoch, exactly."""
-    return (parse_iso(at) - _EPOCH) // timedelta(microseconds=1) * 1000
-
-
-@dataclass(frozen=True)
-class SpanEvent:
-    name: str
-    at: str
-    attributes: Mapping[str, Attr] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SpanRecord:
-    """One finished span: `kind` is what it stands for (run, step, attempt, timer, approval,
-    compensation, operator, attention, ignored); `error` the error code when it ended in failure."""
-
-    kind: str
-    name: str
-    trace: RunTrace
-    span_id: int
-    parent_id: int | None
-    start: str
-    end: str
-    attributes: Mapping[str, Attr]
-    events: tuple[SpanEvent, ...] = ()
-    error: str | None = None
 
 
 def history_spans(events: Sequence[Event]) -> list[SpanRecord]:
