@@ -21,6 +21,7 @@ from tracekit import (
     TRACED,
     assert_clean,
     by_name,
+    event_ns,
     from_memory,
     in_memory,
     tree_problems,
@@ -184,6 +185,7 @@ def check_equal_to_history(spans: list[Received], events: list[Any]) -> None:
         assert s.name == r.name
         assert s.parent_id == (f"{r.parent_id:016x}" if r.parent_id is not None else None)
         assert s.attributes == dict(r.attributes)
+        assert (s.start_ns, s.end_ns) == (event_ns({"at": r.start}), event_ns({"at": r.end}))  # the events'
 
 
 def test_a_graceful_stop_exports_what_the_batch_still_holds(
