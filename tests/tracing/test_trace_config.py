@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tracekit import in_memory
 
-from lockstep import Engine
+from lockstep import Engine, Registry
 from lockstep.app.tracing import tracing_configured
 from lockstep.errors import InvalidInput
 
@@ -131,3 +132,27 @@ def test_tracing_configured_without_the_sdk_names_the_extra(tmp_path: Path) -> N
     )
     done = _python(code, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, tmp_path)
     assert "lockstep[otel]" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_run_the_sampler_leaves_out_at_its_start_emits_no_span(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OTEL_TRACES_SAMPLER decides once, at the start: a run left out records its trace as not sampled
+    (flags 00) and no process emits a span of it."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    tracing, exporter = in_memory()
+    reg = Registry()
+    reg.register("x.a", lambda data: {})
+    one = {"name": "one", "steps": [{"id": "a", "activity": "x.a", "timeout": "10s"}]}
+    with Engine.open(f"sqlite:///{tmp_path / 'db'}", tracing=tracing) as engine:
+        engine.publish(one)
+        worker = engine.worker(reg).start()
+        try:
+            run_id = engine.start("one")
+            engine.wait_for(run_id)
+        finally:
+            worker.stop()
+        with engine.service.read() as tx:
+            trace = tx.events(run_id)[0][0].data_json()["trace"]
+    assert trace.endswith("-00")
+    assert exporter.get_finished_spans() == ()

@@ -25,7 +25,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 
 from ...core.events import Event
 from ...core.state import RunState
-from .ids import SAMPLED, SpanRef, format_traceparent, new_trace, parse_traceparent
+from .ids import SAMPLED, SpanRef, format_traceparent, new_trace, parse_traceparent, run_trace
 from .records import SpanRecord, ns
 from .spans import ended_spans
 
@@ -102,7 +102,8 @@ class Tracing:
         return self.provider
 
     def observe(self, before: RunState | None, after: RunState, events: list[Event]) -> None:
-        self.emit(ended_spans(before, events, after))
+        if run_trace(after).flags & SAMPLED:  # a run not sampled at its start costs nothing more
+            self.emit(ended_spans(before, events, after))
 
     def emit(self, records: Iterable[SpanRecord]) -> None:
         for r in records:
