@@ -25,13 +25,15 @@ from .. import lab_env
 from ..fleet import database, postgres
 from .common import MARKER
 from .dbos_side import dbos_version
-from .fleet_side import WORKLOADS
+from .fleet_side import WORKLOADS as FLEET_WORKLOADS
 from .raw import pg_commits, sqlite_commits
 from .report import write_reports
+from .traced import tracing
 
 __all__ = ["main"]
 
 ENGINES = ("lockstep", "dbos")
+WORKLOADS = {**FLEET_WORKLOADS, "tracing": tracing}
 BACKENDS = ("sqlite", "postgresql")
 
 
@@ -108,6 +110,7 @@ def _child(engine: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
 def fleet_sizes(quick: bool) -> dict[str, Any]:
     return {
         "two_workers": {"runs": 600 if quick else 2000},
+        "tracing": {"runs": 300 if quick else 1000},
         "recovery": {"runs": 1000},
         "timers": {"n": 2000 if quick else 20_000},
         "waiting": {"small": 1000, "large": 10_000 if quick else 100_000, "idle_s": 5.0 if quick else 10.0},

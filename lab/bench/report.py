@@ -227,6 +227,11 @@ def _fleet_section(fl: dict[str, Any], sizes: dict[str, Any]) -> list[str]:
     rows = [
         ("two worker processes: steps/s", _f(fl.get("two_workers.steps_per_s"))),
         (
+            "tracing (two workers exporting to a local OTLP receiver): steps/s off / on, on/off",
+            f"{_f(fl.get('tracing.steps_per_s_off'))} / {_f(fl.get('tracing.steps_per_s_on'))}, "
+            f"x{_f(fl.get('tracing.on_over_off'), 2)}",
+        ),
+        (
             f"recovery: {sizes.get('recovery', {}).get('runs', 0):,} runs, every engine process SIGKILLed; "
             "restart -> all completed, s",
             _f(fl.get("recovery.recovery_s"), 2),

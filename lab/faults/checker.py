@@ -31,6 +31,9 @@ Violations (each must be 0):
 - keys_lost (flagged by rotate_under_load and purge_under_load, see sealing.py): a sealed value that no
   longer opens to its own value, an activity given something else than the clear value, or a rotation
   that never completed.
+- spans_wrong, spans_lost (flagged by traced_crashes: see tracecheck.py): a span received that the run's
+  history does not imply; a span missing that no SIGKILL explains, or still missing after
+  `lockstep trace --export`.
 """
 
 from __future__ import annotations
@@ -99,6 +102,8 @@ CHECKS = (
     "isolation_breached",
     *PURGE_CHECKS,
     "keys_lost",
+    "spans_wrong",
+    "spans_lost",
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
 EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.refund": "refund"}

@@ -37,6 +37,7 @@ from .scenarios_ops import (
 )
 from .scenarios_retention import purge_under_load
 from .scenarios_tenants import hostile_tenant
+from .scenarios_traces import traced_crashes
 
 __all__ = ["SCENARIOS", "run_matrix", "write_reports"]
 
@@ -76,6 +77,13 @@ SCENARIOS = [
         "rotate_under_load",
         rotate_under_load,
         about="two key rotations while sealed runs proceed; workers and a re-wrapping scheduler SIGKILLed",
+    ),
+    Scenario(
+        "traced_crashes",
+        "traced_crashes",
+        traced_crashes,
+        about="crash_after_commit's kills with every process exporting spans to a real OTLP receiver: one "
+        "trace per run, each span the history's, losses only within a killed process's batch delay",
     ),
     Scenario(
         "broken_no_fencing",

@@ -19,7 +19,19 @@ from ..app import failpoints
 from ..core.limits import LimitSettingError, ServerLimits, parse_limit_settings
 from ..engine import DEFAULT_DB
 from ..errors import InvalidInput, LockstepError
-from . import admin, approvals, audit, definitions, keys, principals, processes, repair, retention, runs
+from . import (
+    admin,
+    approvals,
+    audit,
+    definitions,
+    keys,
+    principals,
+    processes,
+    repair,
+    retention,
+    runs,
+    trace,
+)
 from .context import Ctx
 from .render import err, fail
 
@@ -85,7 +97,19 @@ def cli(
     ctx.call_on_close(ctx.obj.close)
 
 
-for _group in (definitions, runs, repair, approvals, principals, retention, processes, admin, keys, audit):
+for _group in (
+    definitions,
+    runs,
+    trace,
+    repair,
+    approvals,
+    principals,
+    retention,
+    processes,
+    admin,
+    keys,
+    audit,
+):
     for _command in _group.COMMANDS:
         cli.add_command(_command)
 # Sensitive data's commands that belong to other groups' nouns.
