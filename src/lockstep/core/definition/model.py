@@ -221,7 +221,9 @@ class Definition:
 
 
 class DefinitionError(ValueError):
-    """Static errors: a list of (path, reason); str() gives one line per problem."""
+    """Static errors: a list of (path, reason); str() gives `path: reason` for each problem, on one
+    line, or, when a reason has lines of its own (an expression with a caret under an error), one
+    problem per line with its further lines indented below it."""
 
     def __init__(self, problems: list[tuple[str, str]], title: str = "invalid definition") -> None:
         self.problems = problems
@@ -229,8 +231,15 @@ class DefinitionError(ValueError):
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
-        lines = "; ".join(f"{p}: {r}" for p, r in self.problems)
-        return f"{self.title}: {lines}"
+        if not any("\n" in r for _, r in self.problems):
+            lines = "; ".join(f"{p}: {r}" for p, r in self.problems)
+            return f"{self.title}: {lines}"
+        if len(self.problems) == 1:
+            p, r = self.problems[0]
+            return f"{self.title}: {p}: {r}"
+        return f"{self.title}:" + "".join(
+            "\n  " + f"{p}: {r}".replace("\n", "\n  ") for p, r in self.problems
+        )
 
 
 def _problem(e: jsonschema.ValidationError, sensitive: tuple[str, ...]) -> tuple[str, str]:
