@@ -57,6 +57,7 @@ STORED = Limits(
     expressions=STORED_EXPR_LIMITS,
     max_sensitive_pointers=SERVER_LIMITS["max_sensitive_pointers"].ceiling,
     max_pointer_length=SERVER_LIMITS["max_pointer_length"].ceiling,
+    publish_checks=False,
 )
 
 

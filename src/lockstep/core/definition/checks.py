@@ -42,9 +42,14 @@ class Checker:
     def __init__(self, expressions: ExprLimits | None = None) -> None:
         self.exl = expressions or ExprLimits()
         self.problems: list[tuple[str, str]] = []
+        # What publishing accepts but tells the author about (e.g. a read of an undeclared input field).
+        self.warnings: list[tuple[str, str]] = []
 
     def add(self, path: str, reason: str) -> None:
         self.problems.append((path, reason))
+
+    def warn(self, path: str, reason: str) -> None:
+        self.warnings.append((path, reason))
 
     def keys(self, path: str, obj: Mapping[str, object], allowed: tuple[str, ...]) -> list[str]:
         """Report every key of `obj` not in `allowed` at `path` (the level that holds it), naming the key

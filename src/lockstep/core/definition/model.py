@@ -57,6 +57,10 @@ class Limits:
     # Sensitive places a definition declares (sensitive_input, output_sensitive, x-lockstep-sensitive).
     max_sensitive_pointers: int = SERVER_LIMITS["max_sensitive_pointers"].default
     max_pointer_length: int = SERVER_LIMITS["max_pointer_length"].default
+    # The checks added after versions were first stored (references, condition types: references.py)
+    # run when a definition is published; a stored version is loaded without them, so none that was
+    # accepted once becomes unrunnable.
+    publish_checks: bool = True
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,8 @@ class Definition:
     four_eyes: frozenset[str] = frozenset()
     # What its runs hold that is sensitive (core/sensitive.py); `.any` is False when nothing is.
     sensitivity: Sensitivity = NOT_SENSITIVE
+    # What publishing accepted but tells the author, as (path, reason): not part of the version.
+    warnings: tuple[tuple[str, str], ...] = ()
 
     def step(self, step_id: str) -> Step:
         return self.steps[self.index[step_id]]
