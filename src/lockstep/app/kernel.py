@@ -93,6 +93,9 @@ class Kernel:
         self.listeners: list[Listener] = []
         # Seals sensitive values and opens them (app/keys; set by the service, shared with the store).
         self.sealer: Sealer | None = getattr(store, "sealer", None)
+        # Who cannot decide the approval requests among a decision's events (app/approvers; set by the
+        # service): the definition to decide again with, recording it, or None.
+        self.approvers: Callable[[ApplyTx, str, Definition, list[Event]], Definition | None] | None = None
         self._definitions: dict[tuple[str, str, int], Definition] = {}
         self._settings: dict[str, tuple[float, Settings]] = {}
         # Per thread: the (state, events) of the write transaction in progress, for the listeners.
@@ -242,7 +245,7 @@ class Kernel:
         tenant = before.tenant if before else getattr(command, "tenant", "")
         max_events = self.settings_of(tenant, tx).get("max_history_events")
         limit = int(max_events) if max_events else None
-        events = decide(before, command, now, definition, limit, self.server_limits)
+        events = self._decide(tx, before, command, now, definition, limit)
         if not events:
             return before, []
         after = before
@@ -253,7 +256,7 @@ class Kernel:
         follow = then(after, events) if then is not None else None
         if follow is not None:
             try:
-                more = decide(after, follow, now, definition, limit, self.server_limits)
+                more = self._decide(tx, after, follow, now, definition, limit)
             except Rejected:
                 more = []
             for e in more:
@@ -279,6 +282,22 @@ class Kernel:
         if buffer is not None:
             buffer.append((stored, written))  # observers (logs, metrics) see the stored form only
         return after, events
+
+    def _decide(
+        self,
+        tx: ApplyTx,
+        state: RunState | None,
+        cmd: Command,
+        now: datetime,
+        d: Definition,
+        limit: int | None,
+    ) -> list[Event]:
+        """decide; and when its events request an approval its approvers cannot give (per `approvers`,
+        set by the service), decide again with what they lack, which the request then records."""
+        events = decide(state, cmd, now, d, limit, self.server_limits)
+        tenant = state.tenant if state is not None else getattr(cmd, "tenant", "")
+        noted = self.approvers(tx, tenant, d, events) if self.approvers is not None else None
+        return events if noted is None else decide(state, cmd, now, noted, limit, self.server_limits)
 
     def _sealed(
         self,

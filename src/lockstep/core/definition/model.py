@@ -7,7 +7,7 @@ holds compiled expressions so the core never re-parses text while deciding. `par
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -198,6 +198,10 @@ class Definition:
     sensitivity: Sensitivity = NOT_SENSITIVE
     # What publishing accepted but tells the author, as (path, reason): not part of the version.
     warnings: tuple[tuple[str, str], ...] = ()
+    # For one decision only: why an approval step's approvers cannot decide in the tenant as it is now
+    # (app/approvers.py), by step id; recorded in the ApprovalRequested the step makes. The app, which
+    # reads the tenant's users, supplies it; a compiled definition has none.
+    approver_warnings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def step(self, step_id: str) -> Step:
         return self.steps[self.index[step_id]]
