@@ -3,6 +3,7 @@ stored as the next version of its name unless the same content is already publis
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from ..core.canonical import JSONValue
@@ -17,6 +18,8 @@ from .port import KernelPort
 from .views import DefinitionDocument, DefinitionVersion, PublishResult, PublishWarning
 
 __all__ = ["Definitions"]
+
+_STEP_PATH = re.compile(r"^steps\[(\d+)\]")
 
 
 class Definitions:
@@ -54,6 +57,7 @@ class Definitions:
                 warnings.append(
                     PublishWarning(path=f"steps[{i}]({step.id}).approval.approvers", message="; ".join(found))
                 )
+        warnings.sort(key=_in_document_order)
         for _ in range(3):
             try:
                 with self.kernel.write() as tx:
@@ -91,6 +95,12 @@ class Definitions:
         with self.kernel.read() as tx:
             rows = tx.definitions(tenant)
         return [DefinitionVersion(**r) for r in rows]
+
+
+def _in_document_order(w: PublishWarning) -> int:
+    """Warnings in the order of the steps they are about (the definition's own fields after them)."""
+    m = _STEP_PATH.match(w.path)
+    return int(m.group(1)) if m else 1 << 30
 
 
 def _approves(document: JSONValue) -> bool:
