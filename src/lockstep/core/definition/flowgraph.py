@@ -11,7 +11,7 @@ follows. Loops are ordinary cycles: a step in a loop can have run before itself,
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .model import ActivityStep, ApprovalStep, ChoiceStep, FailStep, Step, SucceedStep, WaitStep
@@ -60,54 +60,59 @@ def edges_of(step: Step, in_order: str) -> list[Edge]:
 
 
 class FlowGraph:
-    """The graph of one definition's steps (the first step is where every run begins)."""
+    """The graph of one definition's steps (the first step is where every run begins).
 
-    def __init__(self, steps: Sequence[Step]) -> None:
+    Which steps a run can enter after a step is a search from it, remembered per step; all searches of
+    one graph share `budget` (edges followed), so a definition of tens of thousands of steps (a tenant
+    may raise max_steps; max_definition_bytes bounds the document) costs bounded time: past it the
+    questions below answer None, "not known"."""
+
+    def __init__(self, steps: Sequence[Step], budget: int = 2_000_000) -> None:
         ids = [s.id for s in steps]
         known = set(ids)
         self.first = ids[0] if ids else END
+        self.budget = budget
         self.out: dict[str, list[Edge]] = {sid: [] for sid in [*ids, END]}
-        self.into: dict[str, list[Edge]] = {sid: [] for sid in [*ids, END]}
         for i, s in enumerate(steps):
             for e in edges_of(s, ids[i + 1] if i + 1 < len(ids) else END):
                 if e.target in known or e.target == END:  # an unknown target is check_graph's to report
                     self.out[s.id].append(e)
-                    self.into[e.target].append(e)
-        self.reached = frozenset(self._walk([self.first], self.out, forward=True)) | {self.first}
+        self._after: dict[str, frozenset[str]] = {}
+        first = self.after(self.first, charged=False)
+        self.reached = (first or frozenset()) | {self.first}
 
-    @staticmethod
-    def _walk(starts: Iterable[str], edges: dict[str, list[Edge]], *, forward: bool) -> set[str]:
-        """Every node one or more edges away from `starts` (following edges forward or backward)."""
+    def after(self, node: str, *, charged: bool = True) -> frozenset[str] | None:
+        """The nodes a run can reach from `node` along one or more edges (END included; `node` itself
+        when it is in a loop); None once the budget is spent."""
+        if node in self._after:
+            return self._after[node]
         seen: set[str] = set()
-        todo = list(starts)
+        todo = [node]
         while todo:
-            for e in edges.get(todo.pop(), []):
-                n = e.target if forward else e.source
-                if n not in seen:
-                    seen.add(n)
-                    todo.append(n)
-        return seen
+            edges = self.out.get(todo.pop(), [])
+            if charged:
+                self.budget -= len(edges) + 1
+                if self.budget < 0:
+                    return None
+            for e in edges:
+                if e.target not in seen:
+                    seen.add(e.target)
+                    todo.append(e.target)
+        self._after[node] = frozenset(seen)
+        return self._after[node]
 
-    def after(self, step_id: str) -> frozenset[str]:
-        """The steps a run can enter after `step_id` (itself included when it is in a loop)."""
-        return frozenset(self._walk([step_id], self.out, forward=True) - {END})
-
-    def before(self, node: str) -> frozenset[str]:
-        """The steps that can have run when a run enters `node` (a step id, or END): those on some path
-        from the first step to it, itself included only when it is in a loop."""
-        return frozenset(self._walk([node], self.into, forward=False) & self.reached)
-
-    def around(self, step_id: str) -> frozenset[str]:
-        """The steps that can have run by the time `step_id` is compensated: it ran, so anything before it,
-        and the run went on after it until a later step failed or the run was cancelled."""
-        return self.before(step_id) | {step_id} | self.after(step_id)
+    def reaches(self, source: str, target: str) -> bool | None:
+        """Whether a run can enter `target` after `source` (None: not known, the budget is spent)."""
+        found = self.after(source)
+        return None if found is None else target in found
 
     def route(self, source: str, target: str) -> list[str] | None:
         """A shortest path of nodes from `source` to another node `target` (both included), or None."""
         back: dict[str, str] = {}
         todo = deque([source])
-        while todo:
+        while todo and self.budget > 0:
             n = todo.popleft()
+            self.budget -= 1
             for e in self.out.get(n, []):
                 if e.target not in back and e.target != source:
                     back[e.target] = n

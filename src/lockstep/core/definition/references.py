@@ -23,13 +23,17 @@ from ..exprtypes import condition_type
 from .checks import Checker
 from .flowgraph import END, FlowGraph
 from .model import ActivityStep, ApprovalStep, ChoiceStep, FailStep, Step, SucceedStep, WaitStep
-from .sensitive_schema import lookup
+from .sensitive_schema import Place, lookup
 
 __all__ = ["Point", "check_references", "sites"]
 
 STEP_FIELDS = ("output", "status", "attempts")
 RUN_FIELDS = ("id", "tenant", "definition", "version", "started_at")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Bounds of the checks' work on one definition (a tenant may raise max_steps; documents are bounded
+# by max_definition_bytes): schema nodes visited by all lookups, step ids difflib compares with.
+SCHEMA_BUDGET = 100_000
+CLOSE_MATCH_IDS = 2_000
 _COMPOSED = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "$dynamicRef")
 
 
@@ -83,34 +87,62 @@ def check_references(
         if isinstance(step, ChoiceStep):
             for j, (cond, _) in enumerate(step.branches):
                 refs.condition(f"steps[{i}]({step.id}).choice[{j}].if", cond)
-    if output is not None and not refs.can_have_run(Point("end")):
+    if output is not None and not any(refs.graph.reaches(s.id, END) is not False for s in steps):
         c.warn(
             "output",
             "never rendered: every path ends in a fail step or a succeed step with an output of its own",
         )
     else:
         refs.check("output", output, Point("end"))
+    if refs.schema_budget[0] <= 0:
+        c.warn(
+            "input_schema",
+            "too large for the checks of what expressions read from the input (they visit at most "
+            f"{SCHEMA_BUDGET:,} schema nodes): some reads of input were not checked",
+        )
+    if refs.unchecked:
+        c.warn(
+            "steps",
+            f"{refs.unchecked} read(s) of steps were not checked against the flow ({len(steps)} steps are "
+            f"more than these checks follow in bounded time): make sure each step it reads can have run",
+        )
 
 
 class _References:
     def __init__(self, c: Checker, steps: list[Step], schema: Mapping[str, JSONValue] | None) -> None:
         self.c = c
         self.ids = [s.id for s in steps]
+        self.known = set(self.ids)
         self.graph = FlowGraph(steps)
         self.schema = schema
-        self._ran: dict[Point, frozenset[str]] = {}
+        # Schema nodes all lookups of this definition may visit, and what each read path found.
+        self.schema_budget = [SCHEMA_BUDGET]
+        self._places: dict[tuple[str, ...], Place] = {}
+        self._schemas: dict[tuple[str, ...], list[JSONValue]] = {}  # lookup's, by prefix
+        self.unchecked = 0  # reads of steps whose reachability the graph's budget left unknown
 
-    def can_have_run(self, point: Point) -> frozenset[str]:
-        if point not in self._ran:
-            g = self.graph
-            self._ran[point] = (
-                g.before(END)
-                if point.kind == "end"
-                else g.around(point.step)
-                if point.kind == "compensate"
-                else g.before(point.step)
-            )
-        return self._ran[point]
+    def ran(self, sid: str, point: Point) -> bool | None:
+        """Whether step `sid` can have run at `point` (None: not known within the budget)."""
+        g = self.graph
+        if sid not in g.reached:
+            return False
+        if point.kind == "end":
+            return g.reaches(sid, END)
+        if point.kind == "enter":
+            return g.reaches(sid, point.step)
+        # Compensated: it ran, so anything before it, and the run went on after it until a later
+        # step failed or the run was cancelled.
+        if sid == point.step:
+            return True
+        before = g.reaches(sid, point.step)
+        after = g.reaches(point.step, sid)
+        return True if before or after else None if before is None or after is None else False
+
+    def place(self, segments: tuple[str, ...]) -> Place:
+        if segments not in self._places:
+            schema = self.schema if self.schema is not None else {}
+            self._places[segments] = lookup(schema, segments, self.schema_budget, self._schemas)
+        return self._places[segments]
 
     def check(self, path: str, value: Template | Expr | None, point: Point) -> None:
         if value is None:
@@ -142,8 +174,8 @@ class _References:
         if root != "steps" or not rest:
             return None
         sid = rest[0]
-        if sid not in self.ids:
-            hint = difflib.get_close_matches(sid, self.ids, n=1)
+        if sid not in self.known:
+            hint = difflib.get_close_matches(sid, self.ids[:CLOSE_MATCH_IDS], n=1)
             listed = f"; the steps are {', '.join(self.ids[:12])}" if not hint else ""
             tail = f" (did you mean `{_text(('steps', hint[0]))}`?)" if hint else listed
             return False, f"`{_text(read[:2])}`: no step `{sid}`{tail}"
@@ -153,7 +185,10 @@ class _References:
                 rest[1],
                 STEP_FIELDS,
             )
-        if sid not in self.can_have_run(point):
+        ran = self.ran(sid, point)
+        if ran is None:
+            self.unchecked += 1
+        elif not ran:
             return False, f"`{_text(read[:3])}`: {self.never_ran(sid, point)}"
         return None
 
@@ -194,7 +229,7 @@ class _References:
     def input(self, rest: list[str]) -> tuple[bool, str] | None:
         if self.schema is None:
             return None
-        place = lookup(self.schema, rest)
+        place = self.place(tuple(rest))
         if place.found:
             return None
         seg = rest[place.depth]
@@ -236,7 +271,7 @@ class _References:
         """The type input_schema gives the place `read`, when one schema with a `type` describes it."""
         if read[0] != "input" or self.schema is None:
             return None
-        place = lookup(self.schema, list(read[1:]))
+        place = self.place(read[1:])
         node = place.schema
         if not place.found or not isinstance(node, Mapping) or any(k in node for k in _COMPOSED):
             return None
@@ -262,7 +297,7 @@ def _text(path: tuple[str, ...] | list[str]) -> str:
 
 
 def _route(nodes: list[str] | None) -> str:
-    return " → ".join("end" if n == END else n for n in nodes) if nodes else "unreachable"
+    return " → ".join("end" if n == END else n for n in nodes) if nodes else "path not shown"
 
 
 def _a(kind: str) -> str:

@@ -196,16 +196,37 @@ class Place:
     schema: JSONValue = None  # when found, and one schema (no alternatives) describes the place
 
 
-def lookup(schema: Mapping[str, JSONValue], segments: Sequence[str]) -> Place:
-    """Follow `segments` (member names, or item indexes as digits) through the schema."""
+def lookup(
+    schema: Mapping[str, JSONValue],
+    segments: Sequence[str],
+    budget: list[int] | None = None,
+    seen: dict[tuple[str, ...], list[JSONValue]] | None = None,
+) -> Place:
+    """Follow `segments` (member names, or item indexes as digits) through the schema.
+
+    Visits at most MAX_VISITS schema nodes, and at most `budget[0]` (spent in place, so several lookups
+    can share it); `seen` keeps, for each prefix of the segments, every schema that describes that
+    place, for the lookups that follow. Once the budget is spent the place counts as found (the schema
+    is too large to say)."""
+    budget = budget if budget is not None else [MAX_VISITS]
+    if budget[0] > MAX_VISITS:  # one lookup never visits more than MAX_VISITS
+        spent = [MAX_VISITS]
+        place = lookup(schema, segments, spent, seen)
+        budget[0] -= MAX_VISITS - spent[0]
+        return place
+    seen = seen if seen is not None else {}
     frontier: list[JSONValue] = [schema]
-    budget = [MAX_VISITS]
     for depth, seg in enumerate(segments):
+        at = tuple(segments[:depth])
+        if at not in seen:  # the place's schemas: the frontier and what says the same (allOf, $ref)
+            seen[at] = _alternatives(schema, frontier, budget)
+        alternatives = seen[at]
+        budget[0] -= len(alternatives)
         nxt: list[JSONValue] = []
         names: set[str] = set()
         arrays = open_ = unlisted = False
         scalar = ""
-        for node in _alternatives(schema, frontier, budget):
+        for node in alternatives:
             if node is True or not isinstance(node, Mapping):
                 open_ = open_ or node is True
                 continue
@@ -242,7 +263,10 @@ def lookup(schema: Mapping[str, JSONValue], segments: Sequence[str]) -> Place:
         if not nxt:
             return Place(False, depth, frozenset(names), arrays, scalar, unlisted)
         frontier = nxt
-    alternatives = _alternatives(schema, frontier, budget)
+    final = tuple(segments)
+    if final not in seen:
+        seen[final] = _alternatives(schema, frontier, budget)
+    alternatives = seen[final]
     return Place(True, schema=alternatives[0] if len(alternatives) == 1 else None)
 
 
