@@ -87,7 +87,7 @@ def check_references(
         if isinstance(step, ChoiceStep):
             for j, (cond, _) in enumerate(step.branches):
                 refs.condition(f"steps[{i}]({step.id}).choice[{j}].if", cond)
-    if output is not None and not any(refs.graph.reaches(s.id, END) is not False for s in steps):
+    if output is not None and END not in refs.graph.reached:  # no run completes with this output
         c.warn(
             "output",
             "never rendered: every path ends in a fail step or a succeed step with an output of its own",
