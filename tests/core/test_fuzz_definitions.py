@@ -27,6 +27,8 @@ from hypothesis import strategies as st
 from lockstep.api.app import create_app
 from lockstep.core.definition import DefinitionError, Limits, parse_definition
 from lockstep.core.expr import ExprError, compile_expr, evaluate
+from lockstep.core.exprreads import reads
+from lockstep.core.exprtypes import condition_type
 from lockstep.engine import Engine, load_document
 from lockstep.errors import InvalidInput
 
@@ -99,11 +101,14 @@ JSON = st.recursive(
 @given(source=EXPRESSIONS, context=JSON)
 @FUZZ
 def fuzz_expressions(source: str, context: Any) -> None:
-    """Compiling is Expr or ExprError; evaluating an accepted one on small data is a value or ExprError."""
+    """Compiling is Expr or ExprError; evaluating an accepted one on small data is a value or ExprError;
+    the publish checks' analyses of an accepted one (what it reads, its type) never fail."""
     try:
         expr = compile_expr(source)
     except ExprError:
         return
+    reads(expr)
+    condition_type(source, lambda path: "number" if path[:1] == ("input",) else None)
     ctx = {"input": context, "steps": {"a": {"output": context}}, "run": {"id": "r"}}
     with contextlib.suppress(ExprError):
         evaluate(expr, ctx)

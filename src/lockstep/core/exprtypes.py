@@ -60,7 +60,10 @@ def condition_type(source: str, type_of: TypeOf) -> str | None:
     """The type of `source` when known and certain, as a JSON Schema type name (boolean, number,
     string, null, list, object) or a CEL one (bytes, timestamp, duration, type); None when unknown.
     `source` must have compiled (compile_expr bounded its nesting)."""
-    return _Typer(type_of).of(_TypedParser(tokens(source)).parse(), frozenset())
+    try:
+        return _Typer(type_of).of(_TypedParser(tokens(source)).parse(), frozenset())
+    except RecursionError:  # a tree as deep as compile_expr allows, on a deeper stack: not known
+        return None
 
 
 class _Typer:
