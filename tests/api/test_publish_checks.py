@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import Api, Db, assert_problem
+from lockstep.app.principals import Principals
+
+from .conftest import Api, Db, Tenant, assert_problem
 
 pytestmark = pytest.mark.anyio
 
@@ -109,3 +111,20 @@ async def test_a_duplicate_key_inside_a_step_is_refused_with_its_line(api: Api, 
     detail = assert_problem(await api.publish(text), 422)["detail"]
     assert "duplicate key 'next' at line 6, column 5 (first at line 5, column 5)" in detail
     assert db.count("definitions") == 0
+
+
+async def test_approver_warnings_say_nothing_about_another_tenant(
+    api: Api, principals: Principals, globex: Tenant
+) -> None:
+    """Attack: acme names globex's user carol as an approver to learn whether she exists. The warning
+    is the one for a name that exists nowhere: only acme's users are looked up."""
+    principals.create_user("globex", "carol", ["approver"], ["finance"])
+    doc = definition()
+    doc["steps"][0]["approval"]["approvers"] = {"users": ["carol", "nobody"], "groups": ["finance"]}
+    r = await api.publish(doc)
+    assert r.status_code == 201, r.text
+    (warning,) = r.json()["warnings"]
+    assert warning["message"].startswith(
+        "no user carol in tenant acme; no user nobody in tenant acme; no user in group finance of tenant acme"
+    )
+    assert "globex" not in warning["message"]

@@ -410,3 +410,22 @@ def test_stored_versions_load_without_the_publish_checks() -> None:
     with pytest.raises(DefinitionError):
         parse_definition(document)
     assert parse_definition(document, Limits(publish_checks=False)).steps[0].id == "a"
+
+
+def test_a_schema_too_large_to_follow_is_a_warning_not_a_stall() -> None:
+    """Attack: a schema of 300 levels of allOf over two $refs each, read 5,000 ways. The lookups share
+    one budget of schema nodes: publish stays bounded and says which reads it did not check."""
+    defs: dict[str, Any] = {
+        f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]} for i in range(300)
+    }
+    defs["d300"] = {"type": "object", "properties": {"x": {"type": "number"}}}
+    schema = {
+        "$defs": defs,
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"r": {"$ref": "#/$defs/d0"}},
+    }
+    steps = [act(f"s{k}", input={f"v{i}": f"${{input.r.f{k}_{i}}}" for i in range(250)}) for k in range(20)]
+    warnings = accepted(doc(*steps, input_schema=schema))
+    assert warnings[-1][0] == "input_schema"
+    assert "some reads of input were not checked" in warnings[-1][1]
