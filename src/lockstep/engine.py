@@ -131,9 +131,11 @@ class Engine:
 
     # --- definitions and runs ------------------------------------------------------------------
     def publish(self, source: str | Path | JSONObject, *, tenant: str = "default") -> JSONObject:
-        """Publish a definition; identical content returns the existing version."""
+        """Publish a definition; identical content returns the existing version. `warnings` lists what
+        was accepted but should be fixed, as {path, message} (docs/definitions.md, "Checks")."""
         out = self.service.publish(tenant, load_document(source, self.service.server_limits))
-        return {"name": out.name, "version": out.version, "digest": out.digest}
+        warnings: list[JSONValue] = [w.plain() for w in out.warnings]
+        return {"name": out.name, "version": out.version, "digest": out.digest, "warnings": warnings}
 
     def start(
         self,

@@ -113,9 +113,8 @@ def test_unknown_step_field_suggests_the_close_match() -> None:
     doc = base()
     doc["steps"][0]["timout"] = "5s"
     path, reason = only(doc)
-    assert path == "steps[0](a).timout"
-    assert "unknown field" in reason
-    assert "did you mean `timeout`" in reason
+    assert path == "steps[0](a)"
+    assert reason == "unknown key `timout` (did you mean `timeout`?)"
 
 
 def test_unknown_top_level_field_suggests_the_close_match() -> None:
@@ -123,8 +122,8 @@ def test_unknown_top_level_field_suggests_the_close_match() -> None:
     doc = base()
     doc["stepz"] = []
     path, reason = only(doc)
-    assert path == "$.stepz"
-    assert "did you mean `steps`" in reason
+    assert path == "$"
+    assert reason == "unknown key `stepz` (did you mean `steps`?)"
 
 
 def test_unknown_field_without_close_match_lists_allowed() -> None:
@@ -132,8 +131,8 @@ def test_unknown_field_without_close_match_lists_allowed() -> None:
     doc = base()
     doc["steps"][0]["retry"] = {"zzzzzz": 1}
     path, reason = only(doc)
-    assert path == "steps[0](a).retry.zzzzzz"
-    assert "allowed: max_attempts" in reason
+    assert path == "steps[0](a).retry"
+    assert "unknown key `zzzzzz` (allowed: max_attempts" in reason
 
 
 def test_unknown_compensation_field_is_reported() -> None:
@@ -141,7 +140,7 @@ def test_unknown_compensation_field_is_reported() -> None:
     doc = base()
     doc["steps"][0]["compensate"] = {"activty": "svc.undo"}
     paths = dict(problems(doc))
-    assert "did you mean `activity`" in paths["steps[0](a).compensate.activty"]
+    assert "unknown key `activty` (did you mean `activity`" in paths["steps[0](a).compensate"]
     assert "steps[0](a).compensate.activity" in paths
 
 
@@ -219,7 +218,8 @@ def test_bad_cel_expression_in_choice_is_reported() -> None:
     doc["steps"].append({"id": "c", "choice": [{"if": "input.qty >", "next": "a"}]})
     path, reason = only(doc)
     assert path == "steps[1](c).choice[0].if"
-    assert "invalid expression `input.qty >`" in reason
+    assert reason.startswith("invalid expression: syntax error at column 12: the expression ends too early")
+    assert reason.endswith("\n    input.qty >\n" + " " * 15 + "^")
 
 
 def test_non_string_condition_is_reported() -> None:
@@ -401,7 +401,7 @@ def test_approval_fields_are_checked() -> None:
         {"id": "ok", "approval": {"approvers": {"users": ["Alice"]}, "timeout": "3d", "quorom": 1}}
     )
     paths = dict(problems(doc))
-    assert "did you mean `quorum`" in paths["steps[1](ok).approval.quorom"]
+    assert "unknown key `quorom` (did you mean `quorum`" in paths["steps[1](ok).approval"]
     assert "list of names" in paths["steps[1](ok).approval.approvers.users"]
 
 
@@ -480,10 +480,10 @@ def test_all_problems_are_reported_at_once() -> None:
     with pytest.raises(DefinitionError) as info:
         parse_definition(doc)
     paths = {p for p, _ in info.value.problems}
-    assert paths == {"$.stepz", "steps[0](a).timeout", "steps[1](c).choice[0].if"}
+    assert paths == {"$", "steps[0](a).timeout", "steps[1](c).choice[0].if"}
     text = str(info.value)
     assert text.startswith("invalid definition: ")
-    assert "$.stepz: unknown field" in text
+    assert "$: unknown key `stepz`" in text
     assert "steps[0](a).timeout: required" in text
 
 

@@ -25,8 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lockstep.api.app import create_app
-from lockstep.core.definition import DefinitionError, parse_definition
+from lockstep.core.definition import DefinitionError, Limits, parse_definition
 from lockstep.core.expr import ExprError, compile_expr, evaluate
+from lockstep.core.exprreads import reads
+from lockstep.core.exprtypes import condition_type
 from lockstep.engine import Engine, load_document
 from lockstep.errors import InvalidInput
 
@@ -99,11 +101,14 @@ JSON = st.recursive(
 @given(source=EXPRESSIONS, context=JSON)
 @FUZZ
 def fuzz_expressions(source: str, context: Any) -> None:
-    """Compiling is Expr or ExprError; evaluating an accepted one on small data is a value or ExprError."""
+    """Compiling is Expr or ExprError; evaluating an accepted one on small data is a value or ExprError;
+    the publish checks' analyses of an accepted one (what it reads, its type) never fail."""
     try:
         expr = compile_expr(source)
     except ExprError:
         return
+    reads(expr)
+    condition_type(source, lambda path: "number" if path[:1] == ("input",) else None)
     ctx = {"input": context, "steps": {"a": {"output": context}}, "run": {"id": "r"}}
     with contextlib.suppress(ExprError):
         evaluate(expr, ctx)
@@ -156,6 +161,144 @@ def fuzz_definition_trees(document: Any) -> None:
     """Any tree is a Definition or a DefinitionError."""
     with contextlib.suppress(DefinitionError):
         parse_definition(document)
+
+
+# --- definitions that reach the publish checks (references, flow, schema, condition types) -----------
+IDS = ["a", "b", "c", "d", "e", "f"]
+READS = st.sampled_from(
+    [
+        "input.amount",
+        "input.amout",
+        "input.customer.name",
+        "input.customer.nmae",
+        "input.note.first",
+        "input.lines.total",
+        "input",
+        "input['amount']",
+        "steps.a.output",
+        "steps.b.status",
+        "steps.c.attempts",
+        "steps.zz.output",
+        "steps.a.outptu",
+        "steps['e'].output.x",
+        "steps",
+        "run.id",
+        "run.idd",
+        "input.lines.exists(l, l.qty > 1)",
+        "input.lines.map(input, input.a)",
+    ]
+)
+CHECKED_EXPRESSIONS = st.one_of(
+    READS,
+    st.tuples(READS, BINARY, READS).map(lambda t: f"{t[0]} {t[1]} {t[2]}"),
+    st.tuples(READS, READS, READS).map(lambda t: f"{t[0]} ? {t[1]} : {t[2]}"),
+    st.tuples(FUNCS, READS).map(lambda t: f"{t[0]}({t[1]})"),
+    LITERALS,
+)
+CHECKED_TEMPLATES = st.one_of(
+    CHECKED_EXPRESSIONS.map(lambda e: "${" + e + "}"),
+    st.dictionaries(st.sampled_from(["k", "v", "w"]), CHECKED_EXPRESSIONS.map(lambda e: "x ${" + e + "}")),
+    st.lists(CHECKED_EXPRESSIONS.map(lambda e: "${" + e + "}"), max_size=3),
+)
+SCHEMAS = st.one_of(
+    st.none(),
+    st.sampled_from(
+        [
+            {"type": "object", "additionalProperties": False, "properties": {"amount": {"type": "number"}}},
+            {
+                "type": "object",
+                "properties": {
+                    "amount": {"type": "integer"},
+                    "note": {"type": "string"},
+                    "lines": {"type": "array", "items": {"type": "object"}},
+                    "customer": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {"name": {"type": ["string", "null"]}},
+                    },
+                },
+            },
+            {
+                "$defs": {"n": {"allOf": [{"$ref": "#/$defs/n"}], "properties": {"amount": {}}}},
+                "$ref": "#/$defs/n",
+            },
+            {"anyOf": [{"type": "object", "properties": {"amount": {}}}, {"type": "string"}]},
+        ]
+    ),
+    JSON.filter(lambda v: isinstance(v, dict)),
+)
+
+
+def _checked_step(draw: Any, sid: str, ids: list[str]) -> dict[str, Any]:
+    targets = st.sampled_from([*ids, "end"])
+    kind = draw(st.sampled_from(["activity", "activity", "wait", "choice", "approval", "fail", "succeed"]))
+    nxt = draw(st.one_of(st.none(), targets))
+    if kind == "activity":
+        step: dict[str, Any] = {
+            "id": sid,
+            "activity": "svc.call",
+            "timeout": "5s",
+            "input": draw(CHECKED_TEMPLATES),
+        }
+        if draw(st.booleans()):
+            step["compensate"] = {"activity": "svc.undo", "input": draw(CHECKED_TEMPLATES)}
+        if draw(st.booleans()):
+            step["idempotency_key"] = "k-${" + draw(CHECKED_EXPRESSIONS) + "}"
+    elif kind == "wait":
+        step = {"id": sid, "wait": draw(st.sampled_from(["1s", {"until": "${" + draw(READS) + "}"}]))}
+    elif kind == "choice":
+        branches = [
+            {"if": c, "next": t}
+            for c, t in draw(st.lists(st.tuples(CHECKED_EXPRESSIONS, targets), max_size=3))
+        ]
+        step = {
+            "id": sid,
+            "choice": branches + ([{"else": draw(targets)}] if draw(st.booleans()) or not branches else []),
+        }
+        nxt = None
+    elif kind == "approval":
+        policy: dict[str, Any] = {
+            "approvers": {"users": ["al"]},
+            "timeout": "1d",
+            "details": draw(CHECKED_TEMPLATES),
+        }
+        policy["on_reject"] = draw(st.sampled_from(["fail", *ids, "end"]))
+        policy["on_timeout"] = draw(st.sampled_from(["reject", "fail", *ids, "end"]))
+        step = {"id": sid, "approval": policy}
+    elif kind == "fail":
+        step = {"id": sid, "fail": {"error": "E", "message": "m ${" + draw(CHECKED_EXPRESSIONS) + "}"}}
+        nxt = None
+    else:
+        step = {"id": sid, "succeed": draw(st.sampled_from([True, {"output": draw(CHECKED_TEMPLATES)}]))}
+        nxt = None
+    if nxt is not None:
+        step["next"] = nxt
+    return step
+
+
+@st.composite
+def checked_definitions(draw: Any) -> dict[str, Any]:
+    """Sound structure (known ids, kinds, targets), so the reference, flow and type checks all run."""
+    n = draw(st.integers(1, len(IDS)))
+    doc: dict[str, Any] = {"name": "fuzz", "steps": [_checked_step(draw, sid, IDS[:n]) for sid in IDS[:n]]}
+    schema = draw(SCHEMAS)
+    if schema is not None:
+        doc["input_schema"] = schema
+    if draw(st.booleans()):
+        doc["output"] = draw(CHECKED_TEMPLATES)
+    return doc
+
+
+@given(document=checked_definitions())
+@FUZZ
+def fuzz_checked_definitions(document: Any) -> None:
+    """Definitions that reach the publish checks are a Definition or a DefinitionError, never another
+    exception, and a definition the checks accept is still accepted without them."""
+    try:
+        parse_definition(document)
+    except DefinitionError:
+        return
+    parse_definition(document, Limits(publish_checks=False))
 
 
 def _yaml_text(document: Any, style: int) -> str:
@@ -278,7 +421,13 @@ def test_the_fuzzers_find_nothing_in_a_child_process(kind: str, request: pytest.
 
 
 FUZZ_DB_ENV = "LOCKSTEP_FUZZ_DB"
-FUZZERS = ["fuzz_expressions", "fuzz_definition_trees", "fuzz_documents", "fuzz_publish_over_http"]
+FUZZERS = [
+    "fuzz_expressions",
+    "fuzz_definition_trees",
+    "fuzz_checked_definitions",
+    "fuzz_documents",
+    "fuzz_publish_over_http",
+]
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or FUZZERS:

@@ -217,7 +217,7 @@ def test_output_sensitive_elsewhere_or_malformed_is_refused() -> None:
     ]
     found = dict(problems(doc(steps=steps)))
     assert "did you mean `/token`?" in found["steps[0](a).output_sensitive[0]"]
-    assert "unknown field" in found["steps[1](w).output_sensitive"]
+    assert "unknown key `output_sensitive`" in found["steps[1](w)"]
 
 
 def test_the_number_of_sensitive_places_is_bounded() -> None:

@@ -231,13 +231,17 @@ BAD: dict[str, tuple[Callable[[str], list[str]], int, str]] = {
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_input_is_one_error_line_and_writes_nothing(populated: tuple[Cli, str], case: str) -> None:
-    """A bad input: one stderr line starting with 'error:', no traceback, a non-zero exit, no writes."""
+    """A bad input: one stderr line starting with 'error:', no traceback, a non-zero exit, no writes; a
+    CEL syntax error adds the expression and a caret under the position (two indented lines)."""
     cli, run = populated
     build, code, needle = BAD[case]
     before = cli.dump()
     done = cli.run(*build(run), expect=None)
     assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
     lines = done.stderr.splitlines()
+    if case == "bad-expression":
+        assert lines[1:] == ["    input.qty >", "    " + " " * 11 + "^"], done.stderr
+        lines = lines[:1]
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("error: "), done.stderr
     assert needle in lines[0]

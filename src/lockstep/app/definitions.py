@@ -3,19 +3,23 @@ stored as the next version of its name unless the same content is already publis
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from ..core.canonical import JSONValue
-from ..core.definition import DefinitionError, Limits, parse_definition
+from ..core.definition import ApprovalStep, DefinitionError, Limits, parse_definition
 from ..core.exprcheck import ExprLimits, expression_limits, publish_limits
 from ..core.timeutil import iso
 from ..errors import Conflict, InvalidInput, NotFound
 from ..store import ConcurrencyError, DefinitionRow, PublishTx
+from .approvers import approver_warnings
 from .kernel import refuse_reserved
 from .port import KernelPort
-from .views import DefinitionDocument, DefinitionVersion, PublishResult
+from .views import DefinitionDocument, DefinitionVersion, PublishResult, PublishWarning
 
 __all__ = ["Definitions"]
+
+_STEP_PATH = re.compile(r"^steps\[(\d+)\]")
 
 
 class Definitions:
@@ -32,9 +36,12 @@ class Definitions:
         self.limits = limits
 
     def publish(self, tenant: str, document: JSONValue) -> PublishResult:
+        """Store `document` as the next version of its name (or answer the version that has its content);
+        the result's warnings say what was accepted but should be fixed (docs/definitions.md)."""
         limits = self.limits
         with self.kernel.read() as tx:
             row = tx.tenant(tenant)
+            accounts = tx.users(tenant) if _approves(document) else []
         if row is not None and "max_steps" in row.settings:
             limits = replace(limits, max_steps=int(row.settings["max_steps"]))
         if row is not None:  # expression costs are bounded on this tenant's data bounds
@@ -44,20 +51,33 @@ class Definitions:
         except DefinitionError as exc:
             raise InvalidInput(str(exc)) from None
         refuse_reserved(d.document, "the definition")  # a template must not write a forged sealed value
+        warnings = [PublishWarning(path=p, message=m) for p, m in d.warnings]
+        for i, step in enumerate(d.steps):
+            if isinstance(step, ApprovalStep) and (found := approver_warnings(tenant, step, accounts)):
+                warnings.append(
+                    PublishWarning(path=f"steps[{i}]({step.id}).approval.approvers", message="; ".join(found))
+                )
+        warnings.sort(key=_in_document_order)
         for _ in range(3):
             try:
                 with self.kernel.write() as tx:
                     same = tx.definition_by_digest(tenant, d.name, d.digest)
                     if same is not None:
                         return PublishResult(
-                            name=d.name, version=same.version, digest=d.digest, created=False
+                            name=d.name,
+                            version=same.version,
+                            digest=d.digest,
+                            created=False,
+                            warnings=warnings,
                         )
                     latest = tx.definition(tenant, d.name, None)
                     version = (latest.version if latest else 0) + 1
                     tx.insert_definition(
                         tenant, DefinitionRow(d.name, version, d.digest, d.document), iso(self.kernel.clock())
                     )
-                    return PublishResult(name=d.name, version=version, digest=d.digest, created=True)
+                    return PublishResult(
+                        name=d.name, version=version, digest=d.digest, created=True, warnings=warnings
+                    )
             except ConcurrencyError:
                 continue
         raise Conflict(f"definition {d.name} is being published concurrently; try again")
@@ -75,3 +95,15 @@ class Definitions:
         with self.kernel.read() as tx:
             rows = tx.definitions(tenant)
         return [DefinitionVersion(**r) for r in rows]
+
+
+def _in_document_order(w: PublishWarning) -> int:
+    """Warnings in the order of the steps they are about (the definition's own fields after them)."""
+    m = _STEP_PATH.match(w.path)
+    return int(m.group(1)) if m else 1 << 30
+
+
+def _approves(document: JSONValue) -> bool:
+    """Whether a document has approval steps (whose approvers are looked up in the tenant)."""
+    steps = document.get("steps") if isinstance(document, dict) else None
+    return isinstance(steps, list) and any(isinstance(s, dict) and "approval" in s for s in steps)

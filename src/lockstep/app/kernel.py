@@ -60,6 +60,7 @@ STORED = Limits(
     expressions=STORED_EXPR_LIMITS,
     max_sensitive_pointers=SERVER_LIMITS["max_sensitive_pointers"].ceiling,
     max_pointer_length=SERVER_LIMITS["max_pointer_length"].ceiling,
+    publish_checks=False,
 )
 
 
@@ -96,6 +97,9 @@ class Kernel:
         self.observers: list[Observer] = []
         # Seals sensitive values and opens them (app/keys; set by the service, shared with the store).
         self.sealer: Sealer | None = getattr(store, "sealer", None)
+        # Who cannot decide the approval requests among a decision's events (app/approvers; set by the
+        # service): the definition to decide again with, recording it, or None.
+        self.approvers: Callable[[ApplyTx, str, Definition, list[Event]], Definition | None] | None = None
         self._definitions: dict[tuple[str, str, int], Definition] = {}
         self._settings: dict[str, tuple[float, Settings]] = {}
         # Per thread: the (before, state, events) of the write transaction in progress, for the listeners.
@@ -250,7 +254,7 @@ class Kernel:
         tenant = before.tenant if before else getattr(command, "tenant", "")
         max_events = self.settings_of(tenant, tx).get("max_history_events")
         limit = int(max_events) if max_events else None
-        events = decide(before, command, now, definition, limit, self.server_limits)
+        events = self._decide(tx, before, command, now, definition, limit)
         if not events:
             return before, []
         after = before
@@ -261,7 +265,7 @@ class Kernel:
         follow = then(after, events) if then is not None else None
         if follow is not None:
             try:
-                more = decide(after, follow, now, definition, limit, self.server_limits)
+                more = self._decide(tx, after, follow, now, definition, limit)
             except Rejected:
                 more = []
             for e in more:
@@ -288,6 +292,22 @@ class Kernel:
             # Observers (logs, metrics, traces) see the stored form only.
             buffer.append((loaded.stored if loaded is not None else None, stored, written))
         return after, events
+
+    def _decide(
+        self,
+        tx: ApplyTx,
+        state: RunState | None,
+        cmd: Command,
+        now: datetime,
+        d: Definition,
+        limit: int | None,
+    ) -> list[Event]:
+        """decide; and when its events request an approval its approvers cannot give (per `approvers`,
+        set by the service), decide again with what they lack, which the request then records."""
+        events = decide(state, cmd, now, d, limit, self.server_limits)
+        tenant = state.tenant if state is not None else getattr(cmd, "tenant", "")
+        noted = self.approvers(tx, tenant, d, events) if self.approvers is not None else None
+        return events if noted is None else decide(state, cmd, now, noted, limit, self.server_limits)
 
     def _sealed(
         self,

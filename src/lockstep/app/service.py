@@ -25,6 +25,7 @@ from ..core.definition import Limits
 from ..core.limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from ..store import Store
 from .approvals import Approvals
+from .approvers import approval_notes
 from .audit import Audit
 from .definitions import Definitions
 from .kernel import Kernel, utcnow
@@ -62,6 +63,7 @@ class Service:
         store.sealer = ring
         kernel = self.kernel = Kernel(store, clock=clock, server_limits=server_limits)
         kernel.sealer = ring
+        kernel.approvers = approval_notes
         definitions = Definitions(kernel, limits)
         work = Work(kernel)
         reports = Reports(kernel, work)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..errors import InvalidInput
 from .context import Ctx, pass_ctx
-from .render import out, print_json
+from .render import err, out, print_json
 
 __all__ = ["COMMANDS"]
 
@@ -18,12 +18,20 @@ __all__ = ["COMMANDS"]
 @click.argument("file", type=click.Path(dir_okay=False))
 @pass_ctx
 def publish(c: Ctx, file: str) -> None:
-    """Publish a definition (YAML or JSON). Identical content returns the existing version."""
+    """Publish a definition (YAML or JSON). Identical content returns the existing version.
+
+    Prints the version as JSON; what was accepted but should be fixed goes to stderr, one
+    `warning: PATH: MESSAGE` line each."""
     if not os.path.isfile(file):
         raise InvalidInput(f"definition file {file} does not exist")
     with open(file) as fh:
         text = fh.read()
-    print_json(c.engine.publish(text if "\n" in text else text + "\n", tenant=c.tenant))
+    result = c.engine.publish(text if "\n" in text else text + "\n", tenant=c.tenant)
+    warnings = result.pop("warnings", [])
+    for w in warnings if isinstance(warnings, list) else []:
+        if isinstance(w, dict):
+            err.print(f"warning: {w.get('path')}: {w.get('message')}")
+    print_json(result)
 
 
 @click.command()

@@ -218,6 +218,7 @@ def _explain_approval(a: JSONObject, now: datetime) -> Waiting:
         if left.total_seconds() >= 0
         else f"expired {format_duration(-left)} ago; its timeout is being applied"
     )
+    parts += a.get("warnings", [])  # recorded when the request was made (app/approvers.py)
     on_timeout = {"reject": "it counts as rejected", "fail": "the run fails"}.get(
         p["on_timeout"], f"the run goes to step {p['on_timeout']}"
     )

@@ -20,6 +20,7 @@ import cel
 
 from .canonical import JSONValue
 from .exprcheck import ExprLimits, LimitExceeded, Shape, check_shape
+from .exprsyntax import from_cel, from_offset
 from .timeutil import iso
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
 
 ALLOWED_ROOTS = frozenset({"input", "steps", "run"})
 _PATH = re.compile(r"^(?:input|steps|run)(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_UNEXPECTED = re.compile(r"unexpected character (.+) at offset (\d+)")
 _MACRO_VAR = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
 
@@ -78,8 +80,12 @@ def _cel_compile(source: str) -> Any:
         return cel.compile(source)
     except _PASS_THROUGH:
         raise
-    except BaseException as exc:  # the binding raises ValueError with a caret diagram; keep line one
-        first = (str(exc).split("\n")[0] or type(exc).__name__)[:300]
+    except BaseException as exc:  # the binding raises ValueError with a dotted diagram: reword it
+        text = str(exc)
+        readable = from_cel(source, text)
+        if readable is not None:
+            raise ExprError(readable) from None
+        first = (text.split("\n", maxsplit=1)[0] or type(exc).__name__)[:300]
         raise ExprError(f"invalid expression `{_short(source)}`: {first}") from None
 
 
@@ -98,8 +104,9 @@ def compile_expr(source: str, limits: ExprLimits = DEFAULT_LIMITS) -> Expr:
     except ValueError as exc:
         # Not an expression lockstep can analyse. Its size and nesting were checked before parsing (or
         # it could not even be split into tokens), so the CEL library may word the syntax error.
-        if "offset" in str(exc) and "unexpected character" in str(exc):
-            raise ExprError(f"invalid expression `{_short(source)}`: {exc}") from None
+        if m := _UNEXPECTED.match(str(exc)):
+            shown = m.group(1)[1:-1] if len(m.group(1)) == 3 else m.group(1)  # the repr of one character
+            raise ExprError(from_offset(source, int(m.group(2)), f"unexpected character `{shown}`")) from None
         _cel_compile(source)
         raise ExprError(
             f"`{_short(source)}`: lockstep cannot bound the cost of this expression ({exc}); "

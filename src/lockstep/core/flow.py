@@ -18,6 +18,7 @@ from .definition import (
     WaitStep,
 )
 from .events import (
+    UNSET,
     ActivityScheduled,
     ApprovalRequested,
     ChoiceEvaluated,
@@ -261,6 +262,7 @@ def request_approval(tx: Tx, step: ApprovalStep, ctx: dict[str, Any]) -> None:
     n = tx.s.steps[step.id].attempts + 1
     policy = step.policy()
     expires = tx.now + step.timeout
+    warnings = tx.d.approver_warnings.get(step.id)
     tx.emit(
         ApprovalRequested(
             step=step.id,
@@ -270,6 +272,7 @@ def request_approval(tx: Tx, step: ApprovalStep, ctx: dict[str, Any]) -> None:
             details=details if isinstance(details, str) else str(details),
             expires_at=iso(expires),
             initiator=tx.s.actor,
+            warnings=list(warnings) if warnings else UNSET,
         )
     )
     timer(tx, f"approval:{step.id}", "approval", step.id, expires)

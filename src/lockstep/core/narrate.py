@@ -190,9 +190,10 @@ def _approvals_and_repairs(d: Rest) -> str:
         case ApprovalRequested():
             p = d.policy
             who = ", ".join([*p["users"], *(f"group {g}" for g in p["groups"])])
+            warned = f"; warning: {'; '.join(d.warnings)}" if d.warnings else ""
             return (
                 f"approval requested at step {d.step}: {p['quorum']} of {{{who}}} must approve by "
-                f"{d.expires_at} ({text_of(d.details)})"
+                f"{d.expires_at} ({text_of(d.details)}){warned}"
             )
         case ApprovalLinkIssued():
             return f"approval link {d.link_id} issued to {d.approver} (expires {d.expires_at})"

@@ -31,6 +31,7 @@ from .operate import (
     MigrationOutcome,
     MigrationPlan,
     PublishResult,
+    PublishWarning,
     RepairResult,
 )
 from .principals import (
@@ -96,6 +97,7 @@ __all__ = [
     "NewUser",
     "PasswordSet",
     "PublishResult",
+    "PublishWarning",
     "PurgeReport",
     "Reassigned",
     "Recorded",

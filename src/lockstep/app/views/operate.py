@@ -17,8 +17,16 @@ __all__ = [
     "MigrationOutcome",
     "MigrationPlan",
     "PublishResult",
+    "PublishWarning",
     "RepairResult",
 ]
+
+
+class PublishWarning(View):
+    """Something publishing accepted but the author should know (docs/definitions.md, "Checks")."""
+
+    path: str = Field(description="where in the definition, e.g. steps[1](approve).approval.approvers")
+    message: str
 
 
 class PublishResult(View):
@@ -26,6 +34,11 @@ class PublishResult(View):
     version: int
     digest: str
     created: bool = Field(description="False when identical content was already published as this version")
+    warnings: list[PublishWarning] = Field(
+        default_factory=list,
+        description="What publishing accepted but the author should fix: reads of input the schema does "
+        "not declare, steps that never run, approvers the tenant lacks (empty: none)",
+    )
 
 
 class DefinitionVersion(View):

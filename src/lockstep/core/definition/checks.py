@@ -28,6 +28,7 @@ __all__ = [
     "check_graph",
     "non_json",
     "step_outputs",
+    "unknown_key",
 ]
 
 NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
@@ -41,16 +42,22 @@ class Checker:
     def __init__(self, expressions: ExprLimits | None = None) -> None:
         self.exl = expressions or ExprLimits()
         self.problems: list[tuple[str, str]] = []
+        # What publishing accepts but tells the author about (e.g. a read of an undeclared input field).
+        self.warnings: list[tuple[str, str]] = []
 
     def add(self, path: str, reason: str) -> None:
         self.problems.append((path, reason))
 
-    def keys(self, path: str, obj: Mapping[str, object], allowed: tuple[str, ...]) -> None:
-        for k in obj:
-            if k not in allowed:
-                hint = difflib.get_close_matches(str(k), allowed, n=1)
-                extra = f" (did you mean `{hint[0]}`?)" if hint else f" (allowed: {', '.join(allowed)})"
-                self.add(f"{path}.{k}", f"unknown field{extra}")
+    def warn(self, path: str, reason: str) -> None:
+        self.warnings.append((path, reason))
+
+    def keys(self, path: str, obj: Mapping[str, object], allowed: tuple[str, ...]) -> list[str]:
+        """Report every key of `obj` not in `allowed` at `path` (the level that holds it), naming the key
+        and its closest allowed one, or listing the allowed ones; return the unknown keys."""
+        unknown = [str(k) for k in obj if k not in allowed]
+        for k in unknown:
+            self.add(path, unknown_key(k, allowed))
+        return unknown
 
     def duration(self, path: str, value: object, limit: timedelta | None = None) -> timedelta | None:
         try:
@@ -101,6 +108,12 @@ class Checker:
         except ExprError as exc:
             self.add(path, str(exc))
             return None
+
+
+def unknown_key(key: str, allowed: tuple[str, ...]) -> str:
+    hint = difflib.get_close_matches(key, allowed, n=1)
+    extra = f" (did you mean `{hint[0]}`?)" if hint else f" (allowed: {', '.join(allowed)})"
+    return f"unknown key `{key}`{extra}"
 
 
 def check_graph(c: Checker, steps: list[Step]) -> None:

@@ -7,7 +7,7 @@ holds compiled expressions so the core never re-parses text while deciding. `par
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -57,6 +57,10 @@ class Limits:
     # Sensitive places a definition declares (sensitive_input, output_sensitive, x-lockstep-sensitive).
     max_sensitive_pointers: int = SERVER_LIMITS["max_sensitive_pointers"].default
     max_pointer_length: int = SERVER_LIMITS["max_pointer_length"].default
+    # The checks added after versions were first stored (references, condition types: references.py)
+    # run when a definition is published; a stored version is loaded without them, so none that was
+    # accepted once becomes unrunnable.
+    publish_checks: bool = True
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,12 @@ class Definition:
     four_eyes: frozenset[str] = frozenset()
     # What its runs hold that is sensitive (core/sensitive.py); `.any` is False when nothing is.
     sensitivity: Sensitivity = NOT_SENSITIVE
+    # What publishing accepted but tells the author, as (path, reason): not part of the version.
+    warnings: tuple[tuple[str, str], ...] = ()
+    # For one decision only: why an approval step's approvers cannot decide in the tenant as it is now
+    # (app/approvers.py), by step id; recorded in the ApprovalRequested the step makes. The app, which
+    # reads the tenant's users, supplies it; a compiled definition has none.
+    approver_warnings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def step(self, step_id: str) -> Step:
         return self.steps[self.index[step_id]]
@@ -221,7 +231,9 @@ class Definition:
 
 
 class DefinitionError(ValueError):
-    """Static errors: a list of (path, reason); str() gives one line per problem."""
+    """Static errors: a list of (path, reason); str() gives `path: reason` for each problem, on one
+    line, or, when a reason has lines of its own (an expression with a caret under an error), one
+    problem per line with its further lines indented below it."""
 
     def __init__(self, problems: list[tuple[str, str]], title: str = "invalid definition") -> None:
         self.problems = problems
@@ -229,8 +241,15 @@ class DefinitionError(ValueError):
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
-        lines = "; ".join(f"{p}: {r}" for p, r in self.problems)
-        return f"{self.title}: {lines}"
+        if not any("\n" in r for _, r in self.problems):
+            lines = "; ".join(f"{p}: {r}" for p, r in self.problems)
+            return f"{self.title}: {lines}"
+        if len(self.problems) == 1:
+            p, r = self.problems[0]
+            return f"{self.title}: {p}: {r}"
+        return f"{self.title}:" + "".join(
+            "\n  " + f"{p}: {r}".replace("\n", "\n  ") for p, r in self.problems
+        )
 
 
 def _problem(e: jsonschema.ValidationError, sensitive: tuple[str, ...]) -> tuple[str, str]:

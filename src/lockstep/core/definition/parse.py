@@ -17,6 +17,7 @@ from ..canonical import digest
 from .checks import NAME_RE, Checker, check_graph, non_json, step_outputs
 from .model import FOUR_EYES_REPAIRS, Definition, DefinitionError, Limits, Step
 from .parse_steps import parse_step
+from .references import check_references
 from .sensitivity import classify
 
 __all__ = ["parse_definition"]
@@ -80,6 +81,8 @@ def parse_definition(document: object, limits: Limits | None = None) -> Definiti
         c.add("description", "must be a string")
         desc = ""
     sensitivity = classify(c, document, schema, steps, output, lim)
+    if lim.publish_checks and not c.problems:  # on a sound structure only: paths and graph are exact
+        check_references(c, steps, output, schema)
     if c.problems:
         raise DefinitionError(c.problems)
     doc = dict(document)
@@ -95,6 +98,7 @@ def parse_definition(document: object, limits: Limits | None = None) -> Definiti
         skip_roles=skip_roles,
         four_eyes=four_eyes,
         sensitivity=sensitivity,
+        warnings=tuple(c.warnings),
     )
 
 

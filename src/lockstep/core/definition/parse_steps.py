@@ -3,6 +3,7 @@ reporting every problem (with its path and a fix) to the `Checker` and going on 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -25,7 +26,32 @@ from .model import (
 )
 from .sensitivity import pointer_list
 
-__all__ = ["parse_step"]
+__all__ = ["STEP_KEYS", "parse_step"]
+
+# The keys each kind of step may have (besides skippable and skip_policy, which every kind may have).
+STEP_KEYS: dict[str, tuple[str, ...]] = {
+    "activity": (
+        "id",
+        "activity",
+        "input",
+        "timeout",
+        "retry",
+        "delivery",
+        "idempotency_key",
+        "compensate",
+        "next",
+        "queue",
+        "priority",
+        "description",
+        "output_sensitive",
+    ),
+    "choice": ("id", "choice", "description"),
+    "wait": ("id", "wait", "next", "description"),
+    "fail": ("id", "fail", "description"),
+    "succeed": ("id", "succeed", "description"),
+    "approval": ("id", "approval", "next", "description"),
+}
+_ANY_STEP_KEYS = tuple(dict.fromkeys([*STEP_KINDS, *(k for ks in STEP_KEYS.values() for k in ks)]))
 
 
 def parse_step(c: Checker, i: int, raw: object, lim: Limits) -> tuple[Step | None, tuple[str, ...] | None]:
@@ -42,9 +68,14 @@ def parse_step(c: Checker, i: int, raw: object, lim: Limits) -> tuple[Step | Non
         sid = f"#{i}"
     p = f"steps[{i}]({sid})"
     kinds = [k for k in STEP_KINDS if k in raw]
+    if not kinds:
+        # A misspelt kind (`activty:`) is the likely cause: name the key and the kind it resembles.
+        unknown = c.keys(p, raw, (*_ANY_STEP_KEYS, "skippable", "skip_policy"))
+        if not any(difflib.get_close_matches(k, STEP_KINDS, n=1) for k in unknown):
+            c.add(p, f"a step needs exactly one of {', '.join(STEP_KINDS)} (found none)")
+        return None, None
     if len(kinds) != 1:
-        what = "none" if not kinds else ", ".join(kinds)
-        c.add(p, f"a step needs exactly one of {', '.join(STEP_KINDS)} (found {what})")
+        c.add(p, f"a step needs exactly one of {', '.join(STEP_KINDS)} (found {', '.join(kinds)})")
         return None, None
     nxt = raw.get("next")
     if nxt is not None and not isinstance(nxt, str):
@@ -85,25 +116,7 @@ def _skip_roles(c: Checker, p: str, raw: Mapping[str, object]) -> tuple[str, ...
 def _parse_activity(
     c: Checker, p: str, raw: Mapping[str, object], sid: str, nxt: str | None, lim: Limits
 ) -> Step:
-    c.keys(
-        p,
-        raw,
-        (
-            "id",
-            "activity",
-            "input",
-            "timeout",
-            "retry",
-            "delivery",
-            "idempotency_key",
-            "compensate",
-            "next",
-            "queue",
-            "priority",
-            "description",
-            "output_sensitive",
-        ),
-    )
+    c.keys(p, raw, STEP_KEYS["activity"])
     activity = _activity_name(c, f"{p}.activity", raw.get("activity"))
     if "timeout" not in raw:
         c.add(f"{p}.timeout", "required on activity steps (the limit of one attempt), e.g. timeout: 30s")
@@ -217,7 +230,7 @@ def _priority(c: Checker, path: str, value: object) -> int:
 
 
 def _parse_choice(c: Checker, p: str, raw: Mapping[str, object], sid: str) -> Step:
-    c.keys(p, raw, ("id", "choice", "description"))
+    c.keys(p, raw, STEP_KEYS["choice"])
     branches: list[tuple[Expr, str]] = []
     default = None
     items = raw["choice"]
@@ -238,9 +251,10 @@ def _parse_choice(c: Checker, p: str, raw: Mapping[str, object], sid: str) -> St
                 c.add(bp, "the else branch must come last")
             default = str(br["else"])
         else:
-            c.keys(bp, br, ("if", "next"))
+            unknown = c.keys(bp, br, ("if", "next", "else"))
             if "if" not in br or "next" not in br:
-                c.add(bp, "a branch needs both `if` (an expression) and `next` (a step id)")
+                if not unknown:
+                    c.add(bp, "a branch needs both `if` (an expression) and `next` (a step id)")
                 continue
             e = c.expr(f"{bp}.if", br["if"])
             if e is not None:
@@ -253,23 +267,24 @@ def _parse_choice(c: Checker, p: str, raw: Mapping[str, object], sid: str) -> St
 def _parse_wait(
     c: Checker, p: str, raw: Mapping[str, object], sid: str, nxt: str | None, lim: Limits
 ) -> Step:
-    c.keys(p, raw, ("id", "wait", "next", "description"))
+    c.keys(p, raw, STEP_KEYS["wait"])
     w = raw["wait"]
     if isinstance(w, Mapping):
-        c.keys(f"{p}.wait", w, ("until", "for"))
+        unknown = c.keys(f"{p}.wait", w, ("until", "for"))
         if "until" in w:
             return WaitStep(id=sid, next=nxt, duration=None, until=c.template(f"{p}.wait.until", w["until"]))
         if "for" in w:
             return WaitStep(
                 id=sid, next=nxt, duration=c.duration(f"{p}.wait.for", w["for"], lim.max_wait), until=None
             )
-        c.add(f"{p}.wait", 'give a duration (wait: 2s) or {until: "${input.deadline}"}')
+        if not unknown:
+            c.add(f"{p}.wait", 'give a duration (wait: 2s) or {until: "${input.deadline}"}')
         return WaitStep(id=sid, next=nxt, duration=timedelta(seconds=1), until=None)
     return WaitStep(id=sid, next=nxt, duration=c.duration(f"{p}.wait", w, lim.max_wait), until=None)
 
 
 def _parse_fail(c: Checker, p: str, raw: Mapping[str, object], sid: str) -> Step:
-    c.keys(p, raw, ("id", "fail", "description"))
+    c.keys(p, raw, STEP_KEYS["fail"])
     f = raw["fail"]
     if not isinstance(f, Mapping) or not isinstance(f.get("error"), str):
         c.add(f"{p}.fail", "must be {error: CODE, message: TEXT}")
@@ -280,7 +295,7 @@ def _parse_fail(c: Checker, p: str, raw: Mapping[str, object], sid: str) -> Step
 
 
 def _parse_succeed(c: Checker, p: str, raw: Mapping[str, object], sid: str) -> Step:
-    c.keys(p, raw, ("id", "succeed", "description"))
+    c.keys(p, raw, STEP_KEYS["succeed"])
     s = raw["succeed"]
     if s is None or s is True:
         return SucceedStep(id=sid, output=None)
@@ -296,7 +311,7 @@ def _parse_succeed(c: Checker, p: str, raw: Mapping[str, object], sid: str) -> S
 def _parse_approval(
     c: Checker, p: str, raw: Mapping[str, object], sid: str, nxt: str | None, lim: Limits
 ) -> Step | None:
-    c.keys(p, raw, ("id", "approval", "next", "description"))
+    c.keys(p, raw, STEP_KEYS["approval"])
     a = raw["approval"]
     ap = f"{p}.approval"
     if not isinstance(a, Mapping):
@@ -322,10 +337,10 @@ def _parse_approval(
     if not isinstance(who, Mapping):
         c.add(f"{ap}.approvers", "required: {users: [alice, bob], groups: [finance]}")
     else:
-        c.keys(f"{ap}.approvers", who, ("users", "groups"))
+        unknown = c.keys(f"{ap}.approvers", who, ("users", "groups"))
         users = _names(c, f"{ap}.approvers.users", who.get("users"))
         groups = _names(c, f"{ap}.approvers.groups", who.get("groups"))
-        if not users and not groups:
+        if not users and not groups and not unknown:
             c.add(f"{ap}.approvers", "name at least one user or group who may decide")
     quorum = a.get("quorum", 1)
     if isinstance(quorum, bool) or not isinstance(quorum, int) or quorum < 1:

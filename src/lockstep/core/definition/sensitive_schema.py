@@ -13,13 +13,14 @@ nothing, so it is refused rather than ignored. Tenant regexes (`patternPropertie
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from urllib.parse import unquote
 
 from ..canonical import JSONValue
 from ..pointer import PointerError, format_pointer, get_at, parse_pointer
 
-__all__ = ["ANNOTATION", "annotated", "check_pointer", "mentions"]
+__all__ = ["ANNOTATION", "Place", "annotated", "check_pointer", "lookup", "mentions"]
 
 ANNOTATION = "x-lockstep-sensitive"
 # Schema nodes one walk may visit (through $refs a small document can stand for a huge tree).
@@ -180,17 +181,52 @@ def _alternatives(
     return out
 
 
-def check_pointer(schema: Mapping[str, JSONValue], pointer: str) -> str | None:
-    """Why `pointer` names a place the schema does not have (None: it has it, or does not say)."""
-    segments = parse_pointer(pointer)
+@dataclass(frozen=True)
+class Place:
+    """What input_schema says about one place of the input (see `lookup`)."""
+
+    found: bool  # the schema has the place, or does not say what is there
+    depth: int = 0  # when not found: the index of the first segment the schema does not have
+    names: frozenset[str] = frozenset()  # the properties declared where the walk stopped
+    arrays: bool = False  # the place where it stopped is described as an array
+    scalar: str = ""  # ... or as a scalar of this type (string, number...)
+    # Not declared, but no additionalProperties says whether other members may exist (JSON Schema's
+    # default: they may). check_pointer refuses such a pointer; an expression reading it gets a warning.
+    unlisted: bool = False
+    schema: JSONValue = None  # when found, and one schema (no alternatives) describes the place
+
+
+def lookup(
+    schema: Mapping[str, JSONValue],
+    segments: Sequence[str],
+    budget: list[int] | None = None,
+    seen: dict[tuple[str, ...], list[JSONValue]] | None = None,
+) -> Place:
+    """Follow `segments` (member names, or item indexes as digits) through the schema.
+
+    Visits at most MAX_VISITS schema nodes, and at most `budget[0]` (spent in place, so several lookups
+    can share it); `seen` keeps, for each prefix of the segments, every schema that describes that
+    place, for the lookups that follow. Once the budget is spent the place counts as found (the schema
+    is too large to say)."""
+    budget = budget if budget is not None else [MAX_VISITS]
+    if budget[0] > MAX_VISITS:  # one lookup never visits more than MAX_VISITS
+        spent = [MAX_VISITS]
+        place = lookup(schema, segments, spent, seen)
+        budget[0] -= MAX_VISITS - spent[0]
+        return place
+    seen = seen if seen is not None else {}
     frontier: list[JSONValue] = [schema]
-    budget = [MAX_VISITS]
     for depth, seg in enumerate(segments):
+        at = tuple(segments[:depth])
+        if at not in seen:  # the place's schemas: the frontier and what says the same (allOf, $ref)
+            seen[at] = _alternatives(schema, frontier, budget)
+        alternatives = seen[at]
+        budget[0] -= len(alternatives)
         nxt: list[JSONValue] = []
         names: set[str] = set()
-        arrays = open_ = False
+        arrays = open_ = unlisted = False
         scalar = ""
-        for node in _alternatives(schema, frontier, budget):
+        for node in alternatives:
             if node is True or not isinstance(node, Mapping):
                 open_ = open_ or node is True
                 continue
@@ -209,6 +245,7 @@ def check_pointer(schema: Mapping[str, JSONValue], pointer: str) -> str | None:
             if isinstance(extra, Mapping):
                 nxt.append(extra)
             open_ = open_ or extra is True or "patternProperties" in node
+            unlisted = unlisted or (bool(props) and extra is None)
             if "items" in node or "prefixItems" in node:
                 arrays = True
                 prefix = node.get("prefixItems")
@@ -222,17 +259,30 @@ def check_pointer(schema: Mapping[str, JSONValue], pointer: str) -> str | None:
             elif not props and extra is None:
                 open_ = True  # the schema does not describe what this place holds
         if open_ or budget[0] <= 0:
-            return None
+            return Place(True)
         if not nxt:
-            where = format_pointer(segments[:depth])
-            if scalar and not names and not arrays:
-                return (
-                    f"{where or 'the input'} is a {scalar} in input_schema: it has no members; "
-                    f"mark {where or 'the input'} itself"
-                )
-            return _missing(where, seg, names, arrays)
+            return Place(False, depth, frozenset(names), arrays, scalar, unlisted)
         frontier = nxt
-    return None
+    final = tuple(segments)
+    if final not in seen:
+        seen[final] = _alternatives(schema, frontier, budget)
+    alternatives = seen[final]
+    return Place(True, schema=alternatives[0] if len(alternatives) == 1 else None)
+
+
+def check_pointer(schema: Mapping[str, JSONValue], pointer: str) -> str | None:
+    """Why `pointer` names a place the schema does not have (None: it has it, or does not say)."""
+    segments = parse_pointer(pointer)
+    place = lookup(schema, segments)
+    if place.found:
+        return None
+    where = format_pointer(segments[: place.depth])
+    if place.scalar and not place.names and not place.arrays:
+        return (
+            f"{where or 'the input'} is a {place.scalar} in input_schema: it has no members; "
+            f"mark {where or 'the input'} itself"
+        )
+    return _missing(where, segments[place.depth], set(place.names), place.arrays)
 
 
 def _missing(where: str, seg: str, names: set[str], arrays: bool) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import ClassVar, TypeAlias
 
+from msgspec import UNSET, UnsetType
+
 from .record import Doc, Record
 
 __all__ = [
@@ -35,6 +37,9 @@ class ApprovalRequested(ApprovalRecord, frozen=True, kw_only=True):
     details: str
     expires_at: str
     initiator: str | None
+    # Why nobody (or fewer than the quorum) could decide when the request was made: the tenant has no
+    # such user, the group no member who may approve... Written only when there is something to say.
+    warnings: list[str] | UnsetType = UNSET
 
 
 class ApprovalLinkIssued(ApprovalRecord, frozen=True, kw_only=True):

@@ -63,6 +63,8 @@ def _approval_requested(s: RunState, d: ApprovalRequested, e: Event) -> RunState
         "decisions": [],
         "links": [],
     }
+    if d.warnings:  # absent from requests that had nothing to say (and from every older history)
+        a["warnings"] = list(d.warnings)
     return replace(
         s,
         approval=a,
@@ -125,6 +127,7 @@ def _approver_replaced(s: RunState, d: ApproverReplaced, e: Event) -> RunState:
     a["policy"] = {**a["policy"], "users": list(dict.fromkeys(users))}
     a["links"] = [x for x in a["links"] if x["approver"] != d.old]
     a["replacements"] = a.get("replacements", 0) + 1
+    a.pop("warnings", None)  # they were about the approvers as requested; an operator changed them
     return replace(s, approval=a)
 
 

@@ -24,7 +24,8 @@ What each caller needs is an intersection of them, named beside `Tx` in `port/co
 proves which aggregates a feature touches (`app/port.py` hands each feature service the kernel over its
 own one):
 
-    ApplyTx     RunsTx + TenantsTx: appending a decided command (the tenant bounds the history)
+    ApplyTx     RunsTx + TenantsTx + SealTx + PrincipalsTx: appending a decided command (the tenant
+                bounds the history; its users are who can decide an approval request it makes)
     BatchTx     TxControl + RunsTx: locking and loading a batch's runs in one savepoint
     CommandTx   DefinitionsTx + ApplyTx: one command on one run, with its definition version
     QuotaTx     RunsTx + TenantsTx + WorkTx + SchedulerTx: a start's tenant limits (active runs, timers)
@@ -33,7 +34,7 @@ own one):
     ClaimTx     TxControl + TaskTx: claims and workers' results (app/work.py, app/reports.py)
     TimerTx     CommandTx + SchedulerTx: firing a timer
     SweepTx     TxControl + TaskTx + SchedulerTx: the scheduler's passes (app/sweeps.py)
-    PublishTx   DefinitionsTx + TenantsTx: publishing (app/definitions.py)
+    PublishTx   DefinitionsTx + TenantsTx + PrincipalsTx: publishing (app/definitions.py)
     ObserveTx   DefinitionsTx + MetricsTx: the metrics endpoint (app/observability.py)
     ApproveTx   CommandTx + ApprovalsTx + PrincipalsTx: links and decisions (app/approvals/)
     AccountsTx  TenantsTx + PrincipalsTx + AuditTx: tenants and users (app/principals/accounts.py)

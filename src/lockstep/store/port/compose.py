@@ -65,8 +65,9 @@ class Tx(
 
 
 # --- what the callers need: intersections of the aggregates (see the package's docstring) ---------
-class ApplyTx(RunsTx, TenantsTx, SealTx, Protocol):
-    """Appending a decided command: the run, its tenant's settings (the history bound), its keys."""
+class ApplyTx(RunsTx, TenantsTx, SealTx, PrincipalsTx, Protocol):
+    """Appending a decided command: the run, its tenant's settings (the history bound), its keys, and
+    its tenant's users (who can decide an approval request it makes)."""
 
 
 class BatchTx(TxControl, RunsTx, Protocol):
@@ -106,8 +107,8 @@ class RepairTx(DefinitionsTx, AuditTx, Protocol):
     """Operator repairs: the run's definition versions, and the audit row of each command."""
 
 
-class PublishTx(DefinitionsTx, TenantsTx, Protocol):
-    """Publishing a definition within its tenant's limits."""
+class PublishTx(DefinitionsTx, TenantsTx, PrincipalsTx, Protocol):
+    """Publishing a definition within its tenant's limits (and warning of approvers it does not have)."""
 
 
 class ObserveTx(DefinitionsTx, MetricsTx, Protocol):
