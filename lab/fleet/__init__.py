@@ -14,7 +14,9 @@ pass" (a lease running out), never for "until something happened".
 
 The modules: processes.py (`Proc`, `Fleet`, `stop_quiescent`, `free_port`), databases.py (`sql`,
 `database`, `postgres`, `Ledger`, `quiescent`), waiting.py (`wait_until`). Import from here: `from
-lab.fleet import Fleet, wait_until`.
+lab.fleet import Fleet, wait_until`. otlp.py (`otlp_receiver`: a real OTLP/HTTP trace receiver on
+loopback) is imported on its own, `from lab.fleet.otlp import otlp_receiver`: it needs
+opentelemetry-proto (the dev extra).
 """
 
 from __future__ import annotations

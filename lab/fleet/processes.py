@@ -134,7 +134,8 @@ class Fleet:
         self.backend = "sqlite" if db_url.startswith(SQLITE) else "postgresql"
         self.activities = activities
         self.ready_timeout = ready_timeout
-        base = {k: v for k, v in lab_env(os.environ).items() if k not in UNSET}
+        # The driver's own OTEL_* settings stay out: a process traces only when its caller says so (env).
+        base = {k: v for k, v in lab_env(os.environ).items() if k not in UNSET and not k.startswith("OTEL_")}
         paths = [*map(str, pythonpath), base["PYTHONPATH"]]
         self.env = {**base, "PYTHONPATH": os.pathsep.join(paths), "PYTHONUNBUFFERED": "1", **(env or {})}
         self.procs: list[Proc] = []

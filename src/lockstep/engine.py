@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -11,6 +12,7 @@ from pathlib import Path
 from .app.documents import parse_yaml_document
 from .app.keys import KeyProvider, key_provider
 from .app.service import Service, utcnow
+from .app.tracing import TraceSink, explicit_parent, tracing_from_env
 from .core.canonical import JSONObject, JSONValue
 from .core.definition import Limits
 from .core.limits import DEFAULT_SERVER_LIMITS, LimitSettingError, ServerLimits
@@ -55,11 +57,20 @@ def check_definition_size(size: int, where: str, limits: ServerLimits) -> None:
         )
 
 
+def _tracing(tracing: TraceSink | bool | None) -> TraceSink | None:
+    if tracing is None:
+        return tracing_from_env(os.environ)
+    if tracing is True:
+        raise InvalidInput("tracing=True: pass a TraceSink, or None to trace as the OTEL_* variables say")
+    return None if tracing is False else tracing
+
+
 class Engine:
     """A lockstep engine over one database. Thread-safe; open one per process."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, *, owns_tracing: bool = False) -> None:
         self.service = service
+        self._owns_tracing = owns_tracing
 
     @classmethod
     def open(
@@ -72,12 +83,16 @@ class Engine:
         synchronous: str = "FULL",
         busy_timeout: timedelta = timedelta(seconds=30),
         keys: KeyProvider | str | Path | None = None,
+        tracing: TraceSink | bool | None = None,
     ) -> Engine:
         """`server_limits` overrides server-wide limits of core/limits.py by name (SERVER_LIMITS and
         HISTORY_LIMITS, e.g. {"max_request_bytes": 33554432}); a bad name or value raises InvalidInput
         before the database is opened. `keys` is the key that seals sensitive values: a KeyProvider, or
         the path of a key file (`lockstep keys init`); by default LOCKSTEP_KEY_FILE or LOCKSTEP_KEY,
-        and without either, starting a run of a definition with sensitive fields is refused."""
+        and without either, starting a run of a definition with sensitive fields is refused.
+        `tracing`: None (the default) traces as the OTEL_* environment says (off when it says
+        nothing: docs/operations.md); False never; a TraceSink (app/tracing) as given, e.g. over the
+        SDK's in-memory exporter. Tracing set up here is flushed and shut down by close()."""
         provider = keys if keys is not None and not isinstance(keys, str | Path) else key_provider(keys)
         try:
             configured = (
@@ -85,13 +100,27 @@ class Engine:
             )
         except LimitSettingError as exc:
             raise InvalidInput(str(exc), code="bad_limit") from None
+        owned = tracing is None
+        sink = _tracing(tracing)
         try:
             store = open_store(url, synchronous=synchronous, busy_timeout_s=busy_timeout.total_seconds())
         except (SchemaError, StoreUnavailable) as exc:
+            if owned and sink is not None:
+                sink.shutdown()
             raise LockstepError(str(exc), code="database") from None
-        return cls(Service(store, clock=clock, limits=limits, server_limits=configured, keys=provider))
+        service = Service(
+            store, clock=clock, limits=limits, server_limits=configured, keys=provider, tracing=sink
+        )
+        return cls(service, owns_tracing=owned)
 
     def close(self) -> None:
+        """Close the database; export the spans still buffered (and stop tracing set up by open())."""
+        tracing = self.service.tracing
+        if tracing is not None:
+            if self._owns_tracing:
+                tracing.shutdown()
+            else:
+                tracing.flush()
         self.service.store.close()
 
     def __enter__(self) -> Engine:
@@ -115,9 +144,15 @@ class Engine:
         version: int | None = None,
         tenant: str = "default",
         actor: str | None = None,
+        traceparent: str | None = None,
     ) -> str:
-        """Start a run and return its id; the same `key` returns the same run."""
-        return self.service.start(tenant, name, input=input, key=key, version=version, actor=actor).run_id
+        """Start a run and return its id; the same `key` returns the same run. The run's trace is part of
+        the caller's: `traceparent` (W3C), else the OpenTelemetry span current in this thread."""
+        parent = explicit_parent(traceparent)
+        out = self.service.start(
+            tenant, name, input=input, key=key, version=version, actor=actor, parent=parent
+        )
+        return out.run_id
 
     # The calls below answer with the views' plain JSON (app/views): dicts, as `lockstep ... --json`.
     def show(self, run_id: str, *, tenant: str = "default") -> JSONObject:

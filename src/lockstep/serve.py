@@ -55,6 +55,8 @@ def run_server(
     channel = channel_from_spec(notify, outbound)
     service = engine.service
     service.listeners.append(log_events)
+    if service.tracing is not None:  # in-process activities' own spans go where lockstep's go
+        service.tracing.set_global()
     sys.path.insert(0, os.getcwd())
     mods = list(modules)
     if example:

@@ -31,6 +31,7 @@ TASK_FIELDS = {
     "delivery",
     "fencing_token",
     "deadline",
+    "traceparent",
 }
 
 
@@ -57,6 +58,7 @@ async def test_poll_returns_a_leased_task_with_everything_a_worker_needs(api: Ap
     assert (task["definition"], task["version"]) == (ORDER, 1)
     assert task["input"] == {"order_id": "o-42", "sku": "widget", "qty": 1, "fail_times": 0}
     assert isinstance(task["fencing_token"], int)
+    assert task["traceparent"].startswith("00-")  # the attempt span's context (app/tracing)
     events = await api.events(run_id)
     started = events[-1]
     assert started["type"] == "ActivityStarted"

@@ -5,7 +5,8 @@ change to evolve(), the event format or canonical JSON that breaks them breaks o
 
 golden/v1/, golden/v2/ and golden/v3/ keep the first four scenarios as recorded by older builds (v1:
 unversioned snapshots and task ids without the scheduling seq; v2: snapshots before the `paused` field;
-v3: snapshots before four-eyes proposals and the per-task count of ignored results):
+v3: snapshots before four-eyes proposals and the per-task count of ignored results); golden/v4/ keeps
+five (snapshots before the trace context, step visits and the compensation's start):
 make_golden.py never rewrites them. Their events must still replay, and their snapshots are outdated:
 loading one raises OutdatedSnapshot and the store rebuilds the state with fold(events).
 """
@@ -28,7 +29,7 @@ from lockstep.core.timeutil import parse_iso
 GOLDEN = Path(__file__).parent / "golden"
 FILES = sorted(GOLDEN.glob("*.json"))
 # Runs stored by older builds: v1 (unversioned snapshots, old task ids), v2 (before `paused`), v3 (before
-# four-eyes proposals).
+# four-eyes proposals), v4 (before the trace context and step visits).
 OLD_FILES = sorted(GOLDEN.glob("v*/*.json"))
 OLD_SCENARIOS = {
     "happy_path_with_retry",
@@ -42,7 +43,10 @@ EXPECTED_STATUS = {
     "cancellation_with_compensation": "cancelled",
     "at_most_once_needs_attention": "needs_attention",
     "four_eyes_skip": "completed",
+    "traced_loop_with_approval": "completed",
 }
+# The scenarios recorded by the build of snapshot version 4 (golden/v4/).
+V4_SCENARIOS = {*OLD_SCENARIOS, "four_eyes_skip"}
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -68,6 +72,7 @@ def test_golden_files_are_present() -> None:
     assert {p.stem for p in FILES} == set(EXPECTED_STATUS)
     for folder in ("v1", "v2", "v3"):
         assert {p.stem for p in OLD_FILES if p.parent.name == folder} == OLD_SCENARIOS
+    assert {p.stem for p in OLD_FILES if p.parent.name == "v4"} == V4_SCENARIOS
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
@@ -172,6 +177,10 @@ def test_old_history_replays_and_its_snapshot_is_rebuilt(path: Path) -> None:
         RunState.from_json(record["snapshot"])
     rebuilt = _load_like_the_store(record["snapshot"], events).to_json()
     old = {k: v for k, v in record["snapshot"].items() if k != "snapshot_version"}
+    # Fields added since to each step (its visit) take their values; those it recorded are kept.
+    rebuilt["steps"] = {
+        sid: {k: st[k] for k in old["steps"].get(sid, st)} for sid, st in rebuilt["steps"].items()
+    }
     assert {k: rebuilt[k] for k in old} == old
     assert rebuilt["snapshot_version"] == SNAPSHOT_VERSION
     assert rebuilt["status"] == EXPECTED_STATUS[path.stem]
@@ -179,6 +188,29 @@ def test_old_history_replays_and_its_snapshot_is_rebuilt(path: Path) -> None:
     for e in events:
         head = chain_hash(head, record["run_id"], e)
     assert head == record["chain_head"]
+
+
+@pytest.mark.parametrize("path", sorted(GOLDEN.glob("v4/*.json")), ids=lambda p: p.stem)
+def test_events_recorded_before_the_trace_context_are_byte_identical_today(path: Path) -> None:
+    """The events a version-4 build stored are exactly the events this build writes for the same run
+    (an untraced RunStarted has no trace fields), so their hashes hold."""
+    old = _load(path)
+    new = _load(GOLDEN / path.name)
+    assert [Event.from_json(e).to_json() for e in old["events"]] == old["events"] == new["events"]
+    assert "trace" not in old["events"][0]["data"]
+
+
+def test_traced_history_keeps_its_trace_context_and_step_visits() -> None:
+    """RunStarted.trace and trace_parent reach the state; a step entered twice records its second visit."""
+    record = _load(GOLDEN / "traced_loop_with_approval.json")
+    state = fold(_events(record))
+    assert state is not None
+    started = record["events"][0]["data"]
+    assert state.trace == started["trace"]
+    assert state.trace_parent == started["trace_parent"]
+    entries = [e["seq"] for e in record["events"] if e["type"] == "ActivityScheduled"]
+    assert state.steps["poll"].entered_seq == entries[1]  # the loop's second visit
+    assert state.steps["ready"].entered_seq is None  # a choice is instant: never open
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])

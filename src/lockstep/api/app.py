@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 from fastapi import FastAPI, Response
 
 from .. import __version__
@@ -27,7 +30,12 @@ def create_app(
     public_url: str = "http://127.0.0.1:8080",
 ) -> FastAPI:
     app = FastAPI(
-        title="lockstep", version=__version__, description=DESCRIPTION, docs_url=None, redoc_url=None
+        title="lockstep",
+        version=__version__,
+        description=DESCRIPTION,
+        docs_url=None,
+        redoc_url=None,
+        **_telemetry(service),
     )
     app.add_middleware(html.NosniffMiddleware)
     app.state.service = service
@@ -65,3 +73,23 @@ def create_app(
             return html.redirect("/ui/")
 
     return app
+
+
+def _telemetry(service: Service) -> dict[str, Any]:
+    """FastAPI's own OpenTelemetry support (newer FastAPI releases): one server span per request on the
+    process's tracing (app/tracing), a child of the caller's `traceparent`; nothing when tracing is off,
+    whatever provider the process has. Its metrics and logs stay off: lockstep's /metrics is
+    Prometheus, and the logs would quote exception messages."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    off: dict[str, Any] = {"metrics": False, "logs": False, "auto_configure": False}
+    if service.tracing is None:
+        return {"telemetry": {**off, "tracing": False}}
+    return {
+        "telemetry": {
+            **off,
+            "tracer_provider": service.tracing.tracer_provider,
+            "tracing": True,
+            "operation_spans": False,
+        }
+    }

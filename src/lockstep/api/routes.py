@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..app.documents import parse_json_document
 from ..app.principals import Principal
 from ..app.service import Service
+from ..app.tracing import request_parent
 from ..app.views import (
     CancelResult,
     DeadLetter,
@@ -131,6 +132,13 @@ def start_run(
     svc: Svc,
     p: Annotated[Principal, Depends(need("start"))],
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+    traceparent: Annotated[
+        str | None,
+        Header(
+            description="W3C trace context: the run's trace becomes part of the caller's (an invalid "
+            "value is ignored and the run starts a new trace)"
+        ),
+    ] = None,
 ) -> StartResult:
     out = svc.start(
         p.tenant,
@@ -139,6 +147,7 @@ def start_run(
         key=idempotency_key or None,
         version=body.version,
         actor=p.name,
+        parent=request_parent(traceparent),
     )
     if not out.created:
         response.status_code = 200

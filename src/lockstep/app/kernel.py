@@ -38,7 +38,7 @@ from ..store.port import ApplyTx, BatchTx, DefinitionsTx, RunsTx, SealTx, Tenant
 from . import failpoints
 from .quotas import check_value
 
-__all__ = ["STORED", "Kernel", "Listener", "epoch_ms", "lock_run", "refuse_reserved", "utcnow"]
+__all__ = ["STORED", "Kernel", "Listener", "Observer", "epoch_ms", "lock_run", "refuse_reserved", "utcnow"]
 
 log = logging.getLogger("lockstep.app.kernel")
 T = TypeVar("T")
@@ -47,6 +47,9 @@ P = ParamSpec("P")
 
 # Called with (state after, events) for every committed command (metrics, logs, waking workers).
 Listener = Callable[[RunState, list[Event]], None]
+# Called with (state before, state after, events) for every committed command (tracing: a span's start
+# is in the state before the event that ends it). States and events are the stored form.
+Observer = Callable[[RunState | None, RunState, list[Event]], None]
 
 # Stored versions were valid when published; limits changed since must not make them unrunnable.
 STORED = Limits(
@@ -90,18 +93,19 @@ class Kernel:
         # enforces one (HTTP, YAML, login, metrics, publish, the core's history bounds) reads it here.
         self.server_limits = server_limits
         self.listeners: list[Listener] = []
+        self.observers: list[Observer] = []
         # Seals sensitive values and opens them (app/keys; set by the service, shared with the store).
         self.sealer: Sealer | None = getattr(store, "sealer", None)
         self._definitions: dict[tuple[str, str, int], Definition] = {}
         self._settings: dict[str, tuple[float, Settings]] = {}
-        # Per thread: the (state, events) of the write transaction in progress, for the listeners.
+        # Per thread: the (before, state, events) of the write transaction in progress, for the listeners.
         self._local = threading.local()
 
     # --- transactions --------------------------------------------------------------------------
     @contextmanager
     def write(self) -> Iterator[Tx]:
         """A write transaction; listeners see the events only after the commit succeeded."""
-        committed: list[tuple[RunState, list[Event]]] = []
+        committed: list[tuple[RunState | None, RunState, list[Event]]] = []
         previous = getattr(self._local, "buffer", None)
         self._local.buffer = committed
         try:
@@ -111,12 +115,17 @@ class Kernel:
             raise Unavailable(str(exc)) from None
         finally:
             self._local.buffer = previous
-        for state, events in committed:
+        for before, state, events in committed:
             for listener in list(self.listeners):
                 try:
                     listener(state, events)
                 except Exception:  # an observer must never break a committed transition
                     log.exception("event listener failed")
+            for observer in list(self.observers):
+                try:
+                    observer(before, state, events)
+                except Exception:
+                    log.exception("event observer failed")
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
@@ -276,7 +285,8 @@ class Kernel:
         failpoints.hit(f"commit.{type(command).__name__}", run=after.run_id)  # written, not yet committed
         buffer = getattr(self._local, "buffer", None)
         if buffer is not None:
-            buffer.append((stored, written))  # observers (logs, metrics) see the stored form only
+            # Observers (logs, metrics, traces) see the stored form only.
+            buffer.append((loaded.stored if loaded is not None else None, stored, written))
         return after, events
 
     def _sealed(

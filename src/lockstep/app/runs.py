@@ -22,6 +22,7 @@ from .audit import Audit
 from .kernel import epoch_ms
 from .port import KernelPort
 from .quotas import admit, check_input
+from .tracing import SpanRef, TraceSink, new_trace
 from .views import (
     CancelResult,
     DeadLetter,
@@ -65,6 +66,8 @@ class Runs:
         self.kernel = kernel
         self.work = work  # a start next to an in-process worker leases its first attempt to it
         self.audit = Audit(kernel)  # cancel and retry are audited
+        # The process's tracing (set by the service when configured): a start records a trace then.
+        self.tracing: TraceSink | None = None
 
     # --- commands ------------------------------------------------------------------------------
     def start(
@@ -76,8 +79,11 @@ class Runs:
         key: str | None = None,
         version: int | None = None,
         actor: str | None = None,
+        parent: SpanRef | None = None,
     ) -> StartResult:
-        """Start a run; with `key`, the same key returns the same run (and a different request is refused)."""
+        """Start a run; with `key`, the same key returns the same run (and a different request is refused).
+        `parent`: the caller's span; the run's trace is a part of the caller's trace (not part of the
+        request: a retried start with another parent returns the same run)."""
         payload = {} if input is None else input
         # Measured before the transaction (which compares again with the settings it reads).
         shape = self.kernel.check_value(tenant, payload, "max_input_bytes", "the run input", "input")
@@ -98,7 +104,7 @@ class Runs:
                                 )
                             return StartResult(run_id=found[0], created=False)
                     run_id = self._start_in(
-                        tx, now, tenant, name, version, payload, key, actor, request, shape, eager
+                        tx, now, tenant, name, version, payload, key, actor, request, shape, eager, parent
                     )
                 if eager is not None and eager.leases and eager.owner is not None:
                     eager.owner.accept(eager.leases)  # committed: the first attempt may run now
@@ -110,7 +116,13 @@ class Runs:
         raise Conflict("could not start the run because of concurrent writers; try again")
 
     def start_many(
-        self, tenant: str, name: str, inputs: Sequence[JSONValue], *, actor: str | None = None
+        self,
+        tenant: str,
+        name: str,
+        inputs: Sequence[JSONValue],
+        *,
+        actor: str | None = None,
+        parent: SpanRef | None = None,
     ) -> list[str]:
         """Start one run per input in ONE transaction (bulk loads, backfills): all start or none do.
         Each run passes the same checks and tenant limits as `start`; no start keys."""
@@ -127,7 +139,9 @@ class Runs:
         try:
             with self.kernel.write() as tx:
                 return [
-                    self._start_in(tx, now, tenant, name, None, data, None, actor, request, shape)
+                    self._start_in(
+                        tx, now, tenant, name, None, data, None, actor, request, shape, None, parent
+                    )
                     for data, request, shape in zip(payloads, requests, shapes, strict=True)
                 ]
         except Rejected as r:
@@ -146,6 +160,7 @@ class Runs:
         request: str,
         shape: Shape,
         eager: Eager | None = None,
+        parent: SpanRef | None = None,
     ) -> str:
         tenant_row = tx.tenant(tenant)  # read fresh, once: it bounds the input and admits the start
         settings = check_input(tenant_row, tenant, shape)
@@ -162,8 +177,17 @@ class Runs:
         admit(tx, tenant_row, tenant, epoch_ms(now))
         run_id = new_run_id(now)
         max_run = settings.get("max_run_seconds")
+        trace, trace_parent = self._trace(parent)
         cmd = StartRun(
-            run_id, tenant, row.version, payload, key, actor, int(float(max_run) * 1000) if max_run else None
+            run_id,
+            tenant,
+            row.version,
+            payload,
+            key,
+            actor,
+            int(float(max_run) * 1000) if max_run else None,
+            trace=trace,
+            trace_parent=trace_parent,
         )
         if eager is None:
             self.kernel.apply(tx, None, cmd, now, d, request_digest=request)
@@ -181,6 +205,15 @@ class Runs:
         if after is not None:
             eager.leased(tx, now, after, events)
         return run_id
+
+    def _trace(self, parent: SpanRef | None) -> tuple[str | None, str | None]:
+        """The trace context a start records: none when this process does not trace and the caller
+        named no parent (its trace id is then derived from the run's id, when someone traces it)."""
+        if self.tracing is not None:
+            return self.tracing.new_trace(parent)
+        if parent is not None:
+            return new_trace(parent)
+        return None, None
 
     def cancel(self, tenant: str, run_id: str, reason: str, actor: str | None = None) -> CancelResult:
         if not reason or not reason.strip():

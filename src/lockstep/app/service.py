@@ -12,6 +12,7 @@ Each call is the feature service's own bound method, so its signature and docstr
     retention.py    legal holds, status, tombstones  purge.py    the purge pass (scheduler)
     keys/           encryption keys: seal/open, rotation, re-wrap, forget, shred
     reveal.py       sensitive values shown to a user with the read_sensitive grant (audited)
+    tracing/        OpenTelemetry spans from committed events; the trace a start records
     audit.py        the audit log: record, read, export, verify its hash chains
 """
 
@@ -35,6 +36,7 @@ from .retention import Retention
 from .reveal import Reveal
 from .runs import Runs, new_run_id
 from .sweeps import Sweeps
+from .tracing import TraceSink
 from .work import TaskLease, Work
 
 __all__ = ["Service", "TaskLease", "new_run_id", "utcnow"]
@@ -53,6 +55,7 @@ class Service:
         server_limits: ServerLimits = DEFAULT_SERVER_LIMITS,
         unserved_after: timedelta = timedelta(hours=1),
         keys: KeyProvider | None = None,
+        tracing: TraceSink | None = None,
     ) -> None:
         # One key ring per process: the kernel seals with it, the store opens with it.
         ring = KeyRing(keys, clock)
@@ -64,6 +67,11 @@ class Service:
         reports = Reports(kernel, work)
         sweeps = Sweeps(kernel, unserved_after)
         runs = Runs(kernel, work)
+        # Tracing (app/tracing), when configured: spans from every committed transition, a trace per start.
+        self.tracing = tracing
+        if tracing is not None:
+            kernel.observers.append(tracing.observe)
+            runs.tracing = tracing
         # Built here once, shared by every request, command and page of this process.
         self.principals = Principals(kernel)
         self.approvals = Approvals(kernel, runs, self.principals)
@@ -78,6 +86,7 @@ class Service:
         self.clock = kernel.clock
         self.server_limits = kernel.server_limits
         self.listeners = kernel.listeners
+        self.observers = kernel.observers
         self.write = kernel.write
         self.read = kernel.read
         self.apply = kernel.apply

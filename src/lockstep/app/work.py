@@ -23,6 +23,7 @@ from ..errors import NotFound
 from ..store import ClaimTx, LoadedRun, TaskRow, TaskTx, TenantsTx
 from .kernel import epoch_ms, lock_run
 from .port import KernelPort
+from .tracing import attempt_traceparent
 
 __all__ = ["Eager", "LocalWorker", "TaskLease", "Work", "round_robin"]
 
@@ -45,6 +46,8 @@ class TaskLease:
     delivery: str
     fencing: int
     deadline: datetime
+    # The W3C traceparent of the attempt's span (app/tracing): the parent of the activity's own spans.
+    traceparent: str = ""
 
 
 class LocalWorker(Protocol):
@@ -151,6 +154,7 @@ class Eager:
                 sched.delivery,
                 st.fencing,
                 parse_iso(st.deadline),
+                attempt_traceparent(after, st.task_id, st.fencing),
             )
         )
 
@@ -326,10 +330,11 @@ class Work:
         try:
             d = self.kernel.definition_for(tx, t.tenant, t.definition, t.version)
             claim = ClaimTask(t.task_id, worker, iso(deadline))
-            _after, events = self.kernel.apply(tx, loaded, claim, now, d, lease_until=now + lease_ttl)
+            after, events = self.kernel.apply(tx, loaded, claim, now, d, lease_until=now + lease_ttl)
         except Rejected:
             tx.close_task(t.task_id, "stale")
             return None
+        fencing = next(e.data.fencing for e in events if isinstance(e.data, ActivityStarted))
         return TaskLease(
             t.task_id,
             t.tenant,
@@ -343,6 +348,7 @@ class Work:
             t.definition,
             t.version,
             t.delivery,
-            next(e.data.fencing for e in events if isinstance(e.data, ActivityStarted)),
+            fencing,
             deadline,
+            attempt_traceparent(after or loaded.state, t.task_id, fencing),
         )

@@ -47,6 +47,8 @@ def _event_logs(c: Ctx) -> None:
     if os.environ.get("LOCKSTEP_LOG_FORMAT", "json") != "off":
         configure_logging(json_logs=os.environ.get("LOCKSTEP_LOG_FORMAT", "json") == "json")
         c.engine.service.listeners.append(log_events)
+    if c.engine.service.tracing is not None:  # activities' own spans go where lockstep's go
+        c.engine.service.tracing.set_global()
 
 
 def _freeze_startup_heap() -> None:

@@ -23,11 +23,27 @@ __all__ = ["COMMANDS"]
 @click.option("--version", "version", type=int, help="Definition version (default: latest).")
 @click.option("--input", "input_", help="Run input as JSON, or @file.json.")
 @click.option("--key", help="Start key: the same key returns the same run.")
+@click.option(
+    "--traceparent",
+    envvar="TRACEPARENT",
+    help="W3C traceparent of the caller's span: the run's trace becomes part of the caller's "
+    "(default: $TRACEPARENT).",
+)
 @pass_ctx
-def start(c: Ctx, name: str, version: int | None, input_: str | None, key: str | None) -> None:
+def start(
+    c: Ctx, name: str, version: int | None, input_: str | None, key: str | None, traceparent: str | None
+) -> None:
     """Start a run of definition NAME; prints {"run_id"}."""
     payload = parse_json(input_, "--input")
-    run_id = c.engine.start(name, input=payload, key=key, version=version, tenant=c.tenant, actor=cli_user())
+    run_id = c.engine.start(
+        name,
+        input=payload,
+        key=key,
+        version=version,
+        tenant=c.tenant,
+        actor=cli_user(),
+        traceparent=traceparent or None,
+    )
     print_json({"run_id": run_id})
 
 

@@ -53,6 +53,9 @@ class StartRun:
     actor: str | None = None
     # The tenant's limit on total run time, if any: a durable "deadline" timer ends the run when it fires.
     max_run_ms: int | None = None
+    # The trace context the application layer chose (RunStarted.trace and trace_parent), if any.
+    trace: str | None = None
+    trace_parent: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import assert_never
 
+from msgspec import UNSET
+
 from .approval import (
     decide_approval,
     issue_link,
@@ -185,6 +187,8 @@ def _start(tx: Tx, c: StartRun) -> None:
             start_key=c.start_key,
             actor=c.actor,
             steps=[s.id for s in tx.d.steps],
+            trace=c.trace if c.trace is not None else UNSET,
+            trace_parent=c.trace_parent if c.trace_parent is not None else UNSET,
         )
     )
     if c.max_run_ms is not None:

@@ -13,6 +13,7 @@ from .canonical import JSONObject, JSONValue
 __all__ = [
     "SNAPSHOT_VERSION",
     "STATUSES",
+    "STEP_OPEN",
     "TERMINAL",
     "Attempt",
     "OutdatedSnapshot",
@@ -34,9 +35,14 @@ STATUSES = (
     "failed",
     "cancelled",
 )
+# The statuses of a step that is being visited (entered and not yet over): a step that moves into one of
+# them from any other status (or none) begins a new visit (StepState.entered_seq).
+STEP_OPEN = frozenset(
+    {"scheduled", "running", "retrying", "unknown", "waiting", "waiting_approval", "paused"}
+)
 # Bump when RunState gains or changes a field: stored snapshots of an older version are rebuilt from
 # their events when loaded (snapshots are derived data; the events are the facts).
-SNAPSHOT_VERSION = 4
+SNAPSHOT_VERSION = 5
 
 
 class OutdatedSnapshot(ValueError):
@@ -53,6 +59,10 @@ class StepState:
     started_at: str | None = None
     finished_at: str | None = None
     compensation: JSONObject | None = None
+    # Where the step's current (or last) visit began: the seq and time of the event that entered it. A
+    # step entered again (a loop, an operator's retry after it failed) begins a new visit.
+    entered_seq: int | None = None
+    entered_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,12 @@ class RunState:
     # The open four-eyes proposal (RepairProposed), if any; any event that moves the run makes it stale.
     proposal: JSONObject | None = None
     proposals_made: int = 0
+    # The run's trace context from RunStarted (None: started untraced; a trace id is then derived).
+    trace: str | None = None
+    trace_parent: str | None = None
+    # When compensation began (CompensationStarted's seq and time).
+    compensation_seq: int | None = None
+    compensation_at: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -160,6 +176,10 @@ class RunState:
             "ignored_by_task": dict(self.ignored_by_task),
             "proposal": copy.deepcopy(self.proposal) if deep else self.proposal,
             "proposals_made": self.proposals_made,
+            "trace": self.trace,
+            "trace_parent": self.trace_parent,
+            "compensation_seq": self.compensation_seq,
+            "compensation_at": self.compensation_at,
         }
 
     @staticmethod
@@ -196,6 +216,10 @@ class RunState:
             ignored_by_task=dict(o.get("ignored_by_task") or {}),
             proposal=o.get("proposal"),
             proposals_made=int(o.get("proposals_made") or 0),
+            trace=o["trace"],
+            trace_parent=o["trace_parent"],
+            compensation_seq=o["compensation_seq"],
+            compensation_at=o["compensation_at"],
         )
 
 

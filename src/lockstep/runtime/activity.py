@@ -5,6 +5,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 __all__ = ["REGISTRY", "ActivityContext", "ActivityError", "LeaseLost", "Registry", "activity"]
 
@@ -41,6 +45,19 @@ class ActivityContext:
     version: int
     kind: str = "action"
     _heartbeat: Callable[[], bool] = field(default=lambda: True, repr=False)
+    # The W3C traceparent of this attempt's span: make the activity's own spans its children.
+    trace_context: str = ""
+
+    def otel_context(self) -> Context:
+        """`trace_context` as an OpenTelemetry context, to pass as the parent of the activity's own
+        spans: `tracer.start_as_current_span("charge card", context=ctx.otel_context())` (needs the
+        opentelemetry-api package, which lockstep's `otel` extra installs)."""
+        from opentelemetry.trace.propagation.tracecontext import (  # noqa: PLC0415 - only when asked
+            TraceContextTextMapPropagator,
+        )
+
+        carrier = {"traceparent": self.trace_context} if self.trace_context else {}
+        return TraceContextTextMapPropagator().extract(carrier)
 
     def heartbeat(self) -> None:
         """Extend the lease. Raises LeaseLost if the lease has expired and the attempt was given up."""

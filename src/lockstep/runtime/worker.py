@@ -391,6 +391,7 @@ class Worker:
             lease.version,
             lease.kind,
             beat,
+            lease.traceparent,
         )
         try:
             args = (lease.input, ctx) if self.registry.takes_context(lease.activity) else (lease.input,)

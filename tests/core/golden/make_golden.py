@@ -13,7 +13,8 @@ The script is deterministic (fixed clock, fixed ids), so regenerating without su
 
 golden/v1/, golden/v2/ and golden/v3/ hold the first four scenarios as recorded by older builds (v1:
 unversioned snapshots, old task ids; v2: snapshot_version 2, before `paused`; v3: snapshot_version 3,
-before four-eyes proposals and the per-task count of ignored results). This script never writes there:
+before four-eyes proposals and the per-task count of ignored results); golden/v4/ all five as recorded
+with snapshot_version 4, before the trace context and step visits. This script never writes there:
 those files stand for runs stored by those builds.
 """
 
@@ -32,6 +33,7 @@ from lockstep.core.commands import (
     ClaimTask,
     Command,
     ConfirmRepair,
+    DecideApproval,
     ExpireLease,
     FireTimer,
     RejectRepair,
@@ -134,17 +136,42 @@ steps:
     timeout: 10s
 """
 
+TRACED = """
+name: traced
+steps:
+  - id: poll
+    activity: status.check
+    timeout: 30s
+  - id: ready
+    choice:
+      - {if: "steps.poll.output.status == 'ready'", next: review}
+      - {else: pause}
+  - id: pause
+    wait: 5s
+    next: poll
+  - id: review
+    approval:
+      approvers: {users: [ana]}
+      details: "order ${input.order_id}"
+      timeout: 1d
+  - id: ship
+    activity: shipping.create
+    timeout: 10s
+"""
+
 
 class Recorder:
     """Drives one run with a fixed clock and records its events."""
 
-    def __init__(self, text: str, input: Any) -> None:
+    def __init__(self, text: str, input: Any, trace: tuple[str, str] | None = None) -> None:
         self.document = yaml.safe_load(text)
         self.d: Definition = parse_definition(self.document)
         self.now = T0
         self.state: RunState | None = None
         self.events: list[Event] = []
-        self.send(StartRun(run_id="golden-1", tenant="acme", version=1, input=input, start_key="k-1"))
+        traced = {"trace": trace[0], "trace_parent": trace[1]} if trace else {}
+        start = StartRun(run_id="golden-1", tenant="acme", version=1, input=input, start_key="k-1", **traced)
+        self.send(start)
 
     def send(self, command: Command) -> None:
         for e in decide(self.state, command, self.now, self.d):
@@ -253,6 +280,22 @@ def four_eyes_skip() -> Recorder:
     return r
 
 
+def traced_loop_with_approval() -> Recorder:
+    """A run that joined a caller's trace: a step entered twice (a loop through a choice), an approval."""
+    trace = ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "a3ce929d0e0e4736")
+    r = Recorder(TRACED, {"order_id": 80}, trace)
+    r.ok({"status": "pending"})
+    r.wait(5)
+    r.fire()  # the poll loop waits, then asks again
+    r.ok({"status": "ready"})
+    pending = r.s.approval
+    assert pending is not None
+    r.wait(600)
+    r.send(DecideApproval(pending["request_id"], "ana", "approve", "stock checked", ("approver",), ()))
+    r.ok({"tracking": "TRK-6"})
+    return r
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
     "happy_path_with_retry": (
         "one failed attempt retried on a durable timer, a late duplicate result ignored, a wait, completed",
@@ -273,6 +316,10 @@ SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
     "four_eyes_skip": (
         "four_eyes: [skip]: a proposed skip withdrawn, proposed again and confirmed by a second operator",
         four_eyes_skip,
+    ),
+    "traced_loop_with_approval": (
+        "a run in a caller's trace (RunStarted.trace): a polling loop enters a step twice, then an approval",
+        traced_loop_with_approval,
     ),
 }
 

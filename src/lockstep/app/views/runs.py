@@ -215,6 +215,10 @@ class TaskView(View):
     delivery: str
     fencing_token: int
     deadline: str
+    traceparent: str = Field(
+        description="W3C traceparent of this attempt's span: send it as the parent of the activity's own "
+        "spans (e.g. as the `traceparent` header of the downstream calls it makes)"
+    )
 
     @classmethod
     def of(cls, lease: TaskLease) -> TaskView:
@@ -232,4 +236,5 @@ class TaskView(View):
             delivery=lease.delivery,
             fencing_token=lease.fencing,
             deadline=lease.deadline.isoformat(),
+            traceparent=lease.traceparent,
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import ClassVar, TypeAlias
 
+from msgspec import UNSET, UnsetType
+
 from .record import JSON, Doc, Record
 
 __all__ = [
@@ -35,6 +37,10 @@ class RunStarted(RunRecord, frozen=True, kw_only=True):
     start_key: str | None
     actor: str | None
     steps: list[str]
+    # The run's trace (written only when the starter traced or was given a caller's context): the W3C
+    # traceparent of the run's root span, and the caller's span id when the run joined its trace.
+    trace: str | UnsetType = UNSET
+    trace_parent: str | UnsetType = UNSET
 
 
 class ChoiceEvaluated(RunRecord, frozen=True, kw_only=True):

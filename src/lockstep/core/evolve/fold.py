@@ -16,7 +16,7 @@ from ..events import (
     RunStarted,
     TimerRecord,
 )
-from ..state import TERMINAL, RunState
+from ..state import STEP_OPEN, TERMINAL, RunState
 from .approvals import evolve_approval
 from .attempts import evolve_attempt
 from .copying import replace
@@ -39,6 +39,9 @@ def evolve(state: RunState | None, event: Event) -> RunState:
     if event.seq != state.seq + 1:
         raise ValueError(f"event seq {event.seq} does not follow {state.seq}")
     s = _apply(state, d, event)
+    step = getattr(d, "step", None)
+    if step is not None:
+        s = _entered(state, s, step, event)
     if s.proposal is not None and d.type not in KEEPS_PROPOSAL:
         s = replace(s, proposal=None)  # the run moved on: the proposal was made for a state that is gone
     s = replace(s, seq=event.seq, updated_at=event.at)
@@ -68,6 +71,17 @@ def _apply(s: RunState, d: EventData, e: Event) -> RunState:
             return evolve_repair(s, d, e)
         case _:
             assert_never(d)
+
+
+def _entered(before: RunState, s: RunState, step: str, e: Event) -> RunState:
+    """Mark a new visit of `step` when this event moved it into an open status from another one."""
+    now = s.steps.get(step)
+    if now is None or now.status not in STEP_OPEN:
+        return s
+    was = before.steps.get(step)
+    if was is not None and was.status in STEP_OPEN:
+        return s
+    return replace(s, steps={**s.steps, step: replace(now, entered_seq=e.seq, entered_at=e.at)})
 
 
 def _derive_status(s: RunState) -> str:

@@ -37,6 +37,8 @@ def started(d: RunStarted, e: Event) -> RunState:
         start_key=d.start_key,
         actor=d.actor,
         steps={sid: StepState() for sid in d.steps},
+        trace=d.trace if isinstance(d.trace, str) else None,
+        trace_parent=d.trace_parent if isinstance(d.trace_parent, str) else None,
     )
 
 
@@ -55,6 +57,8 @@ def evolve_run(s: RunState, d: RunEvent, e: Event) -> RunState:
                 compensation_cause=d.cause,
                 attention=None,
                 error=d.error or s.error,
+                compensation_seq=e.seq,
+                compensation_at=e.at,
             )
         case StepFailed():
             return _step_failed(s, d, e)
