@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from typing import Generic, Protocol, TypeVar
 
 from ...core.definition import ActivityStep
 from ...core.state import RunState
@@ -30,10 +31,19 @@ __all__ = [
     "ATTENTION_REASONS",
     "ENGINE_ERROR_CODES",
     "OTHER",
+    "Children",
     "DeclaredCodes",
     "FirstSeen",
     "NewestVersions",
 ]
+
+C = TypeVar("C")
+C_co = TypeVar("C_co", covariant=True)
+
+
+class Labelled(Protocol[C_co]):
+    def labels(self, *values: str) -> C_co: ...
+
 
 OTHER = "other"
 # Codes the engine itself reports for an attempt (lease timeout, lost lease, output that is not JSON):
@@ -56,6 +66,9 @@ class FirstSeen:
         self.lock = threading.Lock()
 
     def __call__(self, scope: Hashable, value: str) -> str:
+        known = self.seen.get(scope)
+        if known is not None and value in known:  # the hot path: no lock (a set only grows)
+            return value
         with self.lock:
             seen = self.seen.setdefault(scope, set())
             if value in seen:
@@ -64,6 +77,22 @@ class FirstSeen:
                 seen.add(value)
                 return value
             return OTHER
+
+
+class Children(Generic[C]):
+    """A metric's children by label values, looked up without prometheus_client's per-call label
+    checks and lock (a child, once made, is the metric's for good: two threads making one at once get
+    the same object from `labels`)."""
+
+    def __init__(self, metric: Labelled[C]) -> None:
+        self.metric = metric
+        self.made: dict[tuple[str, ...], C] = {}
+
+    def __call__(self, *values: str) -> C:
+        child = self.made.get(values)
+        if child is None:
+            child = self.made[values] = self.metric.labels(*values)
+        return child
 
 
 class NewestVersions:

@@ -29,6 +29,7 @@ class StepSeries:
         self.versions = NewestVersions(limits["max_metric_versions"], self._evict)
         # (tenant, definition, version) -> the step labels it has series for (to remove them together).
         self.used: dict[tuple[str, str, str], set[str]] = {}
+        self.durations: dict[tuple[str, str, str, str], Histogram] = {}  # the children, by labels
         self.duration = Histogram(
             "lockstep_step_duration_seconds",
             "A step visit, from the event that entered the step to the one that ended it (retries "
@@ -47,7 +48,11 @@ class StepSeries:
 
     def visit_ended(self, state: RunState, step: str, seconds: float) -> None:
         with self.lock:
-            self.duration.labels(*self._labels(state, step)).observe(seconds)
+            key = self._labels(state, step)
+            child = self.durations.get(key)
+            if child is None:
+                child = self.durations[key] = self.duration.labels(*key)
+            child.observe(seconds)
 
     def retried(self, state: RunState, step: str) -> None:
         with self.lock:
@@ -66,6 +71,7 @@ class StepSeries:
 
     def _evict(self, tenant: str, definition: str, version: str) -> None:
         for sid in self.used.pop((tenant, definition, version), ()):
+            self.durations.pop((tenant, definition, version, sid), None)
             for family in (self.duration, self.retries):
                 with suppress(KeyError):  # a step that only has one of the two
                     family.remove(tenant, definition, version, sid)
