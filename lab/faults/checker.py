@@ -29,6 +29,9 @@ Violations (each must be 0):
   tombstone_mismatch (retention, scenario `purge_under_load`: see purgecheck.py).
 - keys_lost (flagged by rotate_under_load): a sealed value that no longer opens to its own value, an
   activity given something else than the clear value, or a rotation that never completed.
+- metrics_mismatch (flagged by lease_expiry and crash_after_commit, see metricscheck.py): the counters
+  summed over every process's /metrics differ from the histories (or exceed them, with processes
+  killed).
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ CHECKS = (
     "isolation_breached",
     *PURGE_CHECKS,
     "keys_lost",
+    "metrics_mismatch",
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
 EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.refund": "refund"}
