@@ -34,6 +34,9 @@ Violations (each must be 0):
 - spans_wrong, spans_lost (flagged by traced_crashes: see tracecheck.py): a span received that the run's
   history does not imply; a span missing that no SIGKILL explains, or still missing after
   `lockstep trace --export`.
+- metrics_mismatch (flagged by lease_expiry and crash_after_commit, see metricscheck.py): the counters
+  summed over every process's /metrics differ from the histories (or exceed them, with processes
+  killed).
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ CHECKS = (
     "keys_lost",
     "spans_wrong",
     "spans_lost",
+    "metrics_mismatch",
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
 EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.refund": "refund"}

@@ -19,6 +19,7 @@ from lockstep.errors import LockstepError
 from ..fleet import Proc
 from .base import Ctx, Supervisor, every, pay_definition, settle_time, start_runs, unsettled
 from .checker import Verdict
+from .metricscheck import MetricPorts
 
 __all__ = [
     "crash_after_commit",
@@ -40,11 +41,13 @@ def _recovery(settled: float | None, t0: float, last_fault: float | None) -> flo
     return round(max(0.0, end - (last_fault or t0)), 2)
 
 
-def _scheduler(ctx: Ctx, faults: str = "") -> Supervisor:
+def _scheduler(ctx: Ctx, faults: str = "", ports: MetricPorts | None = None) -> Supervisor:
     # A process with a kill point may die before it prints that it is ready: do not wait for that.
-    return Supervisor(
-        1, lambda n: ctx.fleet.scheduler(f"s{n}", faults=faults if n == 1 else "", wait=not faults)
-    )
+    def spawn(n: int) -> Proc:
+        extra = ports.args(f"s{n}") if ports is not None else []
+        return ctx.fleet.scheduler(f"s{n}", faults=faults if n == 1 else "", wait=not faults, extra=extra)
+
+    return Supervisor(1, spawn)
 
 
 def crash_after_commit(ctx: Ctx) -> tuple[Verdict, float | None]:
@@ -59,8 +62,14 @@ def crash_after_commit(ctx: Ctx) -> tuple[Verdict, float | None]:
             return ""
         return f"{ctx.rng.choice(CRASH_POINTS)}=kill@{ctx.rng.randint(1, 4)}"
 
-    sched = _scheduler(ctx, f"commit.FireTimer=kill@{ctx.rng.randint(2, 8)};commit.ExpireLease=kill@1")
-    workers = Supervisor(2, lambda n: f.worker(f"w{n}", faults=(spec := faults(n)), wait=not spec))
+    ports = MetricPorts(f)  # every process's counters, summed at the end (metricscheck.py)
+    sched = _scheduler(ctx, f"commit.FireTimer=kill@{ctx.rng.randint(2, 8)};commit.ExpireLease=kill@1", ports)
+
+    def worker(n: int) -> Proc:
+        spec = faults(n)
+        return f.worker(f"w{n}", faults=spec, wait=not spec, extra=ports.args(f"w{n}"))
+
+    workers = Supervisor(2, worker)
 
     def tick() -> None:
         workers.tick()
@@ -74,7 +83,10 @@ def crash_after_commit(ctx: Ctx) -> tuple[Verdict, float | None]:
     for h in hits:
         ctx.count(f"killed at {h['point']}")
     last = max(x for x in (workers.last_death, sched.last_death, t0) if x is not None)
-    return ctx.verdict(monitor=mon), _recovery(settled, t0, last)
+    verdict = ctx.verdict(monitor=mon)
+    for what, n in ports.check(verdict, ctx.tenant, exact=False).items():  # killed ones lost theirs
+        ctx.count(what, n)
+    return verdict, _recovery(settled, t0, last)
 
 
 def duplicate_delivery(ctx: Ctx) -> tuple[Verdict, float | None]:
@@ -115,15 +127,16 @@ def lease_expiry(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, float | No
     f = ctx.fleet
     f.engine.publish(pay_definition(wait="10ms"), tenant=ctx.tenant)
     f.control(delay_ms=400)  # an activity lasts long enough for a late report to land inside the next
-    f.scheduler("s1")
+    ports = MetricPorts(f)  # every process's counters, summed at the end (metricscheck.py)
+    f.scheduler("s1", extra=ports.args("s1"))
     extra = ";unsafe.no_fencing=on" if unsafe else ""
     frozen: dict[int, Proc] = {}
     for n in (1, 2, 3):
         # The first attempts are charges; a freeze there leaves the run's ship attempt to land in.
         nth = 1 if unsafe else ctx.rng.randint(1, 2)  # the broken build must be caught every time
-        proc = f.worker(f"a{n}", faults=f"worker.after_call=hold@{nth}{extra}")
+        proc = f.worker(f"a{n}", faults=f"worker.after_call=hold@{nth}{extra}", extra=ports.args(f"a{n}"))
         frozen[proc.pid] = proc
-    f.worker("b1")
+    f.worker("b1", extra=ports.args("b1"))
     stopped: dict[int, float] = {}
     resumed: dict[int, float] = {}
 
@@ -157,7 +170,10 @@ def lease_expiry(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, float | No
         time.sleep(0.5)
     ignored = f.sql("SELECT count(*) FROM events WHERE type = 'ResultIgnored'")[0][0]
     ctx.count("late results recorded as ResultIgnored", int(ignored))
-    return ctx.verdict(monitor=mon), _recovery(settled, t0, max(resumed.values(), default=t0))
+    verdict = ctx.verdict(monitor=mon)
+    for what, n in ports.check(verdict, ctx.tenant, exact=True).items():  # nobody was killed
+        ctx.count(what, n)
+    return verdict, _recovery(settled, t0, max(resumed.values(), default=t0))
 
 
 def lost_response(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, float | None]:

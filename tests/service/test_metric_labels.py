@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lockstep.app.observability import Metrics
 from lockstep.app.service import Service
-from lockstep.core.limits import SERVER_LIMITS
+from lockstep.core.limits import SERVER_LIMITS, ServerLimits
+from lockstep.store import Store
 
 from .conftest import FakeClock
 
@@ -29,7 +30,7 @@ def one_step(name: str, activity: str, **retry: Any) -> dict[str, Any]:
 
 
 def series(metrics: Metrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
-    text = generate_latest(metrics.registry).decode()
+    text = generate_latest(metrics.exposition()).decode()
     out = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -63,7 +64,7 @@ def test_ten_thousand_random_error_codes_leave_metrics_bounded(svc: Service, clo
     assert failed == 10_000
     failures = series(metrics, "lockstep_activity_failures_total")
     assert failures == {(("activity", "remote.call"), ("code", "other"), ("tenant", "acme")): 10_000.0}
-    assert len(generate_latest(metrics.registry)) < 20_000
+    assert len(generate_latest(metrics.exposition())) < 20_000
 
 
 def test_engine_and_declared_codes_keep_their_value(svc: Service, clock: FakeClock) -> None:
@@ -108,3 +109,74 @@ def test_activity_names_are_bounded_per_tenant(svc: Service) -> None:
     attempts = series(metrics, "lockstep_activity_attempts_total")
     assert len(attempts) == ACTIVITIES + 1
     assert attempts[(("activity", "other"), ("tenant", "acme"))] == 20.0
+
+
+def run_once(svc: Service, name: str, activity: str, version: int | None = None, fail: bool = False) -> None:
+    """Start one run and complete its (single) attempt, or fail it once (a retry) first."""
+    svc.start("acme", name, input={}, version=version)
+    (lease,) = svc.claim("w1", [activity], limit=1, lease_ttl=TTL)
+    if fail:
+        svc.fail(lease.task_id, lease.attempt, lease.fencing, "Busy", "again")
+        return
+    svc.complete(lease.task_id, lease.attempt, lease.fencing, {})
+
+
+def labelsets(svc: Service, name: str, label: str) -> set[str]:
+    return {dict(k)[label] for k in series(svc.metrics, name)}
+
+
+def test_versions_keep_the_newest_and_the_series_of_older_ones_are_removed(svc: Service) -> None:
+    """With two versions kept per definition, a third version's first observation removes the first
+    version's step series (durations and retries); a later run of version 1 counts as `other`. Thirty
+    versions later the output holds the same number of series."""
+    retry = {"max_attempts": 5, "initial_interval": "1s"}
+    for v in (1, 2, 3):
+        svc.publish("acme", {"name": "flow", "steps": [{**one_step("", "x.do")["steps"][0], "id": f"s{v}"}]})
+    svc.publish("acme", {"name": "flaky", "steps": [{**one_step("", "x.do", **retry)["steps"][0]}]})
+    for v in (1, 2):
+        run_once(svc, "flow", "x.do", version=v)
+    assert labelsets(svc, "lockstep_step_duration_seconds_count", "version") == {"1", "2"}
+    run_once(svc, "flow", "x.do", version=3)
+    durations = series(svc.metrics, "lockstep_step_duration_seconds_count")
+    assert {(dict(k)["version"], dict(k)["step"]) for k in durations} == {("2", "s2"), ("3", "s3")}
+    run_once(svc, "flow", "x.do", version=1)
+    assert labelsets(svc, "lockstep_step_duration_seconds_count", "version") == {"2", "3", "other"}
+    run_once(svc, "flaky", "x.do", fail=True)
+    assert labelsets(svc, "lockstep_step_retries_total", "definition") == {"flaky"}
+    size = len(generate_latest(svc.metrics.exposition()))
+    for v in range(4, 34):
+        svc.publish("acme", {"name": "flow", "steps": [{**one_step("", "x.do")["steps"][0], "id": f"s{v}"}]})
+        run_once(svc, "flow", "x.do", version=v)
+    assert labelsets(svc, "lockstep_step_duration_seconds_count", "version") == {"32", "33", "other"}
+    assert len(generate_latest(svc.metrics.exposition())) < size * 1.1
+
+
+def test_definition_names_and_step_ids_are_bounded(store: Store, clock: FakeClock) -> None:
+    """Past max_metric_definitions a definition is `other` (its versions too); past max_metric_steps a
+    definition's step is `other`, in the histograms and in the runs-at-step gauge alike."""
+    svc = Service(
+        store, clock=clock, server_limits=ServerLimits({"max_metric_definitions": 3, "max_metric_steps": 2})
+    )
+    for i in range(5):
+        svc.publish("acme", one_step(f"d{i}", "x.do"))
+        run_once(svc, f"d{i}", "x.do")
+    assert labelsets(svc, "lockstep_run_duration_seconds_count", "definition") == {"d0", "d1", "d2", "other"}
+    steps = series(svc.metrics, "lockstep_step_duration_seconds_count")
+    assert {dict(k)["definition"]: dict(k)["version"] for k in steps}["other"] == "other"
+    long = {"name": "d0", "steps": [{**one_step("", f"y.s{n}")["steps"][0], "id": f"s{n}"} for n in range(4)]}
+    svc.publish("acme", long)
+    svc.start("acme", "d0", input={}, version=2)
+    for n in range(4):
+        (lease,) = svc.claim("w1", [f"y.s{n}"], limit=1, lease_ttl=TTL)
+        svc.complete(lease.task_id, lease.attempt, lease.fencing, {})
+    d0 = {
+        dict(k)["step"]
+        for k in series(svc.metrics, "lockstep_step_duration_seconds_count")
+        if ("definition", "d0") in k
+    }
+    assert d0 == {"call", "s0", "other"}  # `call` (version 1) and s0 came first
+    svc.start("acme", "d0", input={}, version=2)
+    (lease,) = svc.claim("w1", ["y.s0"], limit=1, lease_ttl=TTL)
+    svc.complete(lease.task_id, lease.attempt, lease.fencing, {})
+    at = series(svc.metrics, "lockstep_runs_at_step")
+    assert {dict(k)["step"] for k in at if ("definition", "d0") in k} == {"other"}  # s1 is past the bound

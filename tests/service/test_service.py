@@ -510,6 +510,8 @@ def test_show_explains_the_run(svc: Service, published):
         "idempotency_key": None,
         "started_at": None,
         "finished_at": None,
+        "kind": "activity",
+        "duration_seconds": None,
     }
     json.dumps(shown.plain())  # everything show() returns is JSON
 

@@ -8,7 +8,6 @@ from typing import Any
 from fastapi import FastAPI, Response
 
 from .. import __version__
-from ..app.observability import Metrics
 from ..app.service import Service
 from . import approvals, audit, html, limits, metrics, pages, problems, repair, retention, routes, tasks
 
@@ -41,7 +40,7 @@ def create_app(
     app.state.service = service
     app.state.principals = service.principals
     app.state.approvals = service.approvals.linking_to(public_url)
-    app.state.metrics = Metrics(service.kernel)
+    app.state.metrics = service.metrics
     app.state.secure_cookies = secure_cookies
     problems.install(app)
     # Body size (413) and JSON depth (422), as the server is configured, before any route reads the body.

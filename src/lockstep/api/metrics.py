@@ -68,7 +68,7 @@ def _tenant_of_scraper(request: Request, token: str | None) -> str | None:
 def install(app: FastAPI, *, token: str | None, public: bool) -> None:
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
-        source: Collector = app.state.metrics.registry
+        source: Collector = app.state.metrics.exposition()
         tenant = None if public else _tenant_of_scraper(request, token)
         view = source if tenant is None else _OneTenant(source, tenant)
         return PlainTextResponse(generate_latest(view), media_type=CONTENT_TYPE_LATEST)

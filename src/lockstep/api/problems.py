@@ -114,10 +114,22 @@ def _status(exc: LockstepError) -> tuple[int, dict[str, str]]:
     return 400, {}
 
 
+def _count_refusal(request: Request, status: int, code: str) -> None:
+    """lockstep_refusals_total: by the caller's tenant (when the request got as far as knowing it) and
+    the problem code (the package's own literals, api/codes.py; bounded again in Metrics.refused)."""
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is None:
+        return
+    principal = getattr(request.state, "principal", None)
+    metrics.refused(getattr(principal, "tenant", None), status, code)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(LockstepError)
     async def _lockstep(request: Request, exc: LockstepError) -> JSONResponse:
         status, headers = _status(exc)
+        if status in (403, 429):
+            _count_refusal(request, status, exc.code)
         return problem(status, exc.code, str(exc), request.url.path, headers, exc.extra)
 
     @app.exception_handler(RequestValidationError)

@@ -22,7 +22,7 @@ from ..core.shape import Shape
 from ..core.state import RunState
 from ..errors import LockstepError
 from ..store import ApplyTx, BatchTx, DefinitionsTx, LoadedRun, RetentionTx, SealTx, TenantsTx, TxControl
-from .kernel import Listener
+from .kernel import Listener, Observer
 
 __all__ = ["Housekeeping", "KernelPort"]
 
@@ -47,6 +47,8 @@ class KernelPort(Protocol[TxT_co]):
     def server_limits(self) -> ServerLimits: ...
     @property
     def listeners(self) -> list[Listener]: ...
+    @property
+    def observers(self) -> list[Observer]: ...
     @property
     def store(self) -> Housekeeping: ...
 

@@ -271,6 +271,7 @@ class Runs:
         s = self.redacted(s)
         now = self.kernel.clock()
         why = explain(s, now)
+        d = self.kernel.definition(s.tenant, s.definition["name"], s.definition["version"])
         steps = {}
         for sid, st in sorted(s.steps.items(), key=lambda kv: self._step_rank(s, kv[0])):
             steps[sid] = StepView(
@@ -282,6 +283,8 @@ class Runs:
                 idempotency_key=st.idempotency_key,
                 started_at=st.started_at,
                 finished_at=st.finished_at,
+                kind=d.step(sid).kind if sid in d.index else None,
+                duration_seconds=StepView.duration_of(st, now),
                 compensation=for_view(st.compensation),
             )
         return RunView(

@@ -13,6 +13,7 @@ Each call is the feature service's own bound method, so its signature and docstr
     keys/           encryption keys: seal/open, rotation, re-wrap, forget, shred
     reveal.py       sensitive values shown to a user with the read_sensitive grant (audited)
     tracing/        OpenTelemetry spans from committed events; the trace a start records
+    observability/  this process's Prometheus metrics (and the database's gauges), JSON logs
     audit.py        the audit log: record, read, export, verify its hash chains
 """
 
@@ -30,6 +31,7 @@ from .audit import Audit
 from .definitions import Definitions
 from .kernel import Kernel, utcnow
 from .keys import KeyProvider, KeyRing, Keys
+from .observability import Metrics
 from .principals import Principals
 from .repair import Repairs
 from .reports import Reports, failure_report, success_report
@@ -74,6 +76,9 @@ class Service:
         if tracing is not None:
             kernel.observers.append(tracing.observe)
             runs.tracing = tracing
+        # This process's metrics (app/observability): counts what it commits; served by /metrics
+        # (serve) or `--metrics-port` (worker, scheduler).
+        self.metrics = Metrics(kernel)
         # Built here once, shared by every request, command and page of this process.
         self.principals = Principals(kernel)
         self.approvals = Approvals(kernel, runs, self.principals)

@@ -59,6 +59,45 @@ def _freeze_startup_heap() -> None:
     gc.freeze()
 
 
+def _metrics_options(command: Callable[..., None]) -> Callable[..., None]:
+    """--metrics-port, --metrics-host and --metrics-token of `worker` and `scheduler`."""
+    for option in reversed(
+        (
+            click.option(
+                "--metrics-port",
+                type=click.IntRange(0, 65535),
+                help="Serve this process's counters and histograms as Prometheus text on "
+                "http://HOST:PORT/metrics (0: any free port; default: not served).",
+            ),
+            click.option(
+                "--metrics-host",
+                default="127.0.0.1",
+                show_default=True,
+                help="Address for --metrics-port; anything but loopback needs --metrics-token.",
+            ),
+            click.option(
+                "--metrics-token",
+                envvar="LOCKSTEP_METRICS_TOKEN",
+                help="A bearer token every scrape of --metrics-port must send (the one `serve` takes).",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def _serve_metrics(c: Ctx, port: int | None, host: str, token: str | None) -> Callable[[], None]:
+    """Start this process's /metrics if asked (its own counters; the database's gauges are serve's)."""
+    if port is None:
+        return lambda: None
+    from ..runtime.metrics_http import MetricsServer  # noqa: PLC0415
+
+    server = MetricsServer(c.engine.service.metrics.exposition(database=False), host, port, token)
+    server.start()
+    err.print(f"metrics on {server.url}")
+    return server.stop
+
+
 def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
     stop = threading.Event()
 
@@ -104,6 +143,7 @@ def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
     multiple=True,
     help="Only tasks of these definition versions, NAME:VERSION (repeatable; default: all).",
 )
+@_metrics_options
 @pass_ctx
 def worker(
     c: Ctx,
@@ -116,6 +156,9 @@ def worker(
     worker_id: str | None,
     queue: str,
     versions: tuple[str, ...],
+    metrics_port: int | None,
+    metrics_host: str,
+    metrics_token: str | None,
 ) -> None:
     """Run activities from MODULE. SIGTERM drains gracefully; SIGKILL loses nothing."""
     _import_activities(modules)
@@ -139,10 +182,11 @@ def worker(
         versions=_versions(versions),
     )
     _event_logs(c)
+    stop_metrics = _serve_metrics(c, metrics_port, metrics_host, metrics_token)
     _freeze_startup_heap()
     w.start()
     err.print(f"worker {w.worker_id} serving {', '.join(names)}" + ("" if no_scheduler else " (+ scheduler)"))
-    _run_until_signal([w.stop], "draining in-flight activities, then exiting")
+    _run_until_signal([w.stop, stop_metrics], "draining in-flight activities, then exiting")
 
 
 @click.command()
@@ -173,6 +217,7 @@ def worker(
     show_default=True,
     help="Rows the purge deletes per transaction (and, up to 100, runs it tombstones per transaction).",
 )
+@_metrics_options
 @pass_ctx
 def scheduler(
     c: Ctx,
@@ -181,6 +226,9 @@ def scheduler(
     scheduler_id: str | None,
     purge_interval: str,
     purge_batch: int,
+    metrics_port: int | None,
+    metrics_host: str,
+    metrics_token: str | None,
 ) -> None:
     """Fire due timers, expire lost leases, purge past retention (any number may run at once)."""
     from ..runtime.scheduler import Scheduler  # noqa: PLC0415
@@ -199,6 +247,7 @@ def scheduler(
     if ttl.total_seconds() < 1:
         raise InvalidInput("--partition-ttl must be at least 1s")
     s.partition_ttl = ttl
+    stop_metrics = _serve_metrics(c, metrics_port, metrics_host, metrics_token)
     _freeze_startup_heap()
     t = threading.Thread(target=s.run, args=(stop,), daemon=True)
     t.start()
@@ -209,7 +258,7 @@ def scheduler(
         s.wake.set()
         t.join(10)
 
-    _run_until_signal([halt], "stopping")
+    _run_until_signal([halt, stop_metrics], "stopping")
 
 
 @click.command()

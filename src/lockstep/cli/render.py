@@ -14,6 +14,7 @@ from rich.table import Table
 from ..app.views import RunView, plain
 from ..app.views.recorded import ErrorInfo
 from ..core.sealed import text_of
+from ..core.state import STEP_OPEN
 
 __all__ = ["STATUS_STYLE", "err", "fail", "out", "print_json", "print_run"]
 
@@ -53,6 +54,11 @@ def _error(error: ErrorInfo | str) -> str:
     return f"{error.get('code')}: {text_of(error.get('message'))}"
 
 
+def _when(at: str | None) -> str:
+    """An event time as a table shows it: `2025-01-01 09:30:00` (UTC; the JSON keeps milliseconds)."""
+    return at[:19].replace("T", " ") if at else ""
+
+
 def print_run(s: RunView) -> None:
     style = STATUS_STYLE.get(s.status, "")
     d = s.definition
@@ -70,9 +76,11 @@ def print_run(s: RunView) -> None:
         out.print(f"[red]error:[/red] {escape(_error(s.error))}", markup=True)
     if s.status == "completed":
         out.print(f"output: {json.dumps(s.output)}")
-    t = Table("step", "status", "attempts", "idempotency key", "detail")
+    t = Table("step", "status", "attempts", "started", "finished", "took", "idempotency key", "detail")
     for sid, st in s.steps.items():
         detail = ""
+        if st.kind == "approval" and st.took():
+            detail = f"time in approval {st.took()}"  # requested to decided, or so far
         if st.error:
             detail = _error(st.error)
         comp = st.compensation
@@ -82,5 +90,15 @@ def print_run(s: RunView) -> None:
                 if isinstance(comp, str)
                 else f"compensation {comp['status']} ({comp['attempts']} attempt(s))"
             )
-        t.add_row(sid, st.status, str(st.attempts), st.idempotency_key or "", detail)
+        finished = "" if st.status in STEP_OPEN else _when(st.finished_at)
+        t.add_row(
+            sid,
+            st.status,
+            str(st.attempts),
+            _when(st.started_at),
+            finished,
+            st.took(),
+            st.idempotency_key or "",
+            detail,
+        )
     out.print(t)

@@ -98,6 +98,28 @@ SERVER_LIMITS: dict[str, Limit] = {
             "distinct declared error codes in /metrics (engine codes always pass; undeclared are `other`)",
             1000,
         ),
+        Limit(
+            "max_metric_definitions",
+            20,
+            "label values per tenant",
+            "distinct definition names in /metrics (the first ones seen keep their name)",
+            1000,
+        ),
+        Limit(
+            "max_metric_versions",
+            2,
+            "label values per definition",
+            "versions of one definition in /metrics (the newest ones seen keep their number; older are "
+            "`other`, and the series of a version pushed out are dropped)",
+            100,
+        ),
+        Limit(
+            "max_metric_steps",
+            50,
+            "label values per definition",
+            "distinct step ids of one definition in /metrics (the first ones seen keep their name)",
+            10_000,
+        ),
         # Checked on the raw bytes before anything parses them: the ceiling of max_json_depth plus the
         # two levels of a request's own fields (e.g. {"inputs": [<input>]}); each tenant's own
         # max_json_depth is checked after.

@@ -3,11 +3,14 @@ of start, cancel and retry, dead letters, verification, and the task an HTTP wor
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Literal, cast
 
 from pydantic import ConfigDict, Field
 
 from ...core.canonical import JSONObject
+from ...core.state import STEP_OPEN, StepState
+from ...core.timeutil import format_duration, parse_iso
 from ..work import TaskLease
 from .base import Marker, Recorded, TenantJson, View
 from .recorded import Attention, CancelInfo, Compensation, ErrorInfo
@@ -88,9 +91,38 @@ class StepView(View):
     )
     started_at: str | None
     finished_at: str | None
+    kind: str | None = Field(
+        default=None,
+        description="activity, wait, approval, choice, fail or succeed (null: not a step of its version)",
+    )
+    duration_seconds: float | None = Field(
+        default=None,
+        description="started_at to finished_at; while the step is open, to now (so far). For an approval "
+        "step: the time in approval, from the request to the decision (or so far)",
+    )
     compensation: Recorded[Compensation | Marker | None] = Field(
         default=None, exclude_if=_is_none, description="only once the run compensates this step"
     )
+
+    def took(self) -> str:
+        """The duration for people: `6s`, `1h 2m`, `3m 10s so far` while the step is open; `` before."""
+        if self.duration_seconds is None:
+            return ""
+        text = format_duration(timedelta(seconds=self.duration_seconds))
+        return f"{text} so far" if self.status in STEP_OPEN else text
+
+    @staticmethod
+    def duration_of(st: StepState, now: datetime) -> float | None:
+        """started_at to finished_at, or to `now` while the step is open (so far), in seconds."""
+        if st.started_at is None:
+            return None
+        if st.status in STEP_OPEN:
+            end = now
+        elif st.finished_at is not None:
+            end = parse_iso(st.finished_at)
+        else:
+            return None
+        return round(max(0.0, (end - parse_iso(st.started_at)).total_seconds()), 3)
 
 
 class RunView(View):

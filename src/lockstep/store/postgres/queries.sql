@@ -39,13 +39,13 @@ SELECT run_id, request_digest FROM runs WHERE tenant = %(tenant)s AND start_key 
 
 -- name: run_insert
 INSERT INTO runs (run_id, tenant, definition, version, status, seq, current_step, snapshot, last_hash,
-                  start_key, request_digest, created_at, updated_at)
+                  start_key, request_digest, created_at, updated_at, wait_kind)
 VALUES (%(run_id)s, %(tenant)s, %(definition)s, %(version)s, %(status)s, %(seq)s, %(current_step)s, %(snapshot)s, %(last_hash)s,
-        %(start_key)s, %(request_digest)s, %(created_at)s, %(updated_at)s);
+        %(start_key)s, %(request_digest)s, %(created_at)s, %(updated_at)s, %(wait_kind)s);
 
 -- name: run_update
 UPDATE runs SET status = %(status)s, seq = %(seq)s, current_step = %(current_step)s, snapshot = %(snapshot)s,
-                last_hash = %(last_hash)s, updated_at = %(updated_at)s
+                last_hash = %(last_hash)s, updated_at = %(updated_at)s, wait_kind = %(wait_kind)s
 WHERE run_id = %(run_id)s AND seq = %(expected_seq)s;
 
 -- name: runs_list
@@ -270,6 +270,19 @@ SELECT tenant, activity, COUNT(*), MIN(available_at) FROM tasks WHERE status = '
 
 -- name: timer_lag
 SELECT tenant, MIN(fire_at), COUNT(*) FROM timers WHERE status = 'scheduled' AND fire_at <= %(now)s GROUP BY tenant;
+
+-- name: runs_at_step
+SELECT tenant, definition, current_step, wait_kind, COUNT(*) FROM runs
+WHERE status NOT IN ('completed', 'failed', 'cancelled')
+GROUP BY tenant, definition, current_step, wait_kind;
+
+-- name: approvals_waiting
+SELECT tenant, COUNT(*), MIN(created_at) FROM approval_requests WHERE status = 'pending' GROUP BY tenant;
+
+-- name: lease_stats
+SELECT tenant, COUNT(*), SUM(CASE WHEN lease_expires_at <= %(soon)s THEN 1 ELSE 0 END),
+       SUM(CASE WHEN lease_expires_at <= %(now)s THEN 1 ELSE 0 END)
+FROM tasks WHERE status = 'leased' GROUP BY tenant;
 
 -- name: approval_request_insert
 INSERT INTO approval_requests (request_id, tenant, run_id, step, users, groups, initiator, allow_initiator, status,

@@ -28,13 +28,13 @@ SELECT run_id, request_digest FROM runs WHERE tenant = :tenant AND start_key = :
 
 -- name: run_insert
 INSERT INTO runs (run_id, tenant, definition, version, status, seq, current_step, snapshot, last_hash,
-                  start_key, request_digest, created_at, updated_at)
+                  start_key, request_digest, created_at, updated_at, wait_kind)
 VALUES (:run_id, :tenant, :definition, :version, :status, :seq, :current_step, :snapshot, :last_hash,
-        :start_key, :request_digest, :created_at, :updated_at);
+        :start_key, :request_digest, :created_at, :updated_at, :wait_kind);
 
 -- name: run_update
 UPDATE runs SET status = :status, seq = :seq, current_step = :current_step, snapshot = :snapshot,
-                last_hash = :last_hash, updated_at = :updated_at
+                last_hash = :last_hash, updated_at = :updated_at, wait_kind = :wait_kind
 WHERE run_id = :run_id AND seq = :expected_seq;
 
 -- name: runs_list
@@ -255,6 +255,19 @@ SELECT tenant, activity, COUNT(*), MIN(available_at) FROM tasks WHERE status = '
 
 -- name: timer_lag
 SELECT tenant, MIN(fire_at), COUNT(*) FROM timers WHERE status = 'scheduled' AND fire_at <= :now GROUP BY tenant;
+
+-- name: runs_at_step
+SELECT tenant, definition, current_step, wait_kind, COUNT(*) FROM runs
+WHERE status NOT IN ('completed', 'failed', 'cancelled')
+GROUP BY tenant, definition, current_step, wait_kind;
+
+-- name: approvals_waiting
+SELECT tenant, COUNT(*), MIN(created_at) FROM approval_requests WHERE status = 'pending' GROUP BY tenant;
+
+-- name: lease_stats
+SELECT tenant, COUNT(*), SUM(CASE WHEN lease_expires_at <= :soon THEN 1 ELSE 0 END),
+       SUM(CASE WHEN lease_expires_at <= :now THEN 1 ELSE 0 END)
+FROM tasks WHERE status = 'leased' GROUP BY tenant;
 
 -- name: approval_request_insert
 INSERT INTO approval_requests (request_id, tenant, run_id, step, users, groups, initiator, allow_initiator, status,

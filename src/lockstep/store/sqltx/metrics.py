@@ -9,10 +9,17 @@ __all__ = ["SqlMetricsTx"]
 
 
 class SqlMetricsTx(SqlBase):
-    def stats(self, now_ms: int) -> StoreStats:
-        """Aggregates for metrics: runs by status, ready-queue depth/age, overdue timers (by tenant)."""
+    def stats(self, now_ms: int, soon_ms: int | None = None) -> StoreStats:
+        """Aggregates for metrics, by tenant: runs by status, ready-queue depth and age, overdue timers,
+        unfinished runs by definition, current step and wait kind, pending approvals and the oldest,
+        leases (held, ending before `soon_ms`, ended before `now_ms`)."""
+        now = {"now": now_ms}
+        soon = {**now, "soon": now_ms if soon_ms is None else soon_ms}
         return {
             "runs": [tuple(r) for r in self.c.execute(self.q["runs_by_status"])],
             "queues": [tuple(r) for r in self.c.execute(self.q["queue_stats"])],
-            "timers": [tuple(r) for r in self.c.execute(self.q["timer_lag"], {"now": now_ms})],
+            "timers": [tuple(r) for r in self.c.execute(self.q["timer_lag"], now)],
+            "steps": [tuple(r) for r in self.c.execute(self.q["runs_at_step"])],
+            "approvals": [tuple(r) for r in self.c.execute(self.q["approvals_waiting"])],
+            "leases": [tuple(r) for r in self.c.execute(self.q["lease_stats"], soon)],
         }

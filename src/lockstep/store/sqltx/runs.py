@@ -22,6 +22,7 @@ from ...core.effects import (
 )
 from ...core.events import Event, chain_link
 from ...core.evolve import fold
+from ...core.explain import wait_kind
 from ...core.sealed import maybe_sealed
 from ...core.state import OutdatedSnapshot, RunState
 from ..port import ConcurrencyError, LoadedRun
@@ -133,6 +134,7 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, S
             "snapshot": compact_json(after.to_json(copy_values=False)),
             "last_hash": h,
             "updated_at": after.updated_at,
+            "wait_kind": wait_kind(after),  # what /metrics counts runs by (lockstep_runs_at_step)
         }
         try:
             # One round trip on PostgreSQL (a pipeline): none of these writes needs an answer before
