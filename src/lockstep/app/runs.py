@@ -133,6 +133,26 @@ class Runs:
         except Rejected as r:
             raise InvalidInput(r.reason, code=r.code) from None
 
+    def start_in(
+        self,
+        tx: StartTx,
+        now: datetime,
+        tenant: str,
+        name: str,
+        *,
+        input: JSONValue,
+        key: str | None,
+        version: int | None,
+        actor: str | None,
+    ) -> str:
+        """Start a run inside the caller's transaction, with the same checks and limits as `start` (a
+        schedule's slot: the start and the schedule's advance commit together). Raises what `start`
+        does, and the core's Rejected."""
+        payload = {} if input is None else input
+        shape = self.kernel.check_value(tenant, payload, "max_input_bytes", "the run input", "input")
+        request = _json_digest({"definition": name, "version": version, "input": payload}, "the run input")
+        return self._start_in(tx, now, tenant, name, version, payload, key, actor, request, shape)
+
     def _start_in(
         self,
         tx: StartTx,

@@ -13,6 +13,7 @@ Each call is the feature service's own bound method, so its signature and docstr
     keys/           encryption keys: seal/open, rotation, re-wrap, forget, shred
     reveal.py       sensitive values shown to a user with the read_sensitive grant (audited)
     audit.py        the audit log: record, read, export, verify its hash chains
+    schedules/      cron schedules: create, pause, trigger...; the scheduler's pass fires their slots
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .reports import Reports, failure_report, success_report
 from .retention import Retention
 from .reveal import Reveal
 from .runs import Runs, new_run_id
+from .schedules import Firing, Schedules
 from .sweeps import Sweeps
 from .work import TaskLease, Work
 
@@ -72,6 +74,7 @@ class Service:
         self.keys = Keys(kernel, ring)
         self.reveal = Reveal(kernel, runs, self.principals, self.approvals)
         self.audit = Audit(kernel)
+        self.schedules = Schedules(kernel, runs, ring)
 
         # The kernel: what runtime/ and the tests reach below the feature calls.
         self.store = kernel.store
@@ -129,3 +132,4 @@ class Service:
         self.next_wakeup = sweeps.next_wakeup
         self.maintain = sweeps.maintain
         self.rewrap_keys = self.keys.rewrap
+        self.fire_due_schedules = Firing(kernel, runs, self.schedules.seal).fire_due
