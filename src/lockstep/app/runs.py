@@ -21,7 +21,7 @@ from ..store import ConcurrencyError, StartTx
 from .audit import Audit
 from .kernel import epoch_ms
 from .port import KernelPort
-from .quotas import admit, check_input
+from .quotas import admit, check_input, check_value
 from .views import (
     CancelResult,
     DeadLetter,
@@ -149,7 +149,8 @@ class Runs:
         schedule's slot: the start and the schedule's advance commit together). Raises what `start`
         does, and the core's Rejected."""
         payload = {} if input is None else input
-        shape = self.kernel.check_value(tenant, payload, "max_input_bytes", "the run input", "input")
+        settings = self.kernel.settings_of(tenant, tx)  # read in `tx`: no second transaction opens
+        shape = check_value(settings, tenant, payload, "max_input_bytes", "the run input", "input")
         request = _json_digest({"definition": name, "version": version, "input": payload}, "the run input")
         return self._start_in(tx, now, tenant, name, version, payload, key, actor, request, shape)
 

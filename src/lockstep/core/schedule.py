@@ -63,6 +63,8 @@ ON_TIME_MS = 60_000
 # slots than this has gaps far below any rate limit anyway.
 GAP_SAMPLES = 500
 _FIRST_WINDOW_MS = 60_000
+# Due slots counted one by one before a pass looks only at the most recent ones (~50 ms of cronsim).
+COUNT_BUDGET = 2000
 
 
 class ScheduleError(ValueError):
@@ -219,14 +221,26 @@ def step(
     return Step(fire, missed, cron.after(fire))
 
 
-def _latest_due(cron: Cron, next_at: int, now: int, keep: int) -> tuple[list[int], bool, int]:
+def _latest_due(
+    cron: Cron, next_at: int, now: int, keep: int, budget: int = COUNT_BUDGET
+) -> tuple[list[int], bool, int]:
     """The due slots (in [next_at, now], `next_at` being one) as (the most recent `keep`, plus one more
-    when more were due, oldest first; whether every due slot was enumerated; how many were). After a
-    long downtime only a window before `now` is enumerated, widened until it holds enough slots."""
+    when more were due, oldest first; whether every due slot was enumerated; how many were). Up to
+    `budget` slots are counted one by one; past that (a long downtime) only a window before `now` is
+    enumerated, widened until it holds enough slots."""
+    found: deque[int] = deque(maxlen=keep + 1)
+    count = 0
+    t = next_at
+    while t <= now and count < budget:
+        found.append(t)
+        count += 1
+        t = cron.after(t)
+    if t > now:
+        return list(found), True, count
     span = _FIRST_WINDOW_MS
     while True:
         start = max(next_at - 1, now - span)
-        found: deque[int] = deque(maxlen=keep + 1)
+        found.clear()
         count = 0
         t = cron.after(start)
         while t <= now:
