@@ -13,9 +13,10 @@ key already names a run is never started again, whatever happened before.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
+from ...core.canonical import JSONValue
 from ...core.commands import CancelRun, Rejected
 from ...core.schedule import Missed, ScheduleError, parse_cron, slot_key, step
 from ...core.state import TERMINAL
@@ -39,6 +40,16 @@ ROUNDS = 20
 # Refusals that are this process's configuration, not the slot's: the slot stays due for a scheduler
 # that has the key (or for this one, once it has).
 _CONFIG = {"no_key", "wrong_key"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a slot, and the schedule's input as it is to be stored (sealed anew if needed)."""
+
+    outcome: str
+    run_id: str | None
+    reason: str | None
+    stored: JSONValue
 
 
 class Firing:
@@ -87,40 +98,40 @@ class Firing:
             tx.add_slot(row.id, _missed(plan.missed, stamp), KEEP_SLOTS)
             updated = replace(updated, slots_missed=updated.slots_missed + (plan.missed.count or 1))
         if plan.fire is not None:
-            outcome, run_id, reason = self._slot(tx, row, plan.fire, now)
-            tx.add_slot(row.id, SlotRow(plan.fire, outcome, run_id, reason, recorded_at=stamp), KEEP_SLOTS)
-            if outcome == "started":
+            out = self._slot(tx, row, plan.fire, now)
+            slot = SlotRow(plan.fire, out.outcome, out.run_id, out.reason, recorded_at=stamp)
+            tx.add_slot(row.id, slot, KEEP_SLOTS)
+            updated = replace(updated, input=out.stored)
+            if out.outcome == "started":
                 updated = replace(
-                    updated, last_slot=plan.fire, last_run=run_id, runs_started=updated.runs_started + 1
+                    updated, last_slot=plan.fire, last_run=out.run_id, runs_started=updated.runs_started + 1
                 )
-            elif outcome == "skipped":
+            elif out.outcome == "skipped":
                 updated = replace(updated, slots_skipped=updated.slots_skipped + 1)
         if not tx.update_schedule(updated, row.generation):
             raise ConcurrencyError(f"schedule {row.name} changed while its slot fired; the next pass retries")
         failpoints.hit("schedule.advanced", schedule=row.name, slot=plan.fire, tenant=row.tenant)
         return True
 
-    def _slot(
-        self, tx: ScheduleTx, row: ScheduleRow, slot: int, now: datetime
-    ) -> tuple[str, str | None, str | None]:
-        """Start the run of one slot: (outcome, run, reason)."""
+    def _slot(self, tx: ScheduleTx, row: ScheduleRow, slot: int, now: datetime) -> Outcome:
+        """Start the run of one slot."""
         key = slot_key(row.name, slot)
         found = tx.run_by_key(row.tenant, key)
         if found is not None:
-            return "already_started", found[0], f"run {found[0]} was started with start key {key} before"
+            why = f"run {found[0]} was started with start key {key} before"
+            return Outcome("already_started", found[0], why, row.input)
         previous = self._unfinished_previous(tx, row)
         if previous is not None and row.overlap == "skip":
-            return (
-                "skipped",
-                None,
-                (
-                    f"run {previous.state.run_id} of an earlier slot is still {previous.state.status} "
-                    "(overlap skip: no new run while it is unfinished)"
-                ),
+            why = (
+                f"run {previous.state.run_id} of an earlier slot is still {previous.state.status} "
+                "(overlap skip: no new run while it is unfinished)"
             )
+            return Outcome("skipped", None, why, row.input)
+        stored = row.input
         try:
+            # Sealed outside the start's savepoint: a refused start must not take the new key row along.
+            stored, clear = self.seal.for_start(tx, row)
             with tx.savepoint():
-                clear = self.seal.open(tx, row.tenant, row.id, row.input)
                 run_id = self.runs.start_in(
                     tx,
                     now,
@@ -132,15 +143,15 @@ class Firing:
                     actor=actor_of(row.name),
                 )
         except Rejected as r:
-            return "refused", None, r.reason
+            return Outcome("refused", None, r.reason, stored)
         except LockstepError as exc:
             if exc.code in _CONFIG or isinstance(exc, Unavailable):
                 raise
-            return "refused", None, str(exc)
+            return Outcome("refused", None, str(exc), stored)
         failpoints.hit("schedule.started", schedule=row.name, slot=slot, run=run_id, tenant=row.tenant)
         if previous is not None and row.overlap == "cancel_previous":
             self._cancel(tx, row, previous, slot, run_id, now)
-        return "started", run_id, None
+        return Outcome("started", run_id, None, stored)
 
     def _unfinished_previous(self, tx: ScheduleTx, row: ScheduleRow) -> LoadedRun | None:
         """The schedule's last run, locked, while it is unfinished (overlap skip and cancel_previous)."""

@@ -20,7 +20,7 @@ from ...core.sealed import FORGOTTEN, SENSITIVE, contains_marker, label_of, map_
 from ...core.sensitive import get_at, replace_at
 from ...core.timeutil import iso
 from ...errors import Refused
-from ...store import Sealer, SealTx
+from ...store import ScheduleRow, ScheduleTx, Sealer, SealTx
 from ..port import KernelPort
 
 __all__ = ["InputSeal", "key_id", "redacted"]
@@ -53,7 +53,7 @@ def _sensitive(value: JSONValue, pointers: tuple[str, ...]) -> list[tuple[str, J
 
 
 class InputSeal:
-    def __init__(self, kernel: KernelPort[SealTx], sealer: Sealer | None) -> None:
+    def __init__(self, kernel: KernelPort[ScheduleTx], sealer: Sealer | None) -> None:
         self.kernel = kernel
         self.sealer = sealer
 
@@ -70,6 +70,17 @@ class InputSeal:
         for (p, _v), marker in zip(found, markers, strict=True):
             out = replace_at(out, p, marker)
         return out
+
+    def for_start(self, tx: ScheduleTx, row: ScheduleRow) -> tuple[JSONValue, JSONValue]:
+        """(the input as it is to be stored, the input in clear) for a run of `row` starting now: what
+        the version to be started declares sensitive is sealed first (a newer version may declare
+        more). A definition gone is left to the start, which refuses it with its reason."""
+        found = tx.definition(row.tenant, row.definition, row.version)
+        stored = row.input
+        if found is not None:
+            d = self.kernel.definition_for(tx, row.tenant, row.definition, found.version)
+            stored = self.seal(tx, row.tenant, row.id, row.input, d)
+        return stored, self.open(tx, row.tenant, row.id, stored)
 
     def open(self, tx: SealTx, tenant: str, schedule_id: str, value: JSONValue) -> JSONValue:
         """The input in clear, for the run a slot starts; Refused if its key was destroyed."""

@@ -273,7 +273,7 @@ class Schedules:
             found = tx.run_by_key(tenant, start_key)
             if found is not None:
                 return StartResult(run_id=found[0], created=False)
-            clear = self.seal.open(tx, tenant, row.id, row.input)
+            stored, clear = self.seal.for_start(tx, row)
             run_id = self.runs.start_in(
                 tx,
                 now,
@@ -286,6 +286,7 @@ class Schedules:
             )
             updated = replace(
                 row,
+                input=stored,
                 last_run=run_id,
                 runs_started=row.runs_started + 1,
                 generation=row.generation + 1,
