@@ -20,6 +20,7 @@ from ..core.limits import LimitSettingError, ServerLimits, parse_limit_settings
 from ..engine import DEFAULT_DB
 from ..errors import InvalidInput, LockstepError
 from . import admin, approvals, audit, definitions, keys, principals, processes, repair, retention, runs
+from . import schedules as schedule_commands
 from .context import Ctx
 from .render import err, fail
 
@@ -88,6 +89,8 @@ def cli(
 for _group in (definitions, runs, repair, approvals, principals, retention, processes, admin, keys, audit):
     for _command in _group.COMMANDS:
         cli.add_command(_command)
+for _command in schedule_commands.COMMANDS:
+    cli.add_command(_command)
 # Sensitive data's commands that belong to other groups' nouns.
 runs.runs.add_command(keys.runs_forget)
 principals.tenants.add_command(keys.tenants_shred)
