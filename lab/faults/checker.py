@@ -31,6 +31,8 @@ Violations (each must be 0):
 - keys_lost (flagged by rotate_under_load and purge_under_load, see sealing.py): a sealed value that no
   longer opens to its own value, an activity given something else than the clear value, or a rotation
   that never completed.
+- slots_duplicated, slots_early, slots_missed, slots_unknown (schedules, scenario
+  `schedules_under_faults`: see schedcheck.py).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from lockstep.engine import Engine
 
 from .ledger import LedgerReader
 
-__all__ = ["CHECKS", "PURGE_CHECKS", "Expect", "Monitor", "Verdict", "check"]
+__all__ = ["CHECKS", "PURGE_CHECKS", "SCHEDULE_CHECKS", "Expect", "Monitor", "Verdict", "check"]
 
 # Retention's checks (purgecheck.py flags them after `purge_under_load`).
 PURGE_CHECKS = (
@@ -79,6 +81,9 @@ PURGE_CHECKS = (
     "sealed_left",
     "transactions_failed",
 )
+
+# Schedules' checks (schedcheck.py flags them after `schedules_under_faults`).
+SCHEDULE_CHECKS = ("slots_duplicated", "slots_early", "slots_missed", "slots_unknown")
 
 CHECKS = (
     "stuck",
@@ -99,6 +104,7 @@ CHECKS = (
     "isolation_breached",
     *PURGE_CHECKS,
     "keys_lost",
+    *SCHEDULE_CHECKS,
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
 EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.refund": "refund"}

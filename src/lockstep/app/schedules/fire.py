@@ -108,6 +108,8 @@ class Firing:
                 )
             elif out.outcome == "skipped":
                 updated = replace(updated, slots_skipped=updated.slots_skipped + 1)
+        if failpoints.enabled("unsafe.schedule_no_advance", schedule=row.name):
+            updated = replace(updated, next_at=row.next_at)  # the broken build: the slot stays due
         if not tx.update_schedule(updated, row.generation):
             raise ConcurrencyError(f"schedule {row.name} changed while its slot fired; the next pass retries")
         failpoints.hit("schedule.advanced", schedule=row.name, slot=plan.fire, tenant=row.tenant)
@@ -116,6 +118,8 @@ class Firing:
     def _slot(self, tx: ScheduleTx, row: ScheduleRow, slot: int, now: datetime) -> Outcome:
         """Start the run of one slot."""
         key = slot_key(row.name, slot)
+        if failpoints.enabled("unsafe.schedule_no_advance", schedule=row.name):
+            key += f"#{row.generation}"  # ... and its start key no longer names the slot alone
         found = tx.run_by_key(row.tenant, key)
         if found is not None:
             why = f"run {found[0]} was started with start key {key} before"
