@@ -371,3 +371,30 @@ def test_two_services_firing_at_once_start_each_slot_once(
     assert len(keys) == len(set(keys)) == 40
     assert not [e for e in errors if "lost" not in str(e)]
     assert a.schedules.show("acme", "s").runs_started == 40
+
+
+@pytest.mark.parametrize(
+    ("start", "keys"),
+    [
+        # Spring forward: 02:30 does not exist on 2025-03-30; the slot fires once, at 03:00 CEST.
+        (datetime(2025, 3, 29, 12, tzinfo=UTC), ["2025-03-30T01:00:00.000Z", "2025-03-31T00:30:00.000Z"]),
+        # Fall back: 02:30 happens twice on 2025-10-26; the slot fires once, at the first.
+        (datetime(2025, 10, 25, 12, tzinfo=UTC), ["2025-10-26T00:30:00.000Z", "2025-10-27T01:30:00.000Z"]),
+    ],
+)
+def test_dst_days_in_berlin_fire_once(
+    svc: Service, clock: FakeClock, start: datetime, keys: list[str]
+) -> None:
+    """A 02:30 Europe/Berlin schedule, passes every 15 minutes for 42 hours across the transition: one
+    run per day, at the documented instants, none twice."""
+    clock.now = start
+    svc.principals.create_tenant("acme")
+    svc.publish("acme", NAP)
+    svc.schedules.create(
+        "acme", "night", definition="nap", cron="30 2 * * *", timezone="Europe/Berlin", overlap="allow"
+    )
+    for _ in range(42 * 4):
+        clock.advance(minutes=15)
+        svc.fire_due_schedules()
+    assert sorted(r.start_key for r in runs_of(svc)) == [f"night:{k}" for k in keys]
+    assert svc.schedules.show("acme", "night").slots_missed == 0
