@@ -90,10 +90,10 @@ def test_without_a_key_a_sensitive_schedule_is_refused(
     backend: str, tmp_path: Path, key_file: Path, request: pytest.FixtureRequest
 ) -> None:
     """A process without the encryption key cannot store a sensitive input: refused, nothing written."""
-    from conftest import backend_url
-
+    sqlite = f"sqlite:///{tmp_path}/lockstep.db"
+    url = sqlite if backend == "sqlite" else str(request.getfixturevalue("pg_url"))
     with ExitStack() as stack:
-        w = open_world(backend_url(backend, tmp_path, request), key_file, stack, keys=False)
+        w = open_world(url, key_file, stack, keys=False)
         try:
             with pytest.raises(Refused, match="needs the encryption key"):
                 w.service.schedules.create(

@@ -172,8 +172,9 @@ class Schedules:
                 if changed["input"]:
                     _check_input(d, input)
                     stored = self.seal.seal(tx, tenant, row.id, input, d)
-                else:
+                else:  # the stored input against the other version, sealed as that one declares
                     _check_input(d, self.seal.open(tx, tenant, row.id, row.input))
+                    stored = self.seal.seal(tx, tenant, row.id, row.input, d)
             updated = replace(
                 row,
                 definition=target,

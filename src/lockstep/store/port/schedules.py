@@ -90,7 +90,3 @@ class SchedulesTx(Protocol):
     def slots(self, schedule_id: str, limit: int) -> list[SlotRow]:
         """The newest records of the schedule's slots, newest first."""
         ...
-
-    def next_schedule_ms(self) -> int | None:
-        """When the earliest active schedule is next due (the scheduler's wake-up)."""
-        ...

@@ -748,6 +748,3 @@ DELETE FROM schedule_slots WHERE schedule_id = %(schedule_id)s AND id <= (
 -- name: schedule_slots_of
 SELECT slot_at, outcome, started_run, reason, until_at, count, recorded_at, id FROM schedule_slots
 WHERE schedule_id = %(schedule_id)s ORDER BY id DESC LIMIT %(limit)s;
-
--- name: schedules_next
-SELECT MIN(next_at) FROM schedules WHERE status = 'active';

@@ -667,6 +667,3 @@ DELETE FROM schedule_slots WHERE schedule_id = :schedule_id AND id <= (
 -- name: schedule_slots_of
 SELECT slot_at, outcome, started_run, reason, until_at, count, recorded_at, id FROM schedule_slots
 WHERE schedule_id = :schedule_id ORDER BY id DESC LIMIT :limit;
-
--- name: schedules_next
-SELECT MIN(next_at) FROM schedules WHERE status = 'active';

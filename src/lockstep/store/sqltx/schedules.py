@@ -133,7 +133,3 @@ class SqlSchedulesTx(SqlBase):
             )
             for r in rows
         ]
-
-    def next_schedule_ms(self) -> int | None:
-        value = self._one("schedules_next")[0]
-        return int(value) if value is not None else None
