@@ -37,6 +37,8 @@ Violations (each must be 0):
 - metrics_mismatch (flagged by lease_expiry and crash_after_commit, see metricscheck.py): the counters
   summed over every process's /metrics differ from the histories (or exceed them, with processes
   killed).
+- slots_duplicated, slots_early, slots_missed, slots_unknown (schedules, scenario
+  `schedules_under_faults`: see schedcheck.py).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ from lockstep.engine import Engine
 
 from .ledger import LedgerReader
 
-__all__ = ["CHECKS", "PURGE_CHECKS", "Expect", "Monitor", "Verdict", "check"]
+__all__ = ["CHECKS", "PURGE_CHECKS", "SCHEDULE_CHECKS", "Expect", "Monitor", "Verdict", "check"]
 
 # Retention's checks (purgecheck.py flags them after `purge_under_load`).
 PURGE_CHECKS = (
@@ -85,6 +87,9 @@ PURGE_CHECKS = (
     "sealed_left",
     "transactions_failed",
 )
+
+# Schedules' checks (schedcheck.py flags them after `schedules_under_faults`).
+SCHEDULE_CHECKS = ("slots_duplicated", "slots_early", "slots_missed", "slots_unknown")
 
 CHECKS = (
     "stuck",
@@ -108,6 +113,7 @@ CHECKS = (
     "spans_wrong",
     "spans_lost",
     "metrics_mismatch",
+    *SCHEDULE_CHECKS,
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
 EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.refund": "refund"}

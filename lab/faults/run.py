@@ -36,6 +36,7 @@ from .scenarios_ops import (
     quota_exhausted,
 )
 from .scenarios_retention import purge_under_load
+from .scenarios_schedules import schedules_under_faults
 from .scenarios_tenants import hostile_tenant
 from .scenarios_traces import traced_crashes
 
@@ -86,12 +87,27 @@ SCENARIOS = [
         "trace per run, each span the history's, losses only within a killed process's batch delay",
     ),
     Scenario(
+        "schedules_under_faults",
+        "schedules_under_faults",
+        schedules_under_faults,
+        about="three schedules firing every 1-3 s under two schedulers SIGKILLed at fire points and a "
+        "database outage: each due slot one run, none early, none missed beyond its policies",
+    ),
+    Scenario(
         "broken_no_fencing",
         "lease_expiry",
         functools.partial(lease_expiry, unsafe=True),
         expect_violations=True,
         backends=("sqlite",),
         about="fencing switched off (unsafe.no_fencing): late reports land on the current attempt",
+    ),
+    Scenario(
+        "broken_schedule_no_advance",
+        "schedules_under_faults",
+        functools.partial(schedules_under_faults, unsafe=True),
+        expect_violations=True,
+        backends=("sqlite",),
+        about="a fire that does not move its schedule on (unsafe.schedule_no_advance): slots fire again",
     ),
     Scenario(
         "broken_key_per_attempt",

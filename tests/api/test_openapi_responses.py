@@ -25,6 +25,7 @@ ARBITRARY = {
     "DefinitionDocument.document": "the definition as the tenant wrote it (docs/definitions.md)",
     "SkipCommand.output": "the output an operator proposes for a skipped step (tenant JSON)",
     "ResolveCommand.output": "the output an operator proposes for a resolved step (tenant JSON)",
+    "ScheduleView.input": "the input of a schedule's runs (tenant JSON, checked against the input_schema)",
 }
 
 

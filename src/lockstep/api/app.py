@@ -10,6 +10,7 @@ from fastapi import FastAPI, Response
 from .. import __version__
 from ..app.service import Service
 from . import approvals, audit, html, limits, metrics, pages, problems, repair, retention, routes, tasks
+from . import schedules as schedule_routes
 
 __all__ = ["create_app"]
 
@@ -52,6 +53,7 @@ def create_app(
     app.include_router(repair.router)
     app.include_router(retention.router)
     app.include_router(audit.router)
+    app.include_router(schedule_routes.router)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, bool]:

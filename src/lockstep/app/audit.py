@@ -92,6 +92,15 @@ ACTIONS: dict[str, str] = {
     "retention.release": "a legal hold released, with its reason",
     "retention.purge": "finished runs purged (a pass, per tenant with the run ids; or one operator's run)",
     "retention.drop_partition": "a PostgreSQL event partition dropped whole, all its runs purged",
+    "schedule.create": "a schedule created: its definition, version, cron, zone and policies (never its "
+    "input)",
+    "schedule.update": "a schedule changed: the names of the fields changed and the new values (never the "
+    "input)",
+    "schedule.pause": "a schedule paused, with the reason (also by the scheduler, when a schedule can no "
+    "longer be read)",
+    "schedule.resume": "a paused schedule resumed, with its next fire time",
+    "schedule.delete": "a schedule deleted (the runs it started are kept), with how many it started",
+    "schedule.trigger": "a run started by hand from a schedule, with its run and start key",
 }
 OUTCOMES = ("ok", "refused", "throttled", "failed")
 MAX_PAGE = 500

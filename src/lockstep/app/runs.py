@@ -21,7 +21,7 @@ from ..store import ConcurrencyError, StartTx
 from .audit import Audit
 from .kernel import epoch_ms
 from .port import KernelPort
-from .quotas import admit, check_input
+from .quotas import admit, check_input, check_value
 from .tracing import SpanRef, TraceSink, new_trace
 from .views import (
     CancelResult,
@@ -146,6 +146,27 @@ class Runs:
                 ]
         except Rejected as r:
             raise InvalidInput(r.reason, code=r.code) from None
+
+    def start_in(
+        self,
+        tx: StartTx,
+        now: datetime,
+        tenant: str,
+        name: str,
+        *,
+        input: JSONValue,
+        key: str | None,
+        version: int | None,
+        actor: str | None,
+    ) -> str:
+        """Start a run inside the caller's transaction, with the same checks and limits as `start` (a
+        schedule's slot: the start and the schedule's advance commit together). Raises what `start`
+        does, and the core's Rejected."""
+        payload = {} if input is None else input
+        settings = self.kernel.settings_of(tenant, tx)  # read in `tx`: no second transaction opens
+        shape = check_value(settings, tenant, payload, "max_input_bytes", "the run input", "input")
+        request = _json_digest({"definition": name, "version": version, "input": payload}, "the run input")
+        return self._start_in(tx, now, tenant, name, version, payload, key, actor, request, shape)
 
     def _start_in(
         self,

@@ -15,6 +15,7 @@ Each call is the feature service's own bound method, so its signature and docstr
     tracing/        OpenTelemetry spans from committed events; the trace a start records
     observability/  this process's Prometheus metrics (and the database's gauges), JSON logs
     audit.py        the audit log: record, read, export, verify its hash chains
+    schedules/      cron schedules: create, pause, trigger...; the scheduler's pass fires their slots
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .reports import Reports, failure_report, success_report
 from .retention import Retention
 from .reveal import Reveal
 from .runs import Runs, new_run_id
+from .schedules import Firing, Schedules
 from .sweeps import Sweeps
 from .tracing import TraceSink
 from .work import TaskLease, Work
@@ -87,6 +89,7 @@ class Service:
         self.keys = Keys(kernel, ring)
         self.reveal = Reveal(kernel, runs, self.principals, self.approvals)
         self.audit = Audit(kernel)
+        self.schedules = Schedules(kernel, runs, ring)
 
         # The kernel: what runtime/ and the tests reach below the feature calls.
         self.store = kernel.store
@@ -145,3 +148,4 @@ class Service:
         self.next_wakeup = sweeps.next_wakeup
         self.maintain = sweeps.maintain
         self.rewrap_keys = self.keys.rewrap
+        self.fire_due_schedules = Firing(kernel, runs, self.schedules.seal).fire_due

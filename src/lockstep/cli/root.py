@@ -32,6 +32,7 @@ from . import (
     runs,
     trace,
 )
+from . import schedules as schedule_commands
 from .context import Ctx
 from .render import err, fail
 
@@ -112,6 +113,8 @@ for _group in (
 ):
     for _command in _group.COMMANDS:
         cli.add_command(_command)
+for _command in schedule_commands.COMMANDS:
+    cli.add_command(_command)
 # Sensitive data's commands that belong to other groups' nouns.
 runs.runs.add_command(keys.runs_forget)
 principals.tenants.add_command(keys.tenants_shred)

@@ -45,7 +45,8 @@ class Limit:
     ceiling: int
 
 
-# Bounds on what one tenant's callers send and their activities return (per value, checked on entry).
+# Bounds on what one tenant's callers send and their activities return (per value, checked on entry), and on
+# its schedules (checked when one is created or changed).
 TENANT_LIMITS: dict[str, Limit] = {
     limit.name: limit
     for limit in (
@@ -72,6 +73,23 @@ TENANT_LIMITS: dict[str, Limit] = {
             "elements of any one array (or members of one object) in an input or output (bounds the cost "
             "of every expression: comprehensions iterate objects too)",
             10_000,
+        ),
+        # Schedules (core/schedule.py, app/schedules/): each starts runs by itself, again and again.
+        Limit("max_schedules", 100, "schedules", "schedules one tenant may have (paused ones count)", 10_000),
+        Limit(
+            "max_schedule_rate",
+            60,
+            "slots per hour",
+            "how often one schedule may fire: two of its slots are at least 3600 s / this apart (60: once "
+            "a minute; 3600: once a second, with a seconds field)",
+            3600,
+        ),
+        Limit(
+            "max_catch_up_slots",
+            100,
+            "slots",
+            "missed slots one schedule with catch-up `all` starts after downtime (its catch-up limit)",
+            1000,
         ),
     )
 }

@@ -66,6 +66,7 @@ class Scheduler:
         if self.partitions == []:
             return 0
         done = self.service.fire_due_timers(self.batch, self.partitions)
+        done += self.service.fire_due_schedules(self.batch, self.partitions)  # app/schedules/fire.py
         done += self.service.expire_leases(self.batch, self.partitions)
         if time.monotonic() - self._swept_at >= 1.0:
             self._swept_at = time.monotonic()

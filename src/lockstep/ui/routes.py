@@ -33,6 +33,7 @@ from .pages import (
     service_of,
 )
 from .reveal import router as reveal_router
+from .schedules import router as schedules_router
 
 __all__ = ["mount"]
 
@@ -373,6 +374,7 @@ def mount(app: FastAPI) -> None:
     app.include_router(approve_router)
     app.include_router(reveal_router)
     app.include_router(audit_router)
+    app.include_router(schedules_router)
     app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
 
     @app.exception_handler(LoginRequired)

@@ -15,9 +15,11 @@ ROLES = ("admin", "operator", "approver", "viewer", "worker")
 GRANTS = ("read_sensitive",)
 NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_.-]{0,62}[a-z0-9])?$")
 # Permissions by role. `approver` and `worker` see no runs: they act only through their own endpoints.
+# `schedule` (create, change, pause, resume, delete, trigger schedules) is a standing start: whoever holds
+# it starts runs in the future, unattended, so it goes with `start` and `cancel`, never to a viewer.
 PERMISSIONS: dict[str, frozenset[str]] = {
-    "admin": frozenset({"read", "start", "cancel", "publish", "operate", "audit"}),
-    "operator": frozenset({"read", "start", "cancel", "operate"}),
+    "admin": frozenset({"read", "start", "cancel", "publish", "operate", "audit", "schedule"}),
+    "operator": frozenset({"read", "start", "cancel", "operate", "schedule"}),
     "viewer": frozenset({"read"}),
     "approver": frozenset({"approve"}),
     "worker": frozenset({"work"}),

@@ -15,6 +15,7 @@ A `Store` opens transactions; a transaction, `Tx`, offers every aggregate's oper
     RetentionTx      legal holds, tombstones, the purge of finished runs past retention
     MetricsTx        aggregates for the metrics endpoint
     KeysTx           tenant data keys and run keys (wrapped: the store never sees a clear key)
+    SchedulesTx      schedules (fired by the scheduler like timers) and the record of their slots
 
 Each protocol is declared in the module of the same name here and implemented by the one in `sqltx/`
 (RunsTx in `port/runs.py`, by `sqltx/runs.py`); RetentionTx lives in `store/retention.py`, the errors in
@@ -39,6 +40,7 @@ own one):
     ApproveTx   CommandTx + ApprovalsTx + PrincipalsTx: links and decisions (app/approvals/)
     AccountsTx  TenantsTx + PrincipalsTx + AuditTx: tenants and users (app/principals/accounts.py)
     AuthTx      PrincipalsTx + AuditTx: logins, API keys, sessions (app/principals/credentials.py)
+    ScheduleTx  TxControl + StartTx + SchedulesTx + AuditTx: schedules (app/schedules/)
 
 One write transaction per command: load the run, decide, then `append` the events with the expected
 sequence, the new snapshot and the outbox effects. A lost race raises ConcurrencyError (retry it).
@@ -61,6 +63,7 @@ from .compose import (
     PublishTx,
     QuotaTx,
     RepairTx,
+    ScheduleTx,
     StartTx,
     Store,
     SweepTx,
@@ -76,6 +79,7 @@ from .notifications import NotificationRow, NotificationsTx
 from .principals import PrincipalsTx, UserRow
 from .runs import LoadedRun, RunsTx
 from .scheduler import DueTimer, ExpiredLease, SchedulerTx
+from .schedules import ScheduleRow, SchedulesTx, SlotRow
 from .tenants import TenantRow, TenantsTx
 from .tx import TxControl
 from .work import DeadTaskRow, TaskRow, WorkTx
@@ -119,10 +123,14 @@ __all__ = [
     "RowLocked",
     "RunKeyRow",
     "RunsTx",
+    "ScheduleRow",
+    "ScheduleTx",
     "SchedulerTx",
+    "SchedulesTx",
     "SchemaError",
     "SealTx",
     "Sealer",
+    "SlotRow",
     "StartTx",
     "Store",
     "StoreStats",

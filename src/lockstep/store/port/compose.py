@@ -20,6 +20,7 @@ from .notifications import NotificationsTx
 from .principals import PrincipalsTx
 from .runs import RunsTx
 from .scheduler import SchedulerTx
+from .schedules import SchedulesTx
 from .tenants import TenantsTx
 from .tx import TxControl
 from .work import WorkTx
@@ -36,6 +37,7 @@ __all__ = [
     "PublishTx",
     "QuotaTx",
     "RepairTx",
+    "ScheduleTx",
     "StartTx",
     "Store",
     "SweepTx",
@@ -59,6 +61,7 @@ class Tx(
     MetricsTx,
     RetentionTx,
     KeysTx,
+    SchedulesTx,
     Protocol,
 ):
     """Operations inside one transaction: every aggregate's."""
@@ -101,6 +104,10 @@ class TimerTx(CommandTx, SchedulerTx, Protocol):
 
 class SweepTx(TxControl, TaskTx, SchedulerTx, Protocol):
     """The scheduler's passes: timers, expired leases, unserved tasks, partitions."""
+
+
+class ScheduleTx(TxControl, StartTx, SchedulesTx, AuditTx, Protocol):
+    """Schedules: their rows, the runs their slots start (and cancel), the audit of every change."""
 
 
 class RepairTx(DefinitionsTx, AuditTx, Protocol):

@@ -683,3 +683,81 @@ SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
        t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
 FROM run_keys r LEFT JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
 WHERE r.run_id = ANY(%(run_ids)s);
+
+-- Schedules (issue 18): see migrations/0008_schedules.sql.
+
+-- name: schedule_insert
+INSERT INTO schedules (id, tenant, name, definition, version, cron, timezone, input, overlap,
+    catch_up, catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
+    slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by)
+VALUES (%(id)s, %(tenant)s, %(name)s, %(definition)s, %(version)s, %(cron)s, %(timezone)s, %(input)s, %(overlap)s, %(catch_up)s, %(catch_up_limit)s, %(status)s, %(paused_reason)s, %(next_at)s, %(generation)s, %(last_slot)s, %(last_run)s, %(runs_started)s, %(slots_skipped)s, %(slots_missed)s, %(created_at)s, %(created_by)s, %(updated_at)s, %(updated_by)s);
+
+-- name: schedule_get
+SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
+       catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules
+WHERE tenant = %(tenant)s AND name = %(name)s;
+
+-- name: schedule_lock
+SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
+       catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules
+WHERE tenant = %(tenant)s AND name = %(name)s FOR UPDATE;
+
+-- name: schedules_of
+SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
+       catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules WHERE tenant = %(tenant)s ORDER BY name;
+
+-- name: schedules_count
+SELECT COUNT(*) FROM schedules WHERE tenant = %(tenant)s;
+
+-- name: schedules_due
+SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
+       catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules
+WHERE status = 'active' AND next_at <= %(now)s
+  AND (CAST(%(partitions)s AS INTEGER[]) IS NULL OR part = ANY(%(partitions)s))
+ORDER BY next_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
+
+-- name: schedule_update
+UPDATE schedules SET name = %(name)s,
+    definition = %(definition)s,
+    version = %(version)s,
+    cron = %(cron)s,
+    timezone = %(timezone)s,
+    input = %(input)s,
+    overlap = %(overlap)s,
+    catch_up = %(catch_up)s,
+    catch_up_limit = %(catch_up_limit)s,
+    status = %(status)s,
+    paused_reason = %(paused_reason)s,
+    next_at = %(next_at)s,
+    generation = %(generation)s,
+    last_slot = %(last_slot)s,
+    last_run = %(last_run)s,
+    runs_started = %(runs_started)s,
+    slots_skipped = %(slots_skipped)s,
+    slots_missed = %(slots_missed)s,
+    updated_at = %(updated_at)s,
+    updated_by = %(updated_by)s
+WHERE id = %(id)s AND generation = %(expected)s;
+
+-- name: schedule_delete
+DELETE FROM schedules WHERE id = %(id)s;
+
+-- name: schedule_slots_delete
+DELETE FROM schedule_slots WHERE schedule_id = %(id)s;
+
+-- name: schedule_slot_insert
+INSERT INTO schedule_slots (schedule_id, slot_at, until_at, count, outcome, started_run, reason, recorded_at)
+VALUES (%(schedule_id)s, %(slot_at)s, %(until_at)s, %(count)s, %(outcome)s, %(started_run)s, %(reason)s, %(recorded_at)s);
+
+-- name: schedule_slots_prune
+DELETE FROM schedule_slots WHERE schedule_id = %(schedule_id)s AND id <= (
+    SELECT id FROM schedule_slots WHERE schedule_id = %(schedule_id)s
+    ORDER BY id DESC LIMIT 1 OFFSET %(keep)s);
+
+-- name: schedule_slots_of
+SELECT slot_at, outcome, started_run, reason, until_at, count, recorded_at, id FROM schedule_slots
+WHERE schedule_id = %(schedule_id)s ORDER BY id DESC LIMIT %(limit)s;

@@ -604,3 +604,79 @@ SELECT r.run_id, r.tenant, r.key_version, r.wrapped, r.forgotten_at,
        t.tenant, t.version, t.wrapped, t.provider, t.created_at, t.retired_at
 FROM run_keys r LEFT JOIN tenant_keys t ON t.tenant = r.tenant AND t.version = r.key_version
 WHERE r.run_id IN (SELECT value FROM json_each(:run_ids));
+
+-- Schedules (issue 18): see migrations/0011_schedules.sql.
+
+-- name: schedule_insert
+INSERT INTO schedules (id, tenant, name, definition, version, cron, timezone, input, overlap,
+    catch_up, catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
+    slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by)
+VALUES (:id, :tenant, :name, :definition, :version, :cron, :timezone, :input, :overlap, :catch_up, :catch_up_limit, :status, :paused_reason, :next_at, :generation, :last_slot, :last_run, :runs_started, :slots_skipped, :slots_missed, :created_at, :created_by, :updated_at, :updated_by);
+
+-- name: schedule_get
+SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
+       catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules
+WHERE tenant = :tenant AND name = :name;
+
+-- name: schedule_lock
+SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
+       catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules
+WHERE tenant = :tenant AND name = :name;
+
+-- name: schedules_of
+SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
+       catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules WHERE tenant = :tenant ORDER BY name;
+
+-- name: schedules_count
+SELECT COUNT(*) FROM schedules WHERE tenant = :tenant;
+
+-- name: schedules_due
+SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
+       catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules
+WHERE status = 'active' AND next_at <= :now ORDER BY next_at LIMIT :limit;
+
+-- name: schedule_update
+UPDATE schedules SET name = :name,
+    definition = :definition,
+    version = :version,
+    cron = :cron,
+    timezone = :timezone,
+    input = :input,
+    overlap = :overlap,
+    catch_up = :catch_up,
+    catch_up_limit = :catch_up_limit,
+    status = :status,
+    paused_reason = :paused_reason,
+    next_at = :next_at,
+    generation = :generation,
+    last_slot = :last_slot,
+    last_run = :last_run,
+    runs_started = :runs_started,
+    slots_skipped = :slots_skipped,
+    slots_missed = :slots_missed,
+    updated_at = :updated_at,
+    updated_by = :updated_by
+WHERE id = :id AND generation = :expected;
+
+-- name: schedule_delete
+DELETE FROM schedules WHERE id = :id;
+
+-- name: schedule_slots_delete
+DELETE FROM schedule_slots WHERE schedule_id = :id;
+
+-- name: schedule_slot_insert
+INSERT INTO schedule_slots (schedule_id, slot_at, until_at, count, outcome, started_run, reason, recorded_at)
+VALUES (:schedule_id, :slot_at, :until_at, :count, :outcome, :started_run, :reason, :recorded_at);
+
+-- name: schedule_slots_prune
+DELETE FROM schedule_slots WHERE schedule_id = :schedule_id AND id <= (
+    SELECT id FROM schedule_slots WHERE schedule_id = :schedule_id
+    ORDER BY id DESC LIMIT 1 OFFSET :keep);
+
+-- name: schedule_slots_of
+SELECT slot_at, outcome, started_run, reason, until_at, count, recorded_at, id FROM schedule_slots
+WHERE schedule_id = :schedule_id ORDER BY id DESC LIMIT :limit;

@@ -14,6 +14,7 @@
     audit.py          AuditTx
     retention.py      RetentionTx: legal holds, tombstones, the purge's reads and deletes
     keys.py           KeysTx: tenant data keys and run keys (wrapped)
+    schedules.py      SchedulesTx: schedule rows and the record of their slots
     metrics.py        MetricsTx
 
 A backend (`sqlite/adapter.py`, `postgres/adapter.py`) subclasses SqlTx with its connection, its own
@@ -33,6 +34,7 @@ from .principals import SqlPrincipalsTx
 from .retention import SqlRetentionTx
 from .runs import SqlRunsTx
 from .scheduler import SqlSchedulerTx
+from .schedules import SqlSchedulesTx
 from .tenants import SqlTenantsTx
 from .work import SqlWorkTx
 
@@ -52,6 +54,7 @@ class SqlTx(
     SqlMetricsTx,
     SqlRetentionTx,
     SqlKeysTx,
+    SqlSchedulesTx,
 ):
     """Operations inside one transaction, shared by the SQL backends: every protocol of the port's Tx.
     (SqlRunsTx already builds on work, scheduler, approvals and notifications: an append writes their
