@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Served, promtool
+from metricsworld import Served, promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"

@@ -8,7 +8,7 @@ import subprocess
 from collections import Counter
 
 import pytest
-from conftest import Served, promtool
+from metricsworld import Served, promtool
 from service.metrickit import Samples
 
 from lockstep.core.events import (
