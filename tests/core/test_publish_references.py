@@ -429,3 +429,15 @@ def test_a_schema_too_large_to_follow_is_a_warning_not_a_stall() -> None:
     warnings = accepted(doc(*steps, input_schema=schema))
     assert warnings[-1][0] == "input_schema"
     assert "some reads of input were not checked" in warnings[-1][1]
+
+
+def test_the_text_of_thousands_of_problems_is_bounded() -> None:
+    """A document with 2,000 bad reads keeps them all in `.problems`; its text (the CLI's line, the API's
+    detail) lists the first 100 and says how many more."""
+    document = doc(act("a", input={f"k{i}": f"${{steps.zz{i}.output}}" for i in range(2000)}))
+    with pytest.raises(DefinitionError) as info:
+        parse_definition(document)
+    assert len(info.value.problems) == 2000
+    text = str(info.value)
+    assert text.endswith("(and 1900 more problems like these)")
+    assert len(text) < 20_000

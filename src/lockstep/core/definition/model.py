@@ -39,6 +39,8 @@ __all__ = [
 ]
 
 DELIVERIES = ("idempotent", "at_most_once")
+# Problems a DefinitionError's text lists (all of them stay in `.problems`).
+SHOWN_PROBLEMS = 100
 STEP_KINDS = ("activity", "choice", "wait", "fail", "succeed", "approval")
 # The repairs a definition may put behind a second operator's confirmation (`four_eyes:`).
 FOUR_EYES_REPAIRS = ("skip", "migrate", "resolve")
@@ -241,14 +243,19 @@ class DefinitionError(ValueError):
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
-        if not any("\n" in r for _, r in self.problems):
-            lines = "; ".join(f"{p}: {r}" for p, r in self.problems)
-            return f"{self.title}: {lines}"
-        if len(self.problems) == 1:
-            p, r = self.problems[0]
+        shown = self.problems[:SHOWN_PROBLEMS]  # a 1 MiB document can have tens of thousands
+        more = len(self.problems) - len(shown)
+        tail = f" (and {more} more problem{'s' if more != 1 else ''} like these)" if more else ""
+        if not any("\n" in r for _, r in shown):
+            lines = "; ".join(f"{p}: {r}" for p, r in shown)
+            return f"{self.title}: {lines}{tail}"
+        if len(shown) == 1 and not more:
+            p, r = shown[0]
             return f"{self.title}: {p}: {r}"
-        return f"{self.title}:" + "".join(
-            "\n  " + f"{p}: {r}".replace("\n", "\n  ") for p, r in self.problems
+        return (
+            f"{self.title}:"
+            + "".join("\n  " + f"{p}: {r}".replace("\n", "\n  ") for p, r in shown)
+            + (f"\n {tail}" if tail else "")
         )
 
 
