@@ -26,7 +26,7 @@ from ..core.effects import effects_of
 from ..core.events import Event
 from ..core.evolve import evolve
 from ..core.exprcheck import STORED_EXPR_LIMITS
-from ..core.limits import DEFAULT_SERVER_LIMITS, SERVER_LIMITS, ServerLimits, Settings
+from ..core.limits import DEFAULT_SERVER_LIMITS, SERVER_LIMITS, TENANT_LIMITS, ServerLimits, Settings
 from ..core.pointer import parse_pointer
 from ..core.sealed import SEALED, contains_marker, label_of, maybe_sealed, pointer_get, pointer_set
 from ..core.sensitive import batch_pointers
@@ -60,6 +60,10 @@ STORED = Limits(
     expressions=STORED_EXPR_LIMITS,
     max_sensitive_pointers=SERVER_LIMITS["max_sensitive_pointers"].ceiling,
     max_pointer_length=SERVER_LIMITS["max_pointer_length"].ceiling,
+    max_branch_depth=TENANT_LIMITS["max_branch_depth"].ceiling,
+    max_items=TENANT_LIMITS["max_items"].ceiling,
+    max_expanded_steps=10**9,
+    max_active_attempts=10**9,
 )
 
 
