@@ -37,6 +37,7 @@ from ..core.events import (
     ResultIgnored,
     TimerFired,
 )
+from ..core.lanes import attempt_of_task
 from ..core.state import RunState
 from ..core.timeutil import parse_iso
 from ..store import DefinitionsTx, MetricsTx, ObserveTx
@@ -216,8 +217,9 @@ class Metrics:
                 self.runs_finished.labels(t, e.type[3:].lower()).inc()
 
     def _activity(self, state: RunState, d: ActivityStarted | ActivityFailed | ActivityTimedOut) -> str:
-        if state.active is not None and state.active.task_id == d.task_id:
-            name = state.active.activity
+        a = attempt_of_task(state, d.task_id)
+        if a is not None:
+            name = a.activity
         else:
             activity = None if isinstance(d, ActivityStarted) else d.activity
             name = str(activity or d.step or "?")

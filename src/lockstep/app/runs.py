@@ -13,6 +13,7 @@ from ..core.commands import CancelRun, Rejected, RetryStep, StartRun
 from ..core.events import chain_hash
 from ..core.evolve import fold
 from ..core.explain import explain
+from ..core.lanes import attentions
 from ..core.sealed import FORGOTTEN, SENSITIVE, map_markers, redaction
 from ..core.shape import Shape, for_view
 from ..core.state import RunState
@@ -28,6 +29,7 @@ from .views import (
     DeadLetter,
     DefinitionRef,
     EventView,
+    LaneView,
     RetryResult,
     RunStatus,
     RunView,
@@ -284,6 +286,8 @@ class Runs:
                 finished_at=st.finished_at,
                 compensation=for_view(st.compensation),
             )
+        lanes = {lid: LaneView.of(lid, ln) for lid, ln in sorted(s.lanes.items())}
+        waiting = attentions(s)
         return RunView(
             run_id=s.run_id,
             tenant=s.tenant,
@@ -300,20 +304,23 @@ class Runs:
             output=for_view(s.output),
             error=for_view(s.error),
             steps=steps,
+            lanes=lanes,
             started_at=s.started_at,
             updated_at=s.updated_at,
             finished_at=s.finished_at,
             cancel=cast(CancelInfo | None, s.cancel),
-            attention=cast(Attention | None, s.attention),
+            attention=cast(Attention | None, waiting[0] if waiting else None),
             seq=s.seq,
             start_key=s.start_key,
             ignored_results=s.ignored_results,
         )
 
-    def _step_rank(self, s: RunState, step_id: str) -> int:
-        """Steps are shown in definition order (snapshots store them keyed, hence unordered)."""
+    def _step_rank(self, s: RunState, key: str) -> tuple[int, int, str]:
+        """Steps are shown in definition order (snapshots store them keyed, hence unordered); those in a
+        parallel or for-each step right after it, by key."""
         d = self.kernel.definition(s.tenant, s.definition["name"], s.definition["version"])
-        return d.index.get(step_id, len(d.index))
+        top = key.split(".", 1)[0].split("[", 1)[0]
+        return d.index.get(top, len(d.index)), int(top != key), key
 
     def events(self, tenant: str | None, run_id: str, opener: Any = None) -> list[EventView]:
         """The run's history as stored, sealed values redacted; `opener` (reveal.py's) opens them."""

@@ -15,6 +15,7 @@ from .state import Attempt, Lane, RunState
 
 __all__ = [
     "active_of",
+    "approval_at",
     "approval_by_request",
     "approval_of",
     "approvals",
@@ -108,6 +109,12 @@ def approvals(s: RunState) -> list[JSONObject]:
     out = [s.approval] if s.approval is not None else []
     out += [s.lanes[k].approval for k in sorted(s.lanes) if s.lanes[k].approval is not None]  # type: ignore[misc]
     return out
+
+
+def approval_at(s: RunState, step: str) -> JSONObject | None:
+    """The request pending at step key `step`, if that step waits for one."""
+    a = approval_of(s, lane_of(step))
+    return a if a is not None and a["step"] == step else None
 
 
 def approval_by_request(s: RunState, request_id: str) -> JSONObject | None:

@@ -8,6 +8,9 @@ from typing import Literal, cast
 from pydantic import ConfigDict, Field
 
 from ...core.canonical import JSONObject
+from ...core.paths import is_item_lane, lane_name
+from ...core.shape import for_view
+from ...core.state import Lane
 from ..work import TaskLease
 from .base import Marker, Recorded, TenantJson, View
 from .recorded import Attention, CancelInfo, Compensation, ErrorInfo
@@ -17,6 +20,7 @@ __all__ = [
     "DeadLetter",
     "DefinitionRef",
     "EventView",
+    "LaneView",
     "RetryResult",
     "RunStatus",
     "RunSummary",
@@ -56,6 +60,7 @@ WaitKind = Literal[
 
 
 TaskKind = Literal["action", "compensation"]
+LaneStatus = Literal["running", "cancelling", "succeeded", "failed", "cancelled"]
 
 
 def _is_none(value: object) -> bool:
@@ -93,6 +98,38 @@ class StepView(View):
     )
 
 
+class LaneView(View):
+    """One lane of a parallel or for-each step: a branch, or an item, as far as it got."""
+
+    step: str = Field(description="the key of the parallel or for-each step it belongs to")
+    kind: Literal["branch", "item"]
+    name: str = Field(description="the branch id, or the item's index")
+    status: LaneStatus
+    current_step: str | None = Field(description="the key of the step it is at (or ended at)")
+    output: TenantJson = Field(description="its output once it succeeded: that of its last step with one")
+    error: Recorded[ErrorInfo | Marker | None]
+    started_at: str | None
+    finished_at: str | None
+
+    @classmethod
+    def of(cls, lane_id: str, lane: Lane) -> LaneView:
+        return cls(
+            step=lane.step,
+            kind="item" if is_item_lane(lane_id) else "branch",
+            name=lane_name(lane_id),
+            status=cast(LaneStatus, lane.status),
+            current_step=lane.current_step,
+            output=for_view(lane.output),
+            error=for_view(lane.error),
+            started_at=lane.started_at,
+            finished_at=lane.finished_at,
+        )
+
+
+def _is_empty(value: object) -> bool:
+    return not value
+
+
 class RunView(View):
     """A run: where it is, why it waits and what happens next (exactly what `lockstep show RUN --json`
     prints)."""
@@ -110,7 +147,16 @@ class RunView(View):
     input: TenantJson
     output: TenantJson
     error: Recorded[ErrorInfo | Marker | None]
-    steps: dict[str, StepView] = Field(description="by step id, in definition order")
+    steps: dict[str, StepView] = Field(
+        description="by step id, in definition order (a step inside a parallel or for-each step by its key: "
+        "`review.legal.check`, `lines[2].pack`)"
+    )
+    lanes: dict[str, LaneView] = Field(
+        default_factory=dict,
+        exclude_if=_is_empty,
+        description="the branches and items of its parallel and for-each steps, by lane id (only when it "
+        "has some)",
+    )
     started_at: str
     updated_at: str
     finished_at: str | None

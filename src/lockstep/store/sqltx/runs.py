@@ -22,6 +22,7 @@ from ...core.effects import (
 )
 from ...core.events import Event, chain_link
 from ...core.evolve import fold
+from ...core.lanes import attempts
 from ...core.sealed import maybe_sealed
 from ...core.state import OutdatedSnapshot, RunState
 from ..port import ConcurrencyError, LoadedRun
@@ -172,7 +173,10 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, S
             self._deferred.append((cur, 1, f"run {after.run_id} (seq {expected})"))
         elif cur.rowcount != 1:
             raise ConcurrencyError(f"run {after.run_id} moved past seq {expected}")
-        if self.states is not None and after.active is not None and after.active.worker is not None:
+        leased = after.active is not None and after.active.worker is not None
+        if not leased and after.lanes:  # a parallel or for-each step: any lane's attempt
+            leased = any(a.worker is not None for a in attempts(after))
+        if self.states is not None and leased:
             # An attempt is out: its result (this process's or another's) is the run's next command.
             # Runs that wait for days are not kept; the entry is used only while the head is still h.
             self.states.put(after.run_id, h, clear or after, after)
