@@ -84,3 +84,11 @@ def print_run(s: RunView) -> None:
             )
         t.add_row(sid, st.status, str(st.attempts), st.idempotency_key or "", detail)
     out.print(t)
+    if s.lanes:  # the branches and items of its parallel and for-each steps
+        lanes = Table("lane", "of step", "status", "at step", "detail")
+        for lid, ln in s.lanes.items():
+            what = f"{ln.kind} {ln.name}"
+            lanes.add_row(
+                lid, ln.step, ln.status, ln.current_step or "", _error(ln.error) if ln.error else what
+            )
+        out.print(lanes)
