@@ -238,12 +238,13 @@ class Kernel:
         now: datetime,
         definition: Definition,
         request_digest: str | None = None,
-        then: Callable[[RunState, list[Event]], Command | None] | None = None,
+        then: Callable[[RunState, list[Event]], Command | Sequence[Command] | None] | None = None,
         lease_until: datetime | None = None,
     ) -> tuple[RunState | None, list[Event]]:
-        """Decide `command`, and `then` the follow-up it returns (if any) on the resulting state, and
-        append all their events with one run update: the transition and, e.g., the eager claim of the
-        attempt it scheduled. A follow-up the core refuses is simply not applied."""
+        """Decide `command`, and `then` the follow-ups it returns (if any) on the resulting state, and
+        append all their events with one run update: the transition and, e.g., the eager claims of the
+        attempts it scheduled (the branches of a parallel step: several). A follow-up the core refuses
+        is simply not applied."""
         before = loaded.state if loaded else None
         if (
             before is not None
@@ -263,9 +264,9 @@ class Kernel:
         if after is None:  # pragma: no cover - events always create or keep a state
             raise RuntimeError("decide produced events but no state")
         follow = then(after, events) if then is not None else None
-        if follow is not None:
+        for next_command in [follow] if isinstance(follow, Command) else (follow or ()):
             try:
-                more = decide(after, follow, now, definition, limit, self.server_limits)
+                more = decide(after, next_command, now, definition, limit, self.server_limits)
             except Rejected:
                 more = []
             for e in more:
