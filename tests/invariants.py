@@ -62,17 +62,19 @@ def check_finished(s: RunState) -> None:
     assert s.finished_at is not None
     assert s.current_step is None
     assert not approvals(s)
+    assert not s.children, "a run ends only after the child runs it waited for"
     assert all(not ln.open for ln in s.lanes.values()), {k: v.status for k, v in s.lanes.items()}
 
 
 def check_not_stuck(s: RunState) -> None:
-    """A live run is never stuck silently: something is in flight (in any lane), a timer is armed, a
-    human is asked (attention) or an operator paused it; a waiting run waits on a timer, with no
-    attempt."""
+    """A live run is never stuck silently: something is in flight (in any lane, a child run too), a timer
+    is armed, a human is asked (attention) or an operator paused it; a waiting run waits on a timer or
+    a child run, with no attempt."""
     busy = bool(list(attempts(s)))
-    assert busy or s.timers or attentions(s) or s.paused is not None, ("never stuck silently", s.to_json())
+    waits = bool(s.timers or s.children)
+    assert busy or waits or attentions(s) or s.paused is not None, ("never stuck silently", s.to_json())
     if s.status == "waiting":
-        assert s.timers
+        assert waits
         assert not busy
 
 

@@ -7,7 +7,8 @@ golden/v1/, golden/v2/ and golden/v3/ keep the first four scenarios as recorded 
 unversioned snapshots and task ids without the scheduling seq; v2: snapshots before the `paused` field;
 v3: snapshots before four-eyes proposals and the per-task count of ignored results); golden/v4/ keeps
 five (snapshots before the trace context, step visits and the compensation's start); golden/v5/ keeps
-six (snapshots before the lanes and groups of parallel and for-each steps): make_golden.py never
+six (snapshots before the lanes and groups of parallel and for-each steps, and before child runs):
+make_golden.py never
 rewrites them. Their events must still replay, and their snapshots are outdated:
 loading one raises OutdatedSnapshot and the store rebuilds the state with fold(events).
 """
@@ -48,6 +49,8 @@ EXPECTED_STATUS = {
     "parallel_branches_compensated": "failed",
     "for_each_with_concurrency": "completed",
     "parallel_any_with_cancel": "cancelled",
+    "child_run_parent": "completed",
+    "child_run_child": "completed",
 }
 # The scenarios recorded by the build of snapshot version 4 (golden/v4/), and of version 5 (golden/v5/).
 V4_SCENARIOS = {*OLD_SCENARIOS, "four_eyes_skip"}
@@ -208,16 +211,17 @@ def test_events_recorded_before_the_trace_context_are_byte_identical_today(path:
 
 @pytest.mark.parametrize("path", sorted(GOLDEN.glob("v5/*.json")), ids=lambda p: p.stem)
 def test_events_recorded_before_lanes_are_byte_identical_today(path: Path) -> None:
-    """A run without parallel or for-each steps is written today exactly as the version-5 build wrote
-    it (the same events, the same hashes): only the snapshot gained the (empty) lanes and groups."""
+    """A run without parallel, for-each or run steps is written today exactly as the version-5 build
+    wrote it (the same events, the same hashes): only the snapshot gained the (empty) lanes and groups,
+    and no parent or children."""
     old = _load(path)
     new = _load(GOLDEN / path.name)
     assert old["events"] == new["events"]
     assert old["chain_head"] == new["chain_head"]
-    snapshot = {k: v for k, v in new["snapshot"].items() if k not in ("lanes", "groups")}
+    added = ("lanes", "groups", "parent", "children")
+    snapshot = {k: v for k, v in new["snapshot"].items() if k not in added}
     assert snapshot == {**old["snapshot"], "snapshot_version": SNAPSHOT_VERSION}
-    assert new["snapshot"]["lanes"] == {}
-    assert new["snapshot"]["groups"] == {}
+    assert [new["snapshot"][k] for k in added] == [{}, {}, None, {}]
 
 
 def test_traced_history_keeps_its_trace_context_and_step_visits() -> None:
@@ -252,6 +256,17 @@ def test_shape_histories_keep_their_lanes_joins_and_compensations() -> None:
     assert quote is not None
     assert quote.steps["quotes"].output == {"acme": None, "globex": {"price": 7}, "initech": None}
     assert quote.steps["quotes.initech.ask-initech"].status == "succeeded"  # reported first, recorded
+
+
+def test_child_run_histories_keep_the_link_between_parent_and_child() -> None:
+    """The parent records the child it asked for and its end; the child records its parent."""
+    parent = fold(_events(_load(GOLDEN / "child_run_parent.json")))
+    child = fold(_events(_load(GOLDEN / "child_run_child.json")))
+    assert parent is not None
+    assert child is not None
+    assert parent.steps["kyc"].output == {"score": 97}
+    assert parent.children == {}
+    assert child.parent == {"run_id": "golden-0", "step": "kyc", "depth": 1}
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])

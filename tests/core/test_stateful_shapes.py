@@ -18,6 +18,7 @@ from invariants import RunMachine, check_explained, check_finished, check_not_st
 
 from lockstep.core.commands import (
     CancelRun,
+    ChildEnded,
     ClaimTask,
     Command,
     DecideApproval,
@@ -128,6 +129,27 @@ steps:
     activity: wh.done
     timeout: 5s
     retry: {max_attempts: 1}
+""",
+        # child runs: one per item of a for-each, one in a branch, besides an activity
+        "kids": """
+name: st-kids
+steps:
+  - id: first
+    activity: k.first
+    timeout: 5s
+    compensate: {activity: k.undo}
+  - id: both
+    parallel:
+      branches:
+        sub: [{id: sub, run: {definition: other, input: {n: 1}}}]
+        items:
+          - id: each
+            for_each:
+              items: "${input.lines}"
+              concurrency: 2
+              max_items: 4
+              body: [{id: kid, run: {definition: other, input: {sku: "${item}"}}}]
+        act: [{id: act, activity: k.act, timeout: 5s, retry: {max_attempts: 1}}]
 """,
         # n_of 2 items, failures tolerated
         "nof": """
@@ -303,6 +325,7 @@ class ShapeMachine(RunMachine):
         moves += [("ok", a) for a in self._leased()]
         moves += [("approve", r) for r in approvals(self.s)]
         moves += [("fire", t) for t in self.s.timers.values() if t.kind != "deadline"]
+        moves += [("child", k) for k in sorted(self.s.children)]
         if not moves:
             return
         kind, what = data.draw(st.sampled_from(moves))
@@ -310,6 +333,9 @@ class ShapeMachine(RunMachine):
             events = self.send(ClaimTask(what.task_id, "w1", iso(self.now)))
         elif kind == "ok":
             events = self.send(ReportSuccess(what.task_id, what.attempt, what.fencing, data.draw(OUTPUTS)))
+        elif kind == "child":
+            child = self.s.children[what]["child_run_id"]
+            events = self.send(ChildEnded(child, what, "completed", {"ok": 1}))
         elif kind == "approve":
             approve = DecideApproval(what["request_id"], "alice", "approve", None, ("approver",), ())
             events = self.send(approve)
@@ -332,6 +358,19 @@ class ShapeMachine(RunMachine):
     @rule(data=st.data())
     def progress_c(self, data: st.DataObject) -> None:
         self._progress(data)
+
+    @precondition(lambda self: self.state is not None and bool(self.s.children))
+    @rule(data=st.data(), status=st.sampled_from(["completed", "completed", "failed", "cancelled"]))
+    def child_ends(self, data: st.DataObject, status: str) -> None:
+        """The outbox reports a child's end; then the same end again (a redelivered row): refused."""
+        key = data.draw(st.sampled_from(sorted(self.s.children)))
+        child = self.s.children[key]["child_run_id"]
+        error = None if status == "completed" else {"code": "Nope", "message": "child said no"}
+        end = ChildEnded(child, key, status, {"ok": True} if status == "completed" else None, error)
+        events = self.send(end)
+        assert events is not None
+        assert events[0].type == "ChildRunEnded"
+        assert self.send(end) is None
 
     @rule(go=st.integers(min_value=0, max_value=7))
     def cancel(self, go: int) -> None:

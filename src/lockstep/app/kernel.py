@@ -281,7 +281,7 @@ class Kernel:
             loaded,
             stored,
             written,
-            effects_of(written),
+            effects_of(written, child=after.parent is not None),
             now_ms=epoch_ms(now),
             request_digest=request_digest,
             lease_until_ms=epoch_ms(lease_until) if lease_until is not None else None,

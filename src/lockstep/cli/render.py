@@ -63,6 +63,10 @@ def print_run(s: RunView) -> None:
     )
     if s.current_step:
         out.print(f"current step: {s.current_step}")
+    if s.parent is not None:
+        out.print(f"child of run {s.parent.run_id} (its step {s.parent.step})")
+    for key, child in s.children.items():
+        out.print(f"step {key} waits for child run {child.child_run_id} ({child.definition})")
     if s.wait_reason:
         out.print(f"[bold]why:[/bold]  {escape(s.wait_reason or '')}", markup=True)
         out.print(f"[bold]next:[/bold] {escape(s.next_action or '')}", markup=True)

@@ -19,8 +19,10 @@ from .approval import (
     revoke_link,
 )
 from .attempt import claim, expire_lease, report
+from .child import child_ended
 from .commands import (
     CancelRun,
+    ChildEnded,
     ClaimTask,
     Command,
     ConfirmRepair,
@@ -159,6 +161,8 @@ def _dispatch(tx: Tx, c: Command) -> None:
             confirm_repair(tx, c)
         case RejectRepair():
             reject_repair(tx, c)
+        case ChildEnded():
+            child_ended(tx, c)
         case _:
             assert_never(c)
 
@@ -188,6 +192,7 @@ def _start(tx: Tx, c: StartRun) -> None:
             steps=[s.id for s in tx.d.steps],
             trace=c.trace if c.trace is not None else UNSET,
             trace_parent=c.trace_parent if c.trace_parent is not None else UNSET,
+            parent=c.parent if isinstance(c.parent, dict) else UNSET,
         )
     )
     if c.max_run_ms is not None:

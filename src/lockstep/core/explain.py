@@ -34,6 +34,7 @@ WAIT_KINDS = (
     "timer",
     "retry",
     "approval",
+    "child",
     "attention",
     "paused",
     "cancelling",
@@ -77,6 +78,8 @@ def wait_kind(s: RunState) -> str | None:
             return "approval"
     if s.approval is not None:
         return "approval"
+    if s.children:
+        return "child"
     timers = [t for t in s.timers.values() if t.kind != "deadline"]
     if timers:
         return "timer" if any(t.kind == "wait" for t in timers) else "retry"
@@ -198,6 +201,18 @@ def _explain(s: RunState, now: datetime) -> Waiting:
     waiting_for = approvals(s) if s.lanes else []
     if waiting_for:
         return _explain_approval(waiting_for[0], now)
+    if s.children:
+        key, child = next(iter(sorted(s.children.items())))
+        pinned = f"v{child['version']}" if child["version"] is not None else "its latest version"
+        others = f" (and {len(s.children) - 1} more)" if len(s.children) > 1 else ""
+        return {
+            "wait_reason": f"{prefix}step {key} waits for child run {child['child_run_id']} of "
+            f"{child['definition']} ({pinned}) since {_ago(child['at'], now)} ago{others}",
+            "waiting_since": child["at"],
+            "waiting_until": None,
+            "next_action": f"when the child run ends, step {key} takes its output (or its failure) and the "
+            "run moves on; cancelling this run cancels the child first",
+        }
     timers = [t for t in s.timers.values() if t.kind != "deadline"]
     if timers:
         t = min(timers, key=lambda t: t.fire_at)

@@ -42,6 +42,9 @@ def _lane_now(s: RunState, lid: str, ln: Lane, now: datetime, depth: int) -> str
         more = p["quorum"] - approved
         expires = _in(ln.approval["expires_at"], now)
         return f"approval from {who} ({more} more of {p['quorum']}, expires {expires}){tail}"
+    for key, child in sorted(s.children.items()):
+        if lane_of(key) == lid:
+            return f"child run {child['child_run_id']} of {child['definition']} (step {key}){tail}"
     for t in sorted(s.timers.values(), key=lambda t: t.fire_at):
         if t.kind != "deadline" and lane_of(t.step) == lid:
             kind = "waits" if t.kind == "wait" else "retries"

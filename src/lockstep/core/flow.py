@@ -24,6 +24,7 @@ from .definition import (
     FailStep,
     ForEachStep,
     ParallelStep,
+    RunStep,
     SucceedStep,
     WaitStep,
 )
@@ -46,7 +47,7 @@ from .join import (
     verdict,
     winding_down,
 )
-from .lanes import attempts, attentions, last_output_of
+from .lanes import attempts, attentions, children_in, last_output_of
 from .paths import ROOT, branch_lane, lane_of, lane_step, qualify
 from .tx import (
     Tx,
@@ -164,6 +165,11 @@ def enter(tx: Tx, key: str | None, lane: str = ROOT) -> None:
             return
         if isinstance(step, ForEachStep):
             start_for_each(tx, key, step, ctx)
+            return
+        if isinstance(step, RunStep):
+            error = starts.child(tx, key, step, ctx)
+            if error is not None:
+                step_failed(tx, key, error)
             return
         if not isinstance(step, ChoiceStep):  # pragma: no cover - every kind is handled above
             raise TypeError(f"step {key} of kind {step.kind}")
@@ -342,6 +348,7 @@ def settle(tx: Tx) -> None:
         and s.compensating is None
         and not any(True for _ in attempts(s))
         and not attentions(s)
+        and not children_in(s)  # a child being cancelled reports its end first, as an attempt does
     ):
         begin_cancel(tx)
 

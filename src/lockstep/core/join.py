@@ -16,12 +16,13 @@ from .canonical import JSONObject, JSONValue
 from .definition import ForEachStep, ParallelStep
 from .events import (
     ApprovalCancelled,
+    ChildRunCancelRequested,
     ForEachStarted,
     JoinDecided,
     LaneStarted,
     ParallelStarted,
 )
-from .lanes import attempts, open_lanes, open_lanes_of
+from .lanes import attempts, children_in, open_lanes, open_lanes_of
 from .paths import ROOT, branch_lane, item_lane, lane_name, lane_of, lane_step, within
 from .state import Group, Lane, RunState
 from .tx import Tx, cancel_timers, withdraw
@@ -173,6 +174,9 @@ def cancel_work(tx: Tx, inside: str, reason: str) -> None:
     for queued in list(attempts(tx.s, inside)):
         if queued.fencing is None and queued.kind == "action":
             withdraw(tx, queued, why)
+    for key, child in children_in(tx.s, inside):  # a child run is cancelled too, and reports its end
+        if child.get("cancel") is None:
+            tx.emit(ChildRunCancelRequested(step=key, child_run_id=child["child_run_id"], reason=reason))
 
 
 def settled_lanes(s: RunState) -> list[str]:
@@ -182,7 +186,8 @@ def settled_lanes(s: RunState) -> list[str]:
     for lid in open_lanes(s):
         ln = s.lanes[lid]
         winding = s.cancel is not None or ln.status == "cancelling"
-        if winding and ln.attention is None and not any(True for _ in attempts(s, lid)):
+        busy = any(True for _ in attempts(s, lid)) or children_in(s, lid)
+        if winding and ln.attention is None and not busy:
             out.append(lid)
     return out
 

@@ -23,6 +23,7 @@ __all__ = [
     "attempts",
     "attention_of",
     "attentions",
+    "children_in",
     "current_of",
     "in_flight",
     "lane",
@@ -141,3 +142,8 @@ def open_lanes_of(s: RunState, key: str) -> list[str]:
     """Lane ids not yet finished of shape step `key` and inside them (deepest first)."""
     found = [k for k, ln in s.lanes.items() if ln.open and in_step(k, key)]
     return sorted(found, key=lambda k: (-k.count(".") - k.count("["), k))
+
+
+def children_in(s: RunState, inside: str = ROOT) -> list[tuple[str, JSONObject]]:
+    """The child runs waited for by steps of lane `inside` and the lanes within it: (step key, child)."""
+    return [(k, c) for k, c in sorted(s.children.items()) if within(lane_of(k), inside)]

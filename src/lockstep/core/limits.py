@@ -98,6 +98,14 @@ TENANT_LIMITS: dict[str, Limit] = {
             10_000,
         ),
         Limit(
+            "max_child_depth",
+            3,
+            "levels",
+            "runs started by `run` steps of runs started by `run` steps (a child deeper than this fails "
+            "its parent's step, saying so)",
+            10,
+        ),
+        Limit(
             "max_active_attempts",
             20,
             "attempts",

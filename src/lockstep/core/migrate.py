@@ -122,6 +122,12 @@ def _shape_problems(
     """A run inside a parallel or for-each step keeps that step as it is: its lanes were opened, and its
     branches or body are being run, by the current version. The target may carry it only unchanged
     (the same step, with the same id, its document identical)."""
+    if s.children and not s.terminal:
+        key, child = next(iter(sorted(s.children.items())))
+        return [
+            f"step {key} waits for child run {child['child_run_id']}, started by the current version: "
+            "migrate once it has ended"
+        ]
     cur = s.current_step
     if s.terminal or cur is None or cur not in s.groups or s.steps[cur].status != "running":
         return []

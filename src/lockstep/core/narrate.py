@@ -26,6 +26,9 @@ from .events import (
     ApprovalTimedOut,
     ApproverReplaced,
     CancelRequested,
+    ChildRunCancelRequested,
+    ChildRunEnded,
+    ChildRunRequested,
     ChoiceEvaluated,
     CompensationScheduled,
     CompensationStarted,
@@ -155,6 +158,14 @@ def sentence(d: EventData, at: str | None = None) -> str:
             | StepJoined()
         ):
             return _shapes(d)
+        case ChildRunRequested():
+            version = f"v{d.version}" if d.version is not None else "the latest version"
+            return f"step {d.step} requested child run {d.child_run_id} of {d.definition} ({version})"
+        case ChildRunCancelRequested():
+            return f"cancellation of child run {d.child_run_id} (step {d.step}) requested: {d.reason}"
+        case ChildRunEnded():
+            why = f" ({_err(d.error)})" if d.error else ""
+            return f"child run {d.child_run_id} of step {d.step} ended {d.status}{why}"
         case _:
             return _approvals_and_repairs(d)
 

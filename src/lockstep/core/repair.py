@@ -180,6 +180,13 @@ def skip(tx: Tx, c: SkipStep) -> None:
             f"step {c.step} waits for approval request {pending['request_id']}; a pending approval ends "
             f"only by its policy (quorum, rejection, timeout) or by cancelling the run, never by a skip",
         )
+    if c.step in s.children:
+        child = s.children[c.step]["child_run_id"]
+        raise Rejected(
+            "child_running",
+            f"step {c.step} waits for child run {child}; cancel this run (the child is cancelled with it), "
+            "or cancel the child run: its end reaches this step",
+        )
     roles = tx.d.skip_roles.get(step_id(c.step))
     if roles is None:
         raise Rejected(

@@ -30,6 +30,8 @@ from .events import (
     ApprovalDecisionRecorded,
     ApprovalRequested,
     ApproverReplaced,
+    ChildRunEnded,
+    ChildRunRequested,
     CompensationScheduled,
     CompensationStarted,
     EventData,
@@ -358,6 +360,15 @@ def _joined(d: StepJoined, s: Sensitivity) -> list[str]:
     return _under("/output", d.output, s.step(d.step).output)
 
 
+def _child_requested(d: ChildRunRequested, s: Sensitivity) -> list[str]:
+    return _under("/input", d.input, s.step(d.step).input)
+
+
+def _child_ended(d: ChildRunEnded, s: Sensitivity) -> list[str]:
+    """The child's output as the `run` step declares it (output_sensitive); its error's message."""
+    return _under("/output", d.output, s.outputs(d.step)) + _error("/error", d.error, s, d.step)
+
+
 def _nothing(d: EventData, s: Sensitivity) -> list[str]:
     """Reviewed: the fields named like data hold none of the tenant's (ActivityTimedOut's error is the
     engine's own text about the lease; ApproverReplaced.new is a user name; an approver's comment is
@@ -393,6 +404,8 @@ _HANDLERS: dict[type[Any], Callable[[Any, Sensitivity], list[str]]] = {
     LaneFinished: _lane_finished,
     JoinDecided: _join_decided,
     StepJoined: _joined,
+    ChildRunRequested: _child_requested,
+    ChildRunEnded: _child_ended,
 }
 
 # The event types whose data may hold tenant values, each with its handler above; CLEAR: the types
@@ -422,5 +435,6 @@ CLEAR = frozenset(
         "RepairRejected",
         "ParallelStarted",  # lane ids and the join rule
         "LaneStarted",
+        "ChildRunCancelRequested",  # the parent's cancel reason (CancelRequested's, also clear)
     }
 )

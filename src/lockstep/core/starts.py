@@ -3,18 +3,19 @@ the step, so this module never calls back into it). Pure like the rest of the co
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from .canonical import JSONValue, digest
-from .definition import ActivityStep, ApprovalStep, ChoiceStep, ForEachStep, WaitStep
-from .events import ActivityScheduled, ApprovalRequested, ChoiceEvaluated
+from .definition import ActivityStep, ApprovalStep, ChoiceStep, ForEachStep, RunStep, WaitStep
+from .events import ActivityScheduled, ApprovalRequested, ChildRunRequested, ChoiceEvaluated
 from .expr import ExprError, evaluate
 from .paths import lane_of
 from .state import StepState
 from .timeutil import iso, parse_iso
 from .tx import Tx, expression_context, task_id, timer
 
-__all__ = ["Error", "activity", "approval", "choose", "for_each_items", "wait"]
+__all__ = ["Error", "activity", "approval", "child", "choose", "for_each_items", "wait"]
 
 Error = dict[str, Any]
 
@@ -117,6 +118,32 @@ def approval(tx: Tx, step: ApprovalStep, ctx: dict[str, Any], key: str) -> Error
         )
     )
     timer(tx, f"approval:{key}", "approval", key, expires)
+    return None
+
+
+def child(tx: Tx, key: str, step: RunStep, ctx: dict[str, Any]) -> Error | None:
+    """Request a child run (the outbox starts it). Its id is derived from the parent, the step and the
+    visit (time-ordered like every run id, and as unguessable as the parent's), and so is its start key:
+    a retried start of the same visit can only find the same child."""
+    try:
+        payload = step.input.render(ctx)
+    except ExprError as exc:
+        return {"code": "ExpressionError", "message": f"run input: {exc}", "step": key}
+    s = tx.s
+    visit = s.steps.get(key, StepState()).attempts + 1
+    start_key = f"{s.run_id}:{key}" + (f":{visit}" if visit > 1 else "")
+    seed = hashlib.sha256(f"lockstep-child\n{s.tenant}\n{s.run_id}\n{key}\n{visit}".encode()).hexdigest()
+    tx.emit(
+        ChildRunRequested(
+            step=key,
+            child_run_id=f"{int(tx.now.timestamp() * 1000):012x}{seed[:20]}",
+            definition=step.definition,
+            version=step.version,
+            input=payload,
+            start_key=start_key,
+            depth=int((s.parent or {}).get("depth", 0)) + 1,
+        )
+    )
     return None
 
 

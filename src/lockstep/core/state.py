@@ -182,6 +182,10 @@ class RunState:
     # The lanes of parallel and for-each steps (by lane id) and the shape steps themselves (by key).
     lanes: dict[str, Lane] = field(default_factory=dict)
     groups: dict[str, Group] = field(default_factory=dict)
+    # A child run's parent ({run_id, step, depth}: RunStarted.parent); the child runs this run waits
+    # for, by the key of their `run` step ({child_run_id, definition, version, start_key, at, cancel}).
+    parent: JSONObject | None = None
+    children: dict[str, JSONObject] = field(default_factory=dict)
 
     @property
     def terminal(self) -> bool:
@@ -228,6 +232,8 @@ class RunState:
             "compensation_at": self.compensation_at,
             "lanes": {k: _lane_json(v, deep) for k, v in self.lanes.items()},
             "groups": {k: _group_json(v, deep) for k, v in self.groups.items()},
+            "parent": self.parent,
+            "children": copy.deepcopy(self.children) if deep else self.children,
         }
 
     @staticmethod
@@ -270,6 +276,8 @@ class RunState:
             compensation_at=o["compensation_at"],
             lanes={k: _lane_of(v) for k, v in o["lanes"].items()},
             groups={k: _group_of(v) for k, v in o["groups"].items()},
+            parent=o["parent"],
+            children=dict(o["children"]),
         )
 
 

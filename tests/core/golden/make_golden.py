@@ -31,6 +31,7 @@ import yaml
 
 from lockstep.core.commands import (
     CancelRun,
+    ChildEnded,
     ClaimTask,
     Command,
     ConfirmRepair,
@@ -234,17 +235,50 @@ steps:
 """
 
 
+ONBOARDING = """
+name: onboarding
+steps:
+  - id: open
+    activity: acct.open
+    timeout: 30s
+    compensate: {activity: acct.close}
+  - id: kyc
+    run:
+      definition: kyc-check
+      version: 2
+      input: {customer: "${input.customer}"}
+  - id: welcome
+    activity: mail.welcome
+    timeout: 30s
+    input: {score: "${steps.kyc.output.score}"}
+"""
+
+KYC = """
+name: kyc-check
+steps:
+  - id: look
+    activity: kyc.look
+    timeout: 30s
+    input: {customer: "${input.customer}"}
+"""
+
+
 class Recorder:
     """Drives one run with a fixed clock and records its events."""
 
-    def __init__(self, text: str, input: Any, trace: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, text: str, input: Any, trace: tuple[str, str] | None = None, parent: Any = None
+    ) -> None:
         self.document = yaml.safe_load(text)
         self.d: Definition = parse_definition(self.document)
         self.now = T0
         self.state: RunState | None = None
         self.events: list[Event] = []
         traced = {"trace": trace[0], "trace_parent": trace[1]} if trace else {}
-        start = StartRun(run_id="golden-1", tenant="acme", version=1, input=input, start_key="k-1", **traced)
+        key = "k-1" if parent is None else f"{parent['run_id']}:{parent['step']}"
+        start = StartRun(
+            run_id="golden-1", tenant="acme", version=1, input=input, start_key=key, parent=parent, **traced
+        )
         self.send(start)
 
     def send(self, command: Command) -> None:
@@ -432,6 +466,24 @@ def parallel_any_with_cancel() -> Recorder:
     return r
 
 
+def child_run_parent() -> Recorder:
+    """A parent whose `run` step waits for a child (pinned version 2) and takes its output."""
+    r = Recorder(ONBOARDING, {"customer": "c-82"})
+    r.ok({"account": "A-82"})
+    (child,) = r.s.children.values()
+    r.wait(42)
+    r.send(ChildEnded(child["child_run_id"], "kyc", "completed", {"score": 97}))
+    r.ok({"sent": True})
+    return r
+
+
+def child_run_child() -> Recorder:
+    """The child of such a step: it knows its parent (RunStarted.parent) and ends as any run does."""
+    r = Recorder(KYC, {"customer": "c-82"}, parent={"run_id": "golden-0", "step": "kyc", "depth": 1})
+    r.ok({"score": 97})
+    return r
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
     "happy_path_with_retry": (
         "one failed attempt retried on a durable timer, a late duplicate result ignored, a wait, completed",
@@ -470,6 +522,14 @@ SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
         "join any: the first quote wins, the others are withdrawn or report first; then a cancel while the "
         "order is in flight",
         parallel_any_with_cancel,
+    ),
+    "child_run_parent": (
+        "a `run` step requests a child run (a pinned version), waits, and takes the child's output",
+        child_run_parent,
+    ),
+    "child_run_child": (
+        "a child run: RunStarted names its parent and the parent's step; it completes",
+        child_run_child,
     ),
 }
 

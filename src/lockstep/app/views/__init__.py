@@ -47,10 +47,12 @@ from .principals import (
 from .retention import HoldView, PurgeReport, RetentionStatus, TenantRetention, TombstoneView
 from .runs import (
     CancelResult,
+    ChildRef,
     DeadLetter,
     DefinitionRef,
     EventView,
     LaneView,
+    ParentRef,
     RetryResult,
     RunStatus,
     RunSummary,
@@ -72,6 +74,7 @@ __all__ = [
     "AuditVerifyResult",
     "BulkMigration",
     "CancelResult",
+    "ChildRef",
     "DeadLetter",
     "DecisionResult",
     "DefinitionDocument",
@@ -96,6 +99,7 @@ __all__ = [
     "MigrationPlan",
     "MintedLink",
     "NewUser",
+    "ParentRef",
     "PasswordSet",
     "PublishResult",
     "PurgeReport",

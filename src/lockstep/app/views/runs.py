@@ -17,10 +17,12 @@ from .recorded import Attention, CancelInfo, Compensation, ErrorInfo
 
 __all__ = [
     "CancelResult",
+    "ChildRef",
     "DeadLetter",
     "DefinitionRef",
     "EventView",
     "LaneView",
+    "ParentRef",
     "RetryResult",
     "RunStatus",
     "RunSummary",
@@ -51,6 +53,7 @@ WaitKind = Literal[
     "timer",
     "retry",
     "approval",
+    "child",
     "attention",
     "paused",
     "cancelling",
@@ -130,6 +133,24 @@ def _is_empty(value: object) -> bool:
     return not value
 
 
+class ParentRef(View):
+    """The run whose `run` step started this one."""
+
+    run_id: str
+    step: str = Field(description="the parent's step key")
+    depth: int = Field(description="1 for a child of a run no run started")
+
+
+class ChildRef(View):
+    """A child run a `run` step waits for."""
+
+    child_run_id: str
+    definition: str
+    version: int | None = Field(description="null: the latest version when the child starts")
+    requested_at: str
+    cancel: str | None = Field(description="why its cancellation was asked for, if it was")
+
+
 class RunView(View):
     """A run: where it is, why it waits and what happens next (exactly what `lockstep show RUN --json`
     prints)."""
@@ -156,6 +177,14 @@ class RunView(View):
         exclude_if=_is_empty,
         description="the branches and items of its parallel and for-each steps, by lane id (only when it "
         "has some)",
+    )
+    parent: ParentRef | None = Field(
+        default=None, exclude_if=_is_none, description="the run that started this one (a child run only)"
+    )
+    children: dict[str, ChildRef] = Field(
+        default_factory=dict,
+        exclude_if=_is_empty,
+        description="the child runs it waits for, by the key of their `run` step (only when it has some)",
     )
     started_at: str
     updated_at: str

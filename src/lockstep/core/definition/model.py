@@ -38,13 +38,14 @@ __all__ = [
     "Limits",
     "ParallelStep",
     "RetryPolicy",
+    "RunStep",
     "Step",
     "SucceedStep",
     "WaitStep",
 ]
 
 DELIVERIES = ("idempotent", "at_most_once")
-STEP_KINDS = ("activity", "choice", "wait", "fail", "succeed", "approval", "parallel", "for_each")
+STEP_KINDS = ("activity", "choice", "wait", "fail", "succeed", "approval", "parallel", "for_each", "run")
 # How a parallel or for-each step ends: every lane, the first success, or K successes.
 JOINS = ("all", "any", "n_of")
 # The repairs a definition may put behind a second operator's confirmation (`four_eyes:`).
@@ -229,8 +230,31 @@ class ForEachStep:
     kind: str = "for_each"
 
 
+@dataclass(frozen=True)
+class RunStep:
+    """Start a child run of another definition of the same tenant (`version` None: the latest when the
+    step starts), wait for it without holding anything, and take its output as this step's."""
+
+    id: str
+    next: str | None
+    definition: str
+    version: int | None
+    input: Template
+    # Declared sensitive places of the child's output, as the parent records it (JSON pointers).
+    output_sensitive: tuple[str, ...] = ()
+    kind: str = "run"
+
+
 Step = (
-    ActivityStep | ChoiceStep | WaitStep | FailStep | SucceedStep | ApprovalStep | ParallelStep | ForEachStep
+    ActivityStep
+    | ChoiceStep
+    | WaitStep
+    | FailStep
+    | SucceedStep
+    | ApprovalStep
+    | ParallelStep
+    | ForEachStep
+    | RunStep
 )
 # A nested step's place: the list it is in (a branch's, a body's) and its position there.
 Place = tuple[tuple[Step, ...], int]

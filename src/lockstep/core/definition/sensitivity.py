@@ -32,6 +32,7 @@ from .model import (
     ForEachStep,
     Limits,
     ParallelStep,
+    RunStep,
     Step,
     SucceedStep,
     WaitStep,
@@ -111,7 +112,11 @@ def classify(
                     f"{lim.max_pointer_length} (max_pointer_length): mark an enclosing property",
                 )
             marked.append(p)
-    outputs = {s.id: s.output_sensitive for s in steps if isinstance(s, ActivityStep) and s.output_sensitive}
+    outputs = {
+        s.id: s.output_sensitive
+        for s in steps
+        if isinstance(s, ActivityStep | RunStep) and s.output_sensitive
+    }
     total = len(declared) + len(set(marked)) + sum(len(v) for v in outputs.values())
     if total > lim.max_sensitive_pointers:
         c.add(
@@ -217,6 +222,9 @@ class _Taint:
                     compensation_output=bool(comp or out),
                     messages=bool(inp or out or comp),
                 )
+            elif isinstance(s, RunStep):  # a child run: its input as an activity's, its output as declared
+                inp, out = self.pointers(s.input), self.outputs.get(s.id, ())
+                per_step[s.id] = StepSensitivity(input=inp, output=out, messages=bool(inp or out))
             elif isinstance(s, ChoiceStep):
                 per_step[s.id] = StepSensitivity(messages=any(self.reads_sensitive(e) for e, _ in s.branches))
             elif isinstance(s, WaitStep):

@@ -34,10 +34,12 @@ from .model import (
     Limits,
     ParallelStep,
     Place,
+    RunStep,
     Step,
     SucceedStep,
     WaitStep,
 )
+from .parse_run import parse_run_step
 from .parse_steps import parse_step
 
 __all__ = [
@@ -66,6 +68,8 @@ def parse_any(
         kinds = [k for k in STEP_KINDS if k in raw]
         if len(kinds) == 1 and kinds[0] in SHAPE_KINDS:
             return _parse_shape(c, i, raw, lim, at, kinds[0], skips), None
+        if len(kinds) == 1 and kinds[0] == "run":
+            return parse_run_step(c, i, raw, lim, at), None
     return parse_step(c, i, raw, lim, at)
 
 
@@ -375,6 +379,8 @@ def _expressions(s: Step) -> list[Expr]:
         templates.append(s.details)
     elif isinstance(s, ForEachStep):
         templates.append(s.items)
+    elif isinstance(s, RunStep):
+        templates.append(s.input)
     out = [e for t in templates if t is not None for e in t.expressions()]
     if isinstance(s, ChoiceStep):
         out += [e for e, _ in s.branches]

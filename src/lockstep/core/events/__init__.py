@@ -2,11 +2,11 @@
 
 The records are grouped by what they are about, one module each: the run and its instant steps (run.py),
 activity attempts (attempts.py), durable timers (timers.py), approvals (approvals.py), an operator's
-repairs (repairs.py) and the lanes of parallel and for-each steps (shapes.py); each module also names
-its group as a union (`RunEvent`, ...), which `evolve` dispatches on. union.py joins them into
-`EventData`, the tagged union of every record; codec.py holds the envelope `Event` and the JSON codec,
-the only code that sees the stored form (its docstring gives the rules). Everything is imported from
-here: `from lockstep.core.events import Event, RunStarted`.
+repairs (repairs.py), the lanes of parallel and for-each steps (shapes.py) and child runs (children.py);
+each module also names its group as a union (`RunEvent`, ...), which `evolve` dispatches on. union.py
+joins them into `EventData`, the tagged union of every record; codec.py holds the envelope `Event` and
+the JSON codec, the only code that sees the stored form (its docstring gives the rules). Everything is
+imported from here: `from lockstep.core.events import Event, RunStarted`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ from .attempts import (
     AttemptRecord,
     CompensationScheduled,
     ResultIgnored,
+)
+from .children import (
+    ChildEvent,
+    ChildRecord,
+    ChildRunCancelRequested,
+    ChildRunEnded,
+    ChildRunRequested,
 )
 from .codec import SCHEMA_VERSION, Event, chain_hash, chain_link, data_of
 from .repairs import (
@@ -109,6 +116,11 @@ __all__ = [
     "AttemptEvent",
     "AttemptRecord",
     "CancelRequested",
+    "ChildEvent",
+    "ChildRecord",
+    "ChildRunCancelRequested",
+    "ChildRunEnded",
+    "ChildRunRequested",
     "ChoiceEvaluated",
     "CompensationScheduled",
     "CompensationStarted",

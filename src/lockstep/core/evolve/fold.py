@@ -9,6 +9,7 @@ from ..events import (
     KEEPS_PROPOSAL,
     ApprovalRecord,
     AttemptRecord,
+    ChildRecord,
     Event,
     EventData,
     RepairRecord,
@@ -20,6 +21,7 @@ from ..events import (
 from ..state import STEP_OPEN, TERMINAL, RunState
 from .approvals import evolve_approval
 from .attempts import evolve_attempt
+from .children import evolve_child
 from .copying import replace
 from .repairs import evolve_repair
 from .run import evolve_run, started
@@ -73,6 +75,8 @@ def _apply(s: RunState, d: EventData, e: Event) -> RunState:
             return evolve_repair(s, d, e)
         case ShapeRecord():
             return evolve_shape(s, d, e)
+        case ChildRecord():
+            return evolve_child(s, d, e)
         case _:
             assert_never(d)
 
@@ -102,6 +106,6 @@ def _derive_status(s: RunState) -> str:
         return "cancelling"
     if s.active is not None or any(ln.active is not None for ln in lanes):
         return "running"
-    if s.timers or s.approval is not None or any(ln.approval is not None for ln in lanes):
+    if s.timers or s.approval is not None or s.children or any(ln.approval is not None for ln in lanes):
         return "waiting"
     return "running"

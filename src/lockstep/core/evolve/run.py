@@ -40,6 +40,7 @@ def started(d: RunStarted, e: Event) -> RunState:
         steps={sid: StepState() for sid in d.steps},
         trace=d.trace if isinstance(d.trace, str) else None,
         trace_parent=d.trace_parent if isinstance(d.trace_parent, str) else None,
+        parent=d.parent if isinstance(d.parent, dict) else None,
     )
 
 

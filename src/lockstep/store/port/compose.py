@@ -13,6 +13,7 @@ from typing import Protocol
 from ..retention import RetentionTx
 from .approvals import ApprovalsTx
 from .audit import AuditTx
+from .children import ChildrenTx
 from .definitions import DefinitionsTx
 from .keys import KeysTx, Sealer, SealTx
 from .metrics import MetricsTx
@@ -30,6 +31,7 @@ __all__ = [
     "ApproveTx",
     "AuthTx",
     "BatchTx",
+    "ChildTx",
     "ClaimTx",
     "CommandTx",
     "ObserveTx",
@@ -59,6 +61,7 @@ class Tx(
     MetricsTx,
     RetentionTx,
     KeysTx,
+    ChildrenTx,
     Protocol,
 ):
     """Operations inside one transaction: every aggregate's."""
@@ -100,6 +103,11 @@ class TimerTx(CommandTx, SchedulerTx, Protocol):
 
 class SweepTx(TxControl, TaskTx, SchedulerTx, Protocol):
     """The scheduler's passes: timers, expired leases, unserved tasks, partitions."""
+
+
+class ChildTx(StartTx, TxControl, ChildrenTx, Protocol):
+    """The children pass: a child's start (a start, with its parent's sealed input opened), the row,
+    the commands a row turns into on the parent (its child's end) and on the child (a cancel)."""
 
 
 class RepairTx(DefinitionsTx, AuditTx, Protocol):

@@ -11,14 +11,17 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ...core.canonical import compact_json, parse_json
 from ...core.effects import (
+    CancelChild,
     CloseTask,
     CloseTimer,
     CreateTask,
     CreateTimer,
     DeadLetterTask,
     Effect,
+    EndChild,
     LeaseTask,
     NotifyApprovers,
+    StartChild,
 )
 from ...core.events import Event, chain_link
 from ...core.evolve import fold
@@ -28,6 +31,7 @@ from ...core.state import OutdatedSnapshot, RunState
 from ..port import ConcurrencyError, LoadedRun
 from .approvals import SqlApprovalsTx
 from .base import GENESIS
+from .children import SqlChildrenTx
 from .keys import SqlKeysTx
 from .notifications import SqlNotificationsTx
 from .scheduler import SqlSchedulerTx
@@ -39,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["SqlRunsTx"]
 
 
-class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, SqlKeysTx):
+class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, SqlKeysTx, SqlChildrenTx):
     def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None:
         """The run's snapshot. Backends with row locks lock it for this transaction; with `skip_locked`
         they raise RowLocked instead of waiting when another transaction holds it."""
@@ -196,6 +200,8 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, S
                 self._write_timer_effect(run, fx)
             elif isinstance(fx, NotifyApprovers):
                 self._write_notification(run, fx, now_ms)
+            elif isinstance(fx, (StartChild, CancelChild, EndChild)):
+                self._write_child_effect(run, fx, now_ms)
             else:
                 self._write_approval_effect(run, fx)
 
