@@ -1,4 +1,4 @@
-"""docs/definitions.md stays true for the shape steps: its parallel and for_each examples publish as
+"""docs/definitions.md stays true for the shape steps: its parallel, for_each and run examples publish as
 they are written (wrapped in a definition), with the names and outputs the text describes."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from pathlib import Path
 import yaml
 from corekit import load
 from shapekit import LaneRun
+
+from lockstep.core.commands import ChildEnded
 
 DOC = Path(__file__).parents[2] / "docs" / "definitions.md"
 
@@ -48,3 +50,14 @@ def test_the_for_each_example_runs_as_documented() -> None:
     r.ok("notify")
     notify = next(e.data for e in r.events if e.type == "ActivityScheduled" and e.data.step == "notify")
     assert notify.input == {"boxes": ["L0", "L1"]}
+
+
+def test_the_run_example_runs_as_documented() -> None:
+    """The run step asks for kyc-check (latest) with the rendered input; welcome reads its output."""
+    d = load(yaml.safe_dump({"name": "doc-run", "steps": yaml.safe_load(_example("run"))}))
+    r = LaneRun(d, {"customer": "c-1"})
+    (asked,) = [e.data for e in r.events if e.type == "ChildRunRequested"]
+    assert (asked.definition, asked.version, asked.input) == ("kyc-check", None, {"customer": "c-1"})
+    r.send(ChildEnded(asked.child_run_id, "kyc", "completed", {"score": 88}))
+    welcome = next(e.data for e in r.events if e.type == "ActivityScheduled" and e.data.step == "welcome")
+    assert welcome.input == {"score": 88}

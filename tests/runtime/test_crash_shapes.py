@@ -132,3 +132,42 @@ def test_a_worker_killed_while_committing_a_branch_result_leaves_one_join(
     assert seen.count("JoinDecided") == 1
     assert seen.count("StepJoined") == 1
     verify_ok(cluster)
+
+
+CHILD = {"name": "kyc", "steps": [{**work("look"), "input": {"who": "${input.who}"}}]}
+PARENT = {
+    "name": "onboard",
+    "steps": [
+        {"id": "kyc", "run": {"definition": "kyc", "input": {"who": "${input.who}"}}},
+        {**work("welcome"), "input": {"kyc": "${steps.kyc.output.attempt}"}},
+    ],
+}
+
+
+@pytest.mark.parametrize("point", ["commit.StartRun", "commit.ChildEnded"])
+def test_a_scheduler_killed_around_a_child_run_starts_one_child_and_resumes_the_parent_once(
+    cluster: Cluster, engine: Engine, ledger: Ledger, point: str
+) -> None:
+    """The scheduler dies inside the transaction that starts the child, or that hands the child's end to
+    the parent (written, not committed); a new scheduler redoes it: one child run (its start key), one
+    ChildRunEnded on the parent, the parent's next step once."""
+    engine.publish(CHILD)
+    engine.publish(PARENT)
+    cluster.worker("w1", scheduler=False)
+    s1 = cluster.scheduler("s1", faults=f"{point}=kill@1", wait=False)
+    run = engine.start("onboard", input={"who": "ada"})
+    wait_until(lambda: not s1.alive(), 30, f"s1 to die at {point}")
+    cluster.scheduler("s2")
+    shown = engine.wait_for(run, ("completed", "failed"), timeout=40)
+    assert shown["status"] == "completed", json.dumps(shown, indent=2)
+    seen = types(engine, run)
+    assert seen.count("ChildRunRequested") == 1
+    assert seen.count("ChildRunEnded") == 1
+    with engine.service.read() as tx:
+        runs = tx.run_ids("default")
+    assert len(runs) == 2  # the parent and one child
+    (child,) = [r for r in runs if r != run]
+    assert engine.show(child)["status"] == "completed"
+    once_each(ledger, run, {"welcome"})
+    once_each(ledger, child, {"look"})
+    verify_ok(cluster)
