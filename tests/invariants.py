@@ -24,6 +24,7 @@ from lockstep.core.effects import CloseTask, CloseTimer, CreateTask, CreateTimer
 from lockstep.core.events import Event
 from lockstep.core.evolve import evolve, fold
 from lockstep.core.explain import explain
+from lockstep.core.lanes import approvals, attempt_of_task, attempts, attentions
 from lockstep.core.limits import DEFAULT_SERVER_LIMITS
 from lockstep.core.state import RunState
 
@@ -52,24 +53,29 @@ def evidence_full(s: RunState, task: str) -> bool:
 
 
 def check_finished(s: RunState) -> None:
-    """A terminal run holds nothing open: no attempt, no timer, no pause, no current step; it has ended."""
+    """A terminal run holds nothing open: no attempt, no timer, no pause, no current step, no lane of a
+    parallel or for-each step still running, no approval pending; it has ended."""
     assert s.active is None
+    assert not list(attempts(s))
     assert not s.timers
     assert s.paused is None, "a run cannot end while paused"
     assert s.finished_at is not None
     assert s.current_step is None
+    assert not approvals(s)
+    assert not s.children, "a run ends only after the child runs it waited for"
+    assert all(not ln.open for ln in s.lanes.values()), {k: v.status for k, v in s.lanes.items()}
 
 
 def check_not_stuck(s: RunState) -> None:
-    """A live run is never stuck silently: something is in flight, a timer is armed, a human is asked
-    (attention) or an operator paused it; a waiting run waits on a timer, with no attempt."""
-    assert s.active is not None or s.timers or s.attention is not None or s.paused is not None, (
-        "never stuck silently",
-        s.to_json(),
-    )
+    """A live run is never stuck silently: something is in flight (in any lane, a child run too), a timer
+    is armed, a human is asked (attention) or an operator paused it; a waiting run waits on a timer or
+    a child run, with no attempt."""
+    busy = bool(list(attempts(s)))
+    waits = bool(s.timers or s.children)
+    assert busy or waits or attentions(s) or s.paused is not None, ("never stuck silently", s.to_json())
     if s.status == "waiting":
-        assert s.timers
-        assert s.active is None
+        assert waits
+        assert not busy
 
 
 def check_explained(s: RunState, now: datetime) -> dict[str, Any]:
@@ -158,8 +164,8 @@ class RunMachine(RuleBasedStateMachine):
         return created
 
     def is_current(self, task: str, attempt: int, fencing: int) -> bool:
-        """(task, attempt, fencing) is the live run's leased attempt: the one report that is applied."""
-        a = self.s.active
+        """(task, attempt, fencing) is a leased attempt of the live run: a report that is applied."""
+        a = attempt_of_task(self.s, task)
         return (
             not self.s.terminal
             and a is not None
@@ -216,6 +222,7 @@ class RunMachine(RuleBasedStateMachine):
             elif isinstance(eff, CloseTimer):
                 assert (eff.key, eff.generation) in open_timers
                 open_timers.discard((eff.key, eff.generation))
-        assert len(open_tasks) <= 1, f"more than one attempt in flight: {open_tasks}"
-        assert open_tasks == ({self.s.active.task_id} if self.s.active else set())
+        if not self.s.lanes:  # without parallel or for-each steps, one attempt at a time
+            assert len(open_tasks) <= 1, f"more than one attempt in flight: {open_tasks}"
+        assert open_tasks == {a.task_id for a in attempts(self.s)}
         assert open_timers == {(t.key, t.generation) for t in self.s.timers.values()}

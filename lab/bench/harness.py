@@ -28,12 +28,13 @@ from .dbos_side import dbos_version
 from .fleet_side import WORKLOADS as FLEET_WORKLOADS
 from .raw import pg_commits, sqlite_commits
 from .report import write_reports
+from .shapes import shapes
 from .traced import tracing
 
 __all__ = ["main"]
 
 ENGINES = ("lockstep", "dbos")
-WORKLOADS = {**FLEET_WORKLOADS, "tracing": tracing}
+WORKLOADS = {**FLEET_WORKLOADS, "tracing": tracing, "shapes": shapes}
 BACKENDS = ("sqlite", "postgresql")
 
 
@@ -111,6 +112,7 @@ def fleet_sizes(quick: bool) -> dict[str, Any]:
     return {
         "two_workers": {"runs": 600 if quick else 2000},
         "tracing": {"runs": 300 if quick else 1000},
+        "shapes": {"runs": 300 if quick else 1000},
         "recovery": {"runs": 1000},
         "timers": {"n": 2000 if quick else 20_000},
         "waiting": {"small": 1000, "large": 10_000 if quick else 100_000, "idle_s": 5.0 if quick else 10.0},

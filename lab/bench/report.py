@@ -232,6 +232,11 @@ def _fleet_section(fl: dict[str, Any], sizes: dict[str, Any]) -> list[str]:
             f"x{_f(fl.get('tracing.on_over_off'), 2)}",
         ),
         (
+            "shapes (two workers, three activity steps per run): steps/s straight / parallel / for-each",
+            f"{_f(fl.get('shapes.steps_per_s_straight'))} / {_f(fl.get('shapes.steps_per_s_parallel'))} / "
+            f"{_f(fl.get('shapes.steps_per_s_for_each'))}",
+        ),
+        (
             f"recovery: {sizes.get('recovery', {}).get('runs', 0):,} runs, every engine process SIGKILLed; "
             "restart -> all completed, s",
             _f(fl.get("recovery.recovery_s"), 2),

@@ -18,7 +18,7 @@ import httpx
 
 from lockstep.runtime.activity import ActivityContext, ActivityError, activity
 
-__all__ = ["DOWNSTREAM_ENV", "charge", "refund", "ship"]
+__all__ = ["DOWNSTREAM_ENV", "charge", "pack", "refund", "ship"]
 
 DOWNSTREAM_ENV = "LOCKSTEP_FAULTS_DOWNSTREAM"
 _local = threading.local()
@@ -60,6 +60,11 @@ def charge(data: dict[str, Any] | None, ctx: ActivityContext) -> dict[str, Any]:
 @activity("pay.ship")
 def ship(data: dict[str, Any] | None, ctx: ActivityContext) -> dict[str, Any]:
     return _effect("ship", data, ctx)
+
+
+@activity("pay.pack")
+def pack(data: dict[str, Any] | None, ctx: ActivityContext) -> dict[str, Any]:
+    return _effect("pack", data, ctx)
 
 
 @activity("pay.refund")

@@ -38,25 +38,41 @@ RETRY = {"max_attempts": 20, "initial_interval": "100ms", "backoff": 1.5, "max_i
 
 
 def pay_definition(
-    name: str = "pay", *, wait: str = "300ms", extra: list[dict[str, Any]] | None = None
+    name: str = "pay",
+    *,
+    wait: str = "300ms",
+    extra: list[dict[str, Any]] | None = None,
+    parallel: bool = False,
 ) -> dict[str, Any]:
-    """Charge (with a refund as compensation), a durable timer, then ship: two effects and a timer."""
-    return {
-        "name": name,
-        "steps": [
-            {
-                "id": "charge",
-                "activity": "pay.charge",
-                "input": {"amount": "${input.amount}"},
-                "timeout": "10s",
-                "retry": RETRY,
-                "compensate": {"activity": "pay.refund", "input": {"amount": "${input.amount}"}},
-            },
-            {"id": "settle", "wait": wait},
-            *(extra or []),
-            {"id": "ship", "activity": "pay.ship", "timeout": "10s", "retry": RETRY},
-        ],
+    """Charge (with a refund as compensation), a durable timer, then ship: two effects and a timer.
+    `parallel`: the timer and ship run in one branch of a parallel step while another branch packs
+    (a third effect), so two attempts of a run are in flight at once and the step joins once."""
+    charge = {
+        "id": "charge",
+        "activity": "pay.charge",
+        "input": {"amount": "${input.amount}"},
+        "timeout": "10s",
+        "retry": RETRY,
+        "compensate": {"activity": "pay.refund", "input": {"amount": "${input.amount}"}},
     }
+    rest = [
+        {"id": "settle", "wait": wait},
+        *(extra or []),
+        {"id": "ship", "activity": "pay.ship", "timeout": "10s", "retry": RETRY},
+    ]
+    if parallel:
+        pack = {
+            "id": "pack",
+            "activity": "pay.pack",
+            "input": {"amount": "${input.amount}"},
+            "timeout": "10s",
+        }
+        fulfil = {
+            "id": "fulfil",
+            "parallel": {"branches": {"ship": rest, "pack": [{**pack, "retry": RETRY}]}},
+        }
+        return {"name": name, "steps": [charge, fulfil]}
+    return {"name": name, "steps": [charge, *rest]}
 
 
 @dataclass

@@ -19,6 +19,8 @@ Violations (each must be 0):
 - stale_results_accepted: a success recorded for attempt N with a result attempt M produced (the
   suite's activities put their attempt number in their result): a late report that fencing must stop;
 - tokens_consumed_twice: an approval link used for two decisions, or an approver counted twice;
+- joins_repeated: a parallel or for-each step whose visit decided its join twice, ended twice, ended
+  before its join was decided, or started or finished one of its lanes twice;
 - wrong_version: a task run by a worker that did not declare the run's definition version;
 - limit_exceeded: more active runs or concurrent attempts than the tenant's limits, in any sample;
 - starts_duplicated: one start key that created two runs;
@@ -59,10 +61,17 @@ from lockstep.core.events import (
     ApprovalDecisionRecorded,
     CompensationScheduled,
     Event,
+    ForEachStarted,
+    JoinDecided,
+    LaneFinished,
+    LaneStarted,
+    ParallelStarted,
     RunCancelled,
     RunCompleted,
     RunFailed,
     RunStarted,
+    StepFailed,
+    StepJoined,
     StepRetried,
     TimerFired,
     WorkflowMigrated,
@@ -102,6 +111,7 @@ CHECKS = (
     "effects_lost",
     "stale_results_accepted",
     "tokens_consumed_twice",
+    "joins_repeated",
     "wrong_version",
     "limit_exceeded",
     "starts_duplicated",
@@ -116,7 +126,7 @@ CHECKS = (
     *SCHEDULE_CHECKS,
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
-EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.refund": "refund"}
+EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.pack": "pack", "pay.refund": "refund"}
 
 
 @dataclass
@@ -300,6 +310,35 @@ def _transitions(rid: str, events: list[Event], v: Verdict) -> None:
         if n > 1:
             v.flag("duplicate_transitions", f"{rid}: timer {timer} generation {gen} fired {n} times")
     _approvals(rid, events, v)
+    _joins(rid, events, v)
+
+
+def _joins(rid: str, events: list[Event], v: Verdict) -> None:
+    """Per visit of a shape step: one JoinDecided, then one end (StepJoined, or StepFailed of the step),
+    each lane started and finished at most once."""
+    visits: dict[str, Counter[str]] = {}
+    for e in events:
+        d = e.data
+        if isinstance(d, ParallelStarted | ForEachStarted):
+            visits[d.step] = Counter()
+            continue
+        step = getattr(d, "step", None)
+        if step not in visits:
+            continue
+        seen = visits[str(step)]
+        if isinstance(d, JoinDecided):
+            seen["join"] += 1
+            if seen["join"] > 1:
+                v.flag("joins_repeated", f"{rid}: step {step} decided its join again at seq {e.seq}")
+        elif isinstance(d, StepJoined | StepFailed):
+            seen["end"] += 1
+            if seen["end"] > 1 or (isinstance(d, StepJoined) and seen["join"] != 1):
+                v.flag("joins_repeated", f"{rid}: step {step} ended again (or undecided) at seq {e.seq}")
+        elif isinstance(d, LaneStarted | LaneFinished):
+            what = f"{type(d).__name__} {d.lane}"
+            seen[what] += 1
+            if seen[what] > 1:
+                v.flag("joins_repeated", f"{rid}: {what} twice in one visit of {step} (seq {e.seq})")
 
 
 def _approvals(rid: str, events: list[Event], v: Verdict) -> None:

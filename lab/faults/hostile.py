@@ -94,6 +94,22 @@ def build_attacks() -> dict[str, tuple[str, str, dict[str, str], bytes]]:
     }
     items_max = [{"sku": f"sku-{i:05d}-" + "y" * 200} for i in range(1000)]
 
+    # Fan-out: for-each steps nested so their items multiply (a million steps per run), and the widest
+    # shape the limits allow, started with as many items as it takes (parallel and for-each steps).
+    def for_each(sid: str, items: str, body: list[Any], most: int, concurrency: int = 5) -> dict[str, Any]:
+        spec = {"items": items, "max_items": most, "concurrency": concurrency, "body": body}
+        return {"id": sid, "for_each": spec}
+
+    leaf = {"id": "leaf", "activity": "hostile.nothing", "timeout": "5s"}
+    fanout_bomb = {
+        "name": "fanout-bomb",
+        "steps": [for_each("outer", "${input.items}", [for_each("inner", "${item.xs}", [leaf], 1000)], 1000)],
+    }
+    fanout_widest = {
+        "name": "fanout-widest",
+        "steps": [for_each("lines", "${input.items}", [leaf], 100, concurrency=20)],
+    }
+
     def post(path: str, body: Any, headers: dict[str, str] = JSON) -> tuple[str, str, dict[str, str], bytes]:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         return ("POST", path, headers, data)
@@ -117,6 +133,10 @@ def build_attacks() -> dict[str, tuple[str, str, dict[str, str], bytes]]:
         "publish_dup_check": post("/v1/definitions", defs["dup-check"]),
         "publish_nested_map": post("/v1/definitions", defs["nested-map"]),
         "publish_allowed_worst": post("/v1/definitions", worst),
+        "publish_fanout_bomb": post("/v1/definitions", fanout_bomb),
+        "publish_fanout_widest": post("/v1/definitions", fanout_widest),
+        "fanout_widest_start": start("fanout-widest", {"items": list(range(100))}),
+        "fanout_too_many_items": start("fanout-widest", {"items": list(range(1000))}),
         "allowed_worst_start": start("allowed-worst", {"items": items_max}),
         "quadratic_exists_3000": start("dup-check", {"items": items_3000}),
         "quadratic_exists_1000": start("dup-check", {"items": items_1000}),

@@ -86,6 +86,23 @@ SCENARIOS = [
         about="crash_after_commit's kills with every process exporting spans to a real OTLP receiver: one "
         "trace per run, each span the history's, losses only within a killed process's batch delay",
     ),
+    # The same faults on runs with two branches in flight at once (a parallel step): no branch's effect
+    # is repeated, and each run's join is decided and ended exactly once (checker: joins_repeated).
+    *(
+        Scenario(
+            f"{name}_parallel",
+            name,
+            functools.partial(body, parallel=True),
+            about=f"{name}, on a definition whose ship and pack run as two branches of a parallel step",
+        )
+        for name, body in (
+            ("crash_after_commit", crash_after_commit),
+            ("duplicate_delivery", duplicate_delivery),
+            ("lease_expiry", lease_expiry),
+            ("lost_response", lost_response),
+            ("duplicate_timer", duplicate_timer),
+        )
+    ),
     Scenario(
         "schedules_under_faults",
         "schedules_under_faults",

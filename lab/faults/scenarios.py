@@ -14,6 +14,7 @@ import time
 
 from lockstep.core.commands import FireTimer
 from lockstep.core.flow import run_of_task
+from lockstep.core.lanes import attempts, attentions
 from lockstep.errors import LockstepError
 
 from ..fleet import Proc
@@ -50,11 +51,12 @@ def _scheduler(ctx: Ctx, faults: str = "", ports: MetricPorts | None = None) -> 
     return Supervisor(1, spawn)
 
 
-def crash_after_commit(ctx: Ctx) -> tuple[Verdict, float | None]:
+def crash_after_commit(ctx: Ctx, *, parallel: bool = False) -> tuple[Verdict, float | None]:
     """Workers SIGKILL themselves at each point of an attempt (drawn from the seed), the scheduler in the
-    middle of firing a timer or expiring a lease; the driver restarts whatever died."""
+    middle of firing a timer or expiring a lease; the driver restarts whatever died. `parallel`: every
+    scenario of this module takes it, to run with two branches of a run in flight at once."""
     f = ctx.fleet
-    f.engine.publish(pay_definition(), tenant=ctx.tenant)
+    f.engine.publish(pay_definition(parallel=parallel), tenant=ctx.tenant)
     budget = max(4, ctx.runs // 4)
 
     def faults(n: int) -> str:
@@ -89,11 +91,11 @@ def crash_after_commit(ctx: Ctx) -> tuple[Verdict, float | None]:
     return verdict, _recovery(settled, t0, last)
 
 
-def duplicate_delivery(ctx: Ctx) -> tuple[Verdict, float | None]:
+def duplicate_delivery(ctx: Ctx, *, parallel: bool = False) -> tuple[Verdict, float | None]:
     """Every attempt is delivered twice inside the worker (run and reported twice with the same lease),
     and the driver puts finished tasks back in the outbox as a redelivering queue would."""
     f = ctx.fleet
-    f.engine.publish(pay_definition(), tenant=ctx.tenant)
+    f.engine.publish(pay_definition(parallel=parallel), tenant=ctx.tenant)
     f.scheduler("s1")
     for n in (1, 2):
         f.worker(f"w{n}", faults="worker.deliver_twice=on")
@@ -119,13 +121,13 @@ def duplicate_delivery(ctx: Ctx) -> tuple[Verdict, float | None]:
     return ctx.verdict(monitor=mon), settled
 
 
-def lease_expiry(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, float | None]:
+def lease_expiry(ctx: Ctx, *, unsafe: bool = False, parallel: bool = False) -> tuple[Verdict, float | None]:
     """Workers freeze right after the downstream effect, before reporting (the attempt's thread holds,
     the driver SIGSTOPs the process at a moment it holds no database lock); their leases expire and
     another worker retries with the same key; once the run has moved on to its next activity the
     frozen worker gets SIGCONT and reports late. With `unsafe`, fencing is switched off in it."""
     f = ctx.fleet
-    f.engine.publish(pay_definition(wait="10ms"), tenant=ctx.tenant)
+    f.engine.publish(pay_definition(wait="10ms", parallel=parallel), tenant=ctx.tenant)
     f.control(delay_ms=400)  # an activity lasts long enough for a late report to land inside the next
     ports = MetricPorts(f)  # every process's counters, summed at the end (metricscheck.py)
     f.scheduler("s1", extra=ports.args("s1"))
@@ -153,8 +155,7 @@ def lease_expiry(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, float | No
                 stopped[pid] = time.monotonic()
                 continue
             state = ctx.engine_service.state(None, run_of_task(str(h["task"])))
-            active = state.active
-            moved_on = active is not None and active.task_id != h["task"] and active.fencing is not None
+            moved_on = any(a.task_id != h["task"] and a.fencing is not None for a in attempts(state))
             if moved_on or state.terminal or time.monotonic() - stopped[pid] > 8:
                 frozen[pid].signal(signal.SIGCONT)
                 resumed[pid] = time.monotonic()
@@ -176,14 +177,14 @@ def lease_expiry(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, float | No
     return verdict, _recovery(settled, t0, max(resumed.values(), default=t0))
 
 
-def lost_response(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, float | None]:
+def lost_response(ctx: Ctx, *, unsafe: bool = False, parallel: bool = False) -> tuple[Verdict, float | None]:
     """The downstream applies the effect and drops the response (and sometimes fails outright): an
     at-least-once step retries with the same key and gets the saved response; an at-most-once step
     stops in needs_attention, where an operator checks the ledger and resolves or retries it. With
     `unsafe`, workers send a new idempotency key on every attempt (a broken build)."""
     f = ctx.fleet
     notify = {"id": "notify", "activity": "pay.ship", "delivery": "at_most_once", "timeout": "10s"}
-    f.engine.publish(pay_definition(wait="10ms", extra=[notify]), tenant=ctx.tenant)
+    f.engine.publish(pay_definition(wait="10ms", extra=[notify], parallel=parallel), tenant=ctx.tenant)
     f.control(drop_rate=0.25, fail_rate=0.1, seed=ctx.seed)
     f.scheduler("s1")
     for n in (1, 2):
@@ -196,10 +197,11 @@ def lost_response(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, float | N
             states = tx.runs(ctx.tenant, status="needs_attention", definition=None, after="", limit=1000)
         effects = {e["idempotency_key"]: e for e in f.ledger.effects()}
         for s in states:
-            if s.attention is None or (s.run_id, s.seq) in handled:
+            waiting = attentions(s)  # in a parallel run, a branch's step may be the one
+            if not waiting or (s.run_id, s.seq) in handled:
                 continue
             handled.add((s.run_id, s.seq))
-            step = s.attention["step"]
+            step = waiting[0]["step"]
             key = s.steps[step].idempotency_key or f"{s.tenant}:{s.run_id}:{step}"
             applied = effects.get(key)
             if applied is not None:
@@ -225,11 +227,11 @@ def lost_response(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, float | N
     return ctx.verdict(monitor=mon), settled
 
 
-def duplicate_timer(ctx: Ctx) -> tuple[Verdict, float | None]:
+def duplicate_timer(ctx: Ctx, *, parallel: bool = False) -> tuple[Verdict, float | None]:
     """Three schedulers race for the same timers, the driver re-arms fired timer rows (a queue
     delivering a timer twice) and sends FireTimer again for timers that already fired."""
     f = ctx.fleet
-    f.engine.publish(pay_definition(wait="200ms"), tenant=ctx.tenant)
+    f.engine.publish(pay_definition(wait="200ms", parallel=parallel), tenant=ctx.tenant)
     f.control(fail_rate=0.2, seed=ctx.seed)  # failures arm retry timers as well as the wait timers
     for n in (1, 2, 3):
         f.scheduler(f"s{n}")

@@ -19,6 +19,7 @@ ARBITRARY = {
     "RunView.input": "the run's input: the tenant's JSON, checked against its definition's input_schema",
     "RunView.output": "the run's output: what its steps returned (tenant JSON)",
     "StepView.output": "what the step's activity returned (tenant JSON)",
+    "LaneView.output": "what a branch or an item of a parallel or for-each step gave: a step's output",
     "TaskView.input": "the activity's input, rendered from the run's tenant JSON",
     "InboxItem.details": "what the approver is asked, rendered from the run's tenant JSON",
     "EventView.data": "an event's data as recorded: its fields depend on the event's type (core/events/)",

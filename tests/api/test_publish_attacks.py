@@ -169,3 +169,44 @@ async def test_the_cost_bound_uses_the_tenant_list_limit(api: Api, engine: Engin
         tx.update_tenant_settings(api.t.name, {"max_list_items": 100})
     r = await api.publish(doc)
     assert r.status_code == 201, r.text
+
+
+def _for_each(sid: str, items: str, body: list[Any], most: int, concurrency: int = 5) -> dict[str, Any]:
+    return {
+        "id": sid,
+        "for_each": {"items": items, "max_items": most, "concurrency": concurrency, "body": body},
+    }
+
+
+async def test_a_fan_out_bomb_is_refused_at_publish_even_for_a_tenant_allowing_many_items(
+    api: Api, db: Db, engine: Engine
+) -> None:
+    """Nested for-each steps of 1,000 items each (a million executions per run) are refused with the
+    limit that says why, fast, and nothing is stored; the tenant's own max_items is no way around it."""
+    with engine.service.write() as tx:
+        tx.update_tenant_settings(api.t.name, {"max_items": 1000})
+    leaf = {"id": "leaf", "activity": "a.leaf", "timeout": "5s"}
+    inner = _for_each("inner", "${item.xs}", [leaf], 1000)
+    doc = {"name": "bomb", "steps": [_for_each("outer", "${input.items}", [inner], 1000)]}
+    started = time.perf_counter()
+    body = assert_problem(await api.publish(doc), 422, "invalid_input")
+    assert time.perf_counter() - started < 1.0
+    assert "1,001,001 steps" in body["detail"]
+    assert "max_expanded_steps" in body["detail"]
+    assert db.count("definitions") == 0
+
+
+async def test_concurrency_beyond_the_active_attempts_bound_is_refused(api: Api, db: Db) -> None:
+    """A for-each claiming 200 attempts at once is refused (max_active_attempts 20), as is nesting a
+    third level (max_branch_depth 2); a tenant cannot raise either past its ceiling through the API."""
+    leaf = {"id": "leaf", "activity": "a.leaf", "timeout": "5s"}
+    wide = {"name": "wide", "steps": [_for_each("many", "${input.items}", [leaf], 200, concurrency=200)]}
+    body = assert_problem(await api.publish(wide), 422, "invalid_input")
+    assert "200 activity attempts in flight" in body["detail"]
+    level = [leaf]
+    for i in range(3):
+        level = [{"id": f"p{i}", "parallel": {"branches": {f"b{i}": level}}}]
+    deep = {"name": "deep", "steps": level}
+    body = assert_problem(await api.publish(deep), 422, "invalid_input")
+    assert "max_branch_depth" in body["detail"]
+    assert db.count("definitions") == 0

@@ -6,8 +6,10 @@ change to evolve(), the event format or canonical JSON that breaks them breaks o
 golden/v1/, golden/v2/ and golden/v3/ keep the first four scenarios as recorded by older builds (v1:
 unversioned snapshots and task ids without the scheduling seq; v2: snapshots before the `paused` field;
 v3: snapshots before four-eyes proposals and the per-task count of ignored results); golden/v4/ keeps
-five (snapshots before the trace context, step visits and the compensation's start):
-make_golden.py never rewrites them. Their events must still replay, and their snapshots are outdated:
+five (snapshots before the trace context, step visits and the compensation's start); golden/v5/ keeps
+six (snapshots before the lanes and groups of parallel and for-each steps, and before child runs):
+make_golden.py never
+rewrites them. Their events must still replay, and their snapshots are outdated:
 loading one raises OutdatedSnapshot and the store rebuilds the state with fold(events).
 """
 
@@ -29,7 +31,7 @@ from lockstep.core.timeutil import parse_iso
 GOLDEN = Path(__file__).parent / "golden"
 FILES = sorted(GOLDEN.glob("*.json"))
 # Runs stored by older builds: v1 (unversioned snapshots, old task ids), v2 (before `paused`), v3 (before
-# four-eyes proposals), v4 (before the trace context and step visits).
+# four-eyes proposals), v4 (before the trace context and step visits), v5 (before lanes and groups).
 OLD_FILES = sorted(GOLDEN.glob("v*/*.json"))
 OLD_SCENARIOS = {
     "happy_path_with_retry",
@@ -44,9 +46,15 @@ EXPECTED_STATUS = {
     "at_most_once_needs_attention": "needs_attention",
     "four_eyes_skip": "completed",
     "traced_loop_with_approval": "completed",
+    "parallel_branches_compensated": "failed",
+    "for_each_with_concurrency": "completed",
+    "parallel_any_with_cancel": "cancelled",
+    "child_run_parent": "completed",
+    "child_run_child": "completed",
 }
-# The scenarios recorded by the build of snapshot version 4 (golden/v4/).
+# The scenarios recorded by the build of snapshot version 4 (golden/v4/), and of version 5 (golden/v5/).
 V4_SCENARIOS = {*OLD_SCENARIOS, "four_eyes_skip"}
+V5_SCENARIOS = {*V4_SCENARIOS, "traced_loop_with_approval"}
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -73,6 +81,7 @@ def test_golden_files_are_present() -> None:
     for folder in ("v1", "v2", "v3"):
         assert {p.stem for p in OLD_FILES if p.parent.name == folder} == OLD_SCENARIOS
     assert {p.stem for p in OLD_FILES if p.parent.name == "v4"} == V4_SCENARIOS
+    assert {p.stem for p in OLD_FILES if p.parent.name == "v5"} == V5_SCENARIOS
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
@@ -200,6 +209,21 @@ def test_events_recorded_before_the_trace_context_are_byte_identical_today(path:
     assert "trace" not in old["events"][0]["data"]
 
 
+@pytest.mark.parametrize("path", sorted(GOLDEN.glob("v5/*.json")), ids=lambda p: p.stem)
+def test_events_recorded_before_lanes_are_byte_identical_today(path: Path) -> None:
+    """A run without parallel, for-each or run steps is written today exactly as the version-5 build
+    wrote it (the same events, the same hashes): only the snapshot gained the (empty) lanes and groups,
+    and no parent or children."""
+    old = _load(path)
+    new = _load(GOLDEN / path.name)
+    assert old["events"] == new["events"]
+    assert old["chain_head"] == new["chain_head"]
+    added = ("lanes", "groups", "parent", "children")
+    snapshot = {k: v for k, v in new["snapshot"].items() if k not in added}
+    assert snapshot == {**old["snapshot"], "snapshot_version": SNAPSHOT_VERSION}
+    assert [new["snapshot"][k] for k in added] == [{}, {}, None, {}]
+
+
 def test_traced_history_keeps_its_trace_context_and_step_visits() -> None:
     """RunStarted.trace and trace_parent reach the state; a step entered twice records its second visit."""
     record = _load(GOLDEN / "traced_loop_with_approval.json")
@@ -211,6 +235,38 @@ def test_traced_history_keeps_its_trace_context_and_step_visits() -> None:
     entries = [e["seq"] for e in record["events"] if e["type"] == "ActivityScheduled"]
     assert state.steps["poll"].entered_seq == entries[1]  # the loop's second visit
     assert state.steps["ready"].entered_seq is None  # a choice is instant: never open
+
+
+def test_shape_histories_keep_their_lanes_joins_and_compensations() -> None:
+    """The recorded parallel and for-each runs replay to what they recorded: one join per shape step,
+    branch outputs mapped by id, a for-each's outputs in item order (null for the failed line), and the
+    branches compensated side by side (both scheduled before either reported)."""
+    comp = _load(GOLDEN / "parallel_branches_compensated.json")
+    types = [e["type"] for e in comp["events"]]
+    assert types.count("JoinDecided") == 1
+    assert types.count("StepJoined") == 1
+    first_two = [e["data"]["step"] for e in comp["events"] if e["type"] == "CompensationScheduled"][:2]
+    i = types.index("CompensationScheduled")
+    assert types[i : i + 2] == ["CompensationScheduled", "CompensationScheduled"]
+    assert set(first_two) == {"review.legal.file", "review.finance.reserve-budget"}
+    lines = fold(_events(_load(GOLDEN / "for_each_with_concurrency.json")))
+    assert lines is not None
+    assert lines.steps["lines"].output == [None, {"box": "B1"}, {"box": "C1"}]
+    quote = fold(_events(_load(GOLDEN / "parallel_any_with_cancel.json")))
+    assert quote is not None
+    assert quote.steps["quotes"].output == {"acme": None, "globex": {"price": 7}, "initech": None}
+    assert quote.steps["quotes.initech.ask-initech"].status == "succeeded"  # reported first, recorded
+
+
+def test_child_run_histories_keep_the_link_between_parent_and_child() -> None:
+    """The parent records the child it asked for and its end; the child records its parent."""
+    parent = fold(_events(_load(GOLDEN / "child_run_parent.json")))
+    child = fold(_events(_load(GOLDEN / "child_run_child.json")))
+    assert parent is not None
+    assert child is not None
+    assert parent.steps["kyc"].output == {"score": 97}
+    assert parent.children == {}
+    assert child.parent == {"run_id": "golden-0", "step": "kyc", "depth": 1}
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])

@@ -1,8 +1,9 @@
 """Browser tests of the operations UI: a real `lockstep serve --example` driven by headless Chromium.
 
 The example server has tenant `default`, user `admin` (password `lockstep-example`), the approvers alice,
-bob and carol (same password) and six runs: two completed orders, one failed order (InventoryBusy), two
-vendor onboardings waiting on a 3-day timer and one purchase order waiting for two approvals.
+bob, carol and dana (same password) and seven runs: two completed orders, one failed order
+(InventoryBusy), two vendor onboardings waiting on a 3-day timer, one purchase order waiting for two
+approvals and one contract waiting for legal's and finance's approvals side by side.
 Tests that change a run start their own run over the API, so the example runs stay as they are.
 
 Flash messages and the login error travel in a short-lived HttpOnly cookie (never in the URL), set on the
@@ -149,7 +150,10 @@ def test_runs_list_shows_example_runs_with_badges_and_filters(page: Any, ui_serv
     expect(why.locator("small")).to_have_text("next: " + ui_server.run(runs["Globex"])["next_action"])
 
     filter_by(page, status="waiting", waiting="approval")
-    assert listed_run_ids(page) == {runs["PO-1001"]}
+    assert listed_run_ids(page) == {runs["PO-1001"], runs["C-77"]}
+    contract = run_row(page, runs["C-77"]).locator("td.why")
+    expect(contract).to_contain_text("branch legal: approval from dana")
+    expect(contract).to_contain_text("branch finance: approval from group finance")
     why = run_row(page, runs["PO-1001"]).locator("td.why")
     expect(why).to_contain_text("waiting for 2 more approvals of 2 from {alice, bob, finance}")
     expect(why.locator("small")).to_have_text("next: " + ui_server.run(runs["PO-1001"])["next_action"])

@@ -39,6 +39,7 @@ EXAMPLE_STATUSES = {
     "Acme Tools": "waiting",  # a 3-day timer
     "Globex": "waiting",  # a 3-day timer
     "PO-1001": "waiting",  # two approvals (alice, bob or finance)
+    "C-77": "waiting",  # legal's and finance's approvals, side by side (a parallel step)
 }
 # The start (idempotency) key each example run was started with.
 EXAMPLE_START_KEYS = {
@@ -48,6 +49,7 @@ EXAMPLE_START_KEYS = {
     "Acme Tools": "example-vendor-1",
     "Globex": "example-vendor-2",
     "PO-1001": "example-po-1",
+    "C-77": "example-contract-1",
 }
 # The approvers `serve --example` creates in tenant default; they log in with the example password.
 EXAMPLE_APPROVERS = ("alice", "bob", "carol")
@@ -87,9 +89,10 @@ def _env() -> dict[str, str]:
 
 
 def run_example_key(item: dict[str, Any]) -> str:
-    """The input field that names an example run: the order id, the vendor or the purchase order."""
+    """The input field that names an example run: the order id, the vendor, the purchase order or the
+    contract."""
     data = item.get("input") or {}
-    return str(data.get("order_id") or data.get("vendor") or data.get("po") or "")
+    return str(data.get("order_id") or data.get("vendor") or data.get("po") or data.get("contract") or "")
 
 
 @dataclass

@@ -187,3 +187,50 @@ def test_a_success_carrying_another_attempts_result_is_a_stale_result_accepted()
         scheduled, ok("charge", 2, task_id="run1/charge/2", output={"id": "charge_1", "attempt": 2})
     )
     assert flags(checker._effects, own, by_id) == {}
+
+
+def _shape(step: str = "fulfil") -> list[tuple[str, dict[str, Any]]]:
+    lanes = [f"{step}.a", f"{step}.b"]
+    opened = {"step": step, "lanes": lanes, "join": "all", "need": 2, "tolerant": []}
+    return [
+        ("ParallelStarted", opened),
+        *(("LaneStarted", {"step": step, "lane": lane, "index": i}) for i, lane in enumerate(lanes)),
+        *(
+            (
+                "LaneFinished",
+                {"step": step, "lane": lane, "outcome": "succeeded", "output": None, "error": None},
+            )
+            for lane in lanes
+        ),
+    ]
+
+
+def _join(step: str = "fulfil") -> tuple[str, dict[str, Any]]:
+    return (
+        "JoinDecided",
+        {"step": step, "outcome": "succeeded", "reason": "all", "cancelling": [], "error": None},
+    )
+
+
+def _joined(step: str = "fulfil") -> tuple[str, dict[str, Any]]:
+    return ("StepJoined", {"step": step, "output": {}, "succeeded": 2, "failed": 0, "cancelled": 0})
+
+
+def test_a_join_decided_or_ended_twice_is_flagged_and_a_loop_is_not() -> None:
+    """One visit joins once; a second JoinDecided, a second end or an end before the join is flagged,
+    while the same step visited again (a loop) joins once more without a flag."""
+    once = history(*_shape(), _join(), _joined(), *_shape(), _join(), _joined())
+    assert flags(checker._joins, once) == {}
+    twice = history(*_shape(), _join(), _join(), _joined(), _joined())
+    assert flags(checker._joins, twice) == {"joins_repeated": 3}
+    early = history(*_shape(), _joined())
+    assert flags(checker._joins, early) == {"joins_repeated": 1}
+
+
+def test_a_lane_finishing_twice_in_one_visit_is_flagged() -> None:
+    """A branch that finishes twice (its effect would be reported twice) is a repeated join input."""
+    lane = (
+        "LaneFinished",
+        {"step": "fulfil", "lane": "fulfil.a", "outcome": "succeeded", "output": None, "error": None},
+    )
+    assert flags(checker._joins, history(*_shape(), lane, _join(), _joined())) == {"joins_repeated": 1}

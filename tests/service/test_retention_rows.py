@@ -3,7 +3,8 @@
 add it here. A run that used every feature (an activity with sealed input and output, a durable timer,
 an approval with links, a decision and its notification, a released hold, its data key) plus task rows
 the core no longer refers to (ready, leased, dead) is purged by the retention pass, another by an
-operator; afterwards no table but the tombstones and the audit log holds a row of either."""
+operator; afterwards no table but the tombstones and the audit log holds a row of either. (Its last step
+runs a child run, so the outbox between a parent and its child is covered too.)"""
 
 from __future__ import annotations
 
@@ -47,8 +48,10 @@ EVERYTHING: dict[str, Any] = {
                 "details": "Charge card ${input.card}",
             },
         },
+        {"id": "sub", "run": {"definition": "quick"}},
     ],
 }
+QUICK: dict[str, Any] = {"name": "quick", "steps": [{"id": "done", "succeed": True}]}
 
 
 @pytest.fixture
@@ -58,6 +61,7 @@ def sealed(store: Store, clock: FakeClock, tmp_path: Path) -> Service:
     svc = Service(store, clock=clock, keys=create_key_file(tmp_path / "lockstep.key"))
     svc.principals.create_tenant("acme")
     svc.principals.create_user("acme", "alice", ["approver"], [])
+    svc.publish("acme", QUICK)
     svc.publish("acme", EVERYTHING)
     svc.principals.set_tenant("acme", retention=7 * 86400, actor="ops")
     return svc
@@ -125,6 +129,8 @@ def run_everything(svc: Service, clock: FakeClock, card: str) -> str:
     svc.approvals.mint("acme", run_id, "approve", "alice")  # a second link, never used
     token = svc.approvals.mint("acme", run_id, "approve", "alice").token
     svc.approvals.decide(Principal("acme", "alice", ("approver",), ()), token, "approve")
+    svc.run_children()  # the child starts (and completes at once)
+    svc.run_children()  # its end reaches the parent
     assert svc.show("acme", run_id).status == "completed"
     svc.retention.hold_run("acme", run_id, "case 12", "ops")
     svc.retention.release_run("acme", run_id, "case 12 closed", "ops")
@@ -170,7 +176,10 @@ def test_a_purge_deletes_every_row_of_a_run_in_every_table(sealed: Service, cloc
     clock.advance(days=8)
     while sealed.retention.purge.run_pass().more:
         pass
-    assert {t.run_id: t.state for t in sealed.retention.tombstones()} == dict.fromkeys(runs, "purged")
+    states = {t.run_id: t.state for t in sealed.retention.tombstones()}
+    assert states == {**dict.fromkeys(runs, "purged"), **states}  # each child run is purged too
+    assert len(states) == 4
+    assert set(states.values()) == {"purged"}
     for run_id in runs:
         left = rows_of_run(raw, schema, run_id, keys[run_id])
         assert set(left) <= KEPT, {t: n for t, n in left.items() if t not in KEPT}

@@ -193,3 +193,43 @@ def test_timers_cost_six_statements_a_run_to_arm_and_five_to_fire(traced):
     fired, counts = step(svc, trace, svc.fire_due_timers)
     assert fired == 5
     check(counts, 5 + 5 * 5, triggers=10)
+
+
+FAN = {
+    "name": "fan",
+    "steps": [
+        {
+            "id": "fan",
+            "parallel": {
+                "branches": {
+                    f"b{i}": [{"id": f"s{i}", "activity": "noop", "timeout": "30s"}] for i in (1, 2, 3)
+                }
+            },
+        }
+    ],
+}
+
+
+def test_a_claim_of_the_three_branches_of_a_run_is_one_transition_of_it(traced):
+    """The tasks of one run leased by one claim share one transition of that run: the run and the
+    tasks read once, three events, one run update, three task updates: four statements more than one
+    task's claim (two events and two task updates), not three claims' worth."""
+    svc, trace, _clock = traced
+    svc.publish("default", FAN)
+    svc.claim("w", ["noop"], limit=10, lease_ttl=TTL)  # the warm-up run's first task
+    svc.start("default", "fan", input={})
+    leases, counts = step(svc, trace, lambda: svc.claim("w", ["noop"], limit=10, lease_ttl=TTL))
+    assert len(leases) == 3
+    assert len({x.run_id for x in leases}) == 1
+    check(counts, 16, triggers=1)
+
+
+def test_a_start_next_to_a_worker_leases_every_branch_in_the_same_transaction(traced):
+    """Eager dispatch of a parallel step's first attempts: all three, as far as the worker has room."""
+    svc, trace, _clock = traced
+    svc.publish("default", FAN)
+    local = LocalWorker()
+    svc.local_workers.append(local)
+    _run, counts = step(svc, trace, lambda: svc.start("default", "fan", input={}))
+    assert sorted(x.step for x in local.got) == ["fan.b1.s1", "fan.b2.s2", "fan.b3.s3"]
+    assert counts["COMMIT"] == 1

@@ -127,3 +127,33 @@ def test_spans_emitted_command_by_command_are_the_historys(scenario: str) -> Non
     finally:
         golden.Recorder.send = original
     assert live == history_spans(recorder.events)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["parallel_branches_compensated.json", "for_each_with_concurrency.json", "parallel_any_with_cancel.json"],
+)
+def test_branches_and_items_are_spans_under_their_shape_steps_span(name: str) -> None:
+    """A branch or an item is a span under its parallel or for-each step's span; a step inside it is
+    that lane's child, and every attempt of every lane is a span (several were in flight at once)."""
+    events = _golden(name)
+    spans = history_spans(events)
+    by_id = {s.span_id: s for s in spans}
+    lanes = [s for s in spans if s.kind == "lane"]
+    assert lanes
+    for lane in lanes:
+        parent = by_id[lane.parent_id]
+        assert parent.kind == "step"
+        assert parent.attributes["lockstep.step"] == lane.attributes["lockstep.step"]
+    for s in spans:
+        if s.kind == "step" and "lockstep.lane" in s.attributes:
+            parent = by_id[s.parent_id]
+            assert parent.kind == "lane"
+            assert parent.attributes["lockstep.lane"] == s.attributes["lockstep.lane"]
+    leased = {(e.data.task_id, e.data.fencing) for e in events if e.type == "ActivityStarted"}
+    attempted = {
+        (s.attributes["lockstep.task_id"], s.attributes["lockstep.fencing"])
+        for s in spans
+        if s.kind == "attempt"
+    }
+    assert attempted == leased

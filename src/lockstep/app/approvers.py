@@ -30,7 +30,7 @@ def approval_notes(tx: PrincipalsTx, tenant: str, d: Definition, events: list[Ev
     accounts = tx.users(tenant)
     notes: dict[str, tuple[str, ...]] = {}
     for r in asked:
-        step = d.step(r.step) if r.step in d.index else None  # a migration requests under its target
+        step = d.step(r.step) if d.has_step(r.step) else None  # a migration requests under its target
         if isinstance(step, ApprovalStep):
             found = approver_warnings(tenant, step, accounts, r.initiator)
             if found:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from ..core.canonical import JSONValue
 from ..core.definition import ApprovalStep, DefinitionError, Limits, parse_definition
 from ..core.exprcheck import ExprLimits, expression_limits, publish_limits
+from ..core.limits import tenant_limit
 from ..core.timeutil import iso
 from ..errors import Conflict, InvalidInput, NotFound
 from ..store import ConcurrencyError, DefinitionRow, PublishTx
@@ -44,6 +45,14 @@ class Definitions:
             accounts = tx.users(tenant) if _approves(document) else []
         if row is not None and "max_steps" in row.settings:
             limits = replace(limits, max_steps=int(row.settings["max_steps"]))
+        if row is not None:  # the shape limits (parallel and for-each steps) are the tenant's too
+            limits = replace(
+                limits,
+                max_branch_depth=tenant_limit(row.settings, "max_branch_depth"),
+                max_items=tenant_limit(row.settings, "max_items"),
+                max_expanded_steps=tenant_limit(row.settings, "max_expanded_steps"),
+                max_active_attempts=tenant_limit(row.settings, "max_active_attempts"),
+            )
         if row is not None:  # expression costs are bounded on this tenant's data bounds
             limits = replace(limits, expressions=expression_limits(limits.expressions, row.settings))
         try:

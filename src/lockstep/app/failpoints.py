@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, replace
 
 from ..core.commands import ReportFailure, ReportSuccess
+from ..core.lanes import attempts
 from ..core.state import RunState
 
 __all__ = ["ENV", "LOG_ENV", "SPEC_ERROR", "active_spec", "enabled", "hit", "parse", "without_fencing"]
@@ -151,7 +152,7 @@ def without_fencing(state: RunState, command: ReportSuccess | ReportFailure) -> 
     """The deliberately broken build of switch unsafe.no_fencing: the report applies to whatever attempt
     is current, as an engine without fencing tokens would. Only the fault suite uses it, to prove its
     checker catches what fencing prevents."""
-    active = state.active
+    active = state.active or next((a for a in attempts(state) if a.fencing is not None), None)
     if active is None or active.fencing is None:
         return command
     return replace(command, task_id=active.task_id, attempt=active.attempt, fencing=active.fencing)

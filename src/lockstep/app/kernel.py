@@ -26,7 +26,7 @@ from ..core.effects import effects_of
 from ..core.events import Event
 from ..core.evolve import evolve
 from ..core.exprcheck import STORED_EXPR_LIMITS
-from ..core.limits import DEFAULT_SERVER_LIMITS, SERVER_LIMITS, ServerLimits, Settings
+from ..core.limits import DEFAULT_SERVER_LIMITS, SERVER_LIMITS, TENANT_LIMITS, ServerLimits, Settings
 from ..core.pointer import parse_pointer
 from ..core.sealed import SEALED, contains_marker, label_of, maybe_sealed, pointer_get, pointer_set
 from ..core.sensitive import batch_pointers
@@ -61,6 +61,10 @@ STORED = Limits(
     max_sensitive_pointers=SERVER_LIMITS["max_sensitive_pointers"].ceiling,
     max_pointer_length=SERVER_LIMITS["max_pointer_length"].ceiling,
     publish_checks=False,
+    max_branch_depth=TENANT_LIMITS["max_branch_depth"].ceiling,
+    max_items=TENANT_LIMITS["max_items"].ceiling,
+    max_expanded_steps=10**9,
+    max_active_attempts=10**9,
 )
 
 
@@ -238,12 +242,13 @@ class Kernel:
         now: datetime,
         definition: Definition,
         request_digest: str | None = None,
-        then: Callable[[RunState, list[Event]], Command | None] | None = None,
+        then: Callable[[RunState, list[Event]], Command | Sequence[Command] | None] | None = None,
         lease_until: datetime | None = None,
     ) -> tuple[RunState | None, list[Event]]:
-        """Decide `command`, and `then` the follow-up it returns (if any) on the resulting state, and
-        append all their events with one run update: the transition and, e.g., the eager claim of the
-        attempt it scheduled. A follow-up the core refuses is simply not applied."""
+        """Decide `command`, and `then` the follow-ups it returns (if any) on the resulting state, and
+        append all their events with one run update: the transition and, e.g., the eager claims of the
+        attempts it scheduled (the branches of a parallel step: several). A follow-up the core refuses
+        is simply not applied."""
         before = loaded.state if loaded else None
         if (
             before is not None
@@ -263,9 +268,9 @@ class Kernel:
         if after is None:  # pragma: no cover - events always create or keep a state
             raise RuntimeError("decide produced events but no state")
         follow = then(after, events) if then is not None else None
-        if follow is not None:
+        for next_command in [follow] if isinstance(follow, Command) else (follow or ()):
             try:
-                more = self._decide(tx, after, follow, now, definition, limit)
+                more = self._decide(tx, after, next_command, now, definition, limit)
             except Rejected:
                 more = []
             for e in more:
@@ -280,7 +285,7 @@ class Kernel:
             loaded,
             stored,
             written,
-            effects_of(written),
+            effects_of(written, child=after.parent is not None),
             now_ms=epoch_ms(now),
             request_digest=request_digest,
             lease_until_ms=epoch_ms(lease_until) if lease_until is not None else None,

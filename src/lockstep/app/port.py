@@ -85,7 +85,7 @@ class KernelPort(Protocol[TxT_co]):
         now: datetime,
         definition: Definition,
         request_digest: str | None = None,
-        then: Callable[[RunState, list[Event]], Command | None] | None = None,
+        then: Callable[[RunState, list[Event]], Command | Sequence[Command] | None] | None = None,
         lease_until: datetime | None = None,
     ) -> tuple[RunState | None, list[Event]]: ...
     def command(

@@ -9,6 +9,7 @@ run."""
 from __future__ import annotations
 
 from ..core.canonical import JSONValue
+from ..core.lanes import approval_at
 from ..core.sealed import READ_GRANT, map_markers, marker_parts
 from ..core.state import RunState
 from ..errors import Forbidden, LockstepError, NotFound
@@ -91,7 +92,7 @@ class Reveal:
         except LockstepError as exc:
             self._audit(principal, run_id, "refused", channel=channel, what="approval", code=exc.code)
             raise
-        request = self.kernel.state(principal.tenant, run_id).approval
+        request = approval_at(self.kernel.state(principal.tenant, run_id), step)
         details = request.get("details") if request is not None else None
         labels = _labels(details)
         if not labels or not isinstance(shown.approval, dict):  # nothing sealed, or not pending

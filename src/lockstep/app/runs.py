@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from ..core.canonical import JSONValue, canonical_json, digest
+from ..core.canonical import JSONObject, JSONValue, canonical_json, digest
 from ..core.commands import CancelRun, Rejected, RetryStep, StartRun
 from ..core.events import chain_hash
 from ..core.evolve import fold
 from ..core.explain import explain
+from ..core.lanes import attentions
 from ..core.sealed import FORGOTTEN, SENSITIVE, map_markers, redaction
 from ..core.shape import Shape, for_view
 from ..core.state import RunState
@@ -25,9 +26,12 @@ from .quotas import admit, check_input, check_value
 from .tracing import SpanRef, TraceSink, new_trace
 from .views import (
     CancelResult,
+    ChildRef,
     DeadLetter,
     DefinitionRef,
     EventView,
+    LaneView,
+    ParentRef,
     RetryResult,
     RunStatus,
     RunView,
@@ -182,7 +186,10 @@ class Runs:
         shape: Shape,
         eager: Eager | None = None,
         parent: SpanRef | None = None,
+        run_id: str | None = None,
+        parent_run: JSONObject | None = None,
     ) -> str:
+        """`run_id` and `parent_run` ({run_id, step, depth}): a child run's, which its parent chose."""
         tenant_row = tx.tenant(tenant)  # read fresh, once: it bounds the input and admits the start
         settings = check_input(tenant_row, tenant, shape)
         row = tx.definition(tenant, name, version)
@@ -196,7 +203,7 @@ class Runs:
             )
         d = self.kernel.definition_for(tx, tenant, name, row.version)
         admit(tx, tenant_row, tenant, epoch_ms(now))
-        run_id = new_run_id(now)
+        run_id = run_id or new_run_id(now)
         max_run = settings.get("max_run_seconds")
         trace, trace_parent = self._trace(parent)
         cmd = StartRun(
@@ -209,6 +216,7 @@ class Runs:
             int(float(max_run) * 1000) if max_run else None,
             trace=trace,
             trace_parent=trace_parent,
+            parent=parent_run,
         )
         if eager is None:
             self.kernel.apply(tx, None, cmd, now, d, request_digest=request)
@@ -226,6 +234,40 @@ class Runs:
         if after is not None:
             eager.leased(tx, now, after, events)
         return run_id
+
+    def start_child(
+        self,
+        tx: StartTx,
+        now: datetime,
+        tenant: str,
+        name: str,
+        version: int | None,
+        payload: JSONValue,
+        key: str,
+        run_id: str,
+        parent_run: JSONObject,
+        parent_span: SpanRef | None,
+    ) -> str:
+        """Start a child run inside the caller's transaction (the children pass): the parent's tenant,
+        a definition of that tenant only, the same checks and limits as any start."""
+        shape = self.kernel.check_value(tenant, payload, "max_input_bytes", "the child run's input", "input")
+        request = _json_digest({"definition": name, "version": version, "input": payload}, "the input")
+        return self._start_in(
+            tx,
+            now,
+            tenant,
+            name,
+            version,
+            payload,
+            key,
+            None,
+            request,
+            shape,
+            None,
+            parent_span,
+            run_id=run_id,
+            parent_run=parent_run,
+        )
 
     def _trace(self, parent: SpanRef | None) -> tuple[str | None, str | None]:
         """The trace context a start records: none when this process does not trace and the caller
@@ -308,6 +350,8 @@ class Runs:
                 duration_seconds=StepView.duration_of(st, now),
                 compensation=for_view(st.compensation),
             )
+        lanes = {lid: LaneView.of(lid, ln) for lid, ln in sorted(s.lanes.items())}
+        waiting = attentions(s)
         return RunView(
             run_id=s.run_id,
             tenant=s.tenant,
@@ -324,20 +368,34 @@ class Runs:
             output=for_view(s.output),
             error=for_view(s.error),
             steps=steps,
+            lanes=lanes,
+            parent=ParentRef.model_validate(s.parent) if s.parent else None,
+            children={
+                k: ChildRef(
+                    child_run_id=c["child_run_id"],
+                    definition=c["definition"],
+                    version=c["version"],
+                    requested_at=c["at"],
+                    cancel=c.get("cancel"),
+                )
+                for k, c in sorted(s.children.items())
+            },
             started_at=s.started_at,
             updated_at=s.updated_at,
             finished_at=s.finished_at,
             cancel=cast(CancelInfo | None, s.cancel),
-            attention=cast(Attention | None, s.attention),
+            attention=cast(Attention | None, waiting[0] if waiting else None),
             seq=s.seq,
             start_key=s.start_key,
             ignored_results=s.ignored_results,
         )
 
-    def _step_rank(self, s: RunState, step_id: str) -> int:
-        """Steps are shown in definition order (snapshots store them keyed, hence unordered)."""
+    def _step_rank(self, s: RunState, key: str) -> tuple[int, int, str]:
+        """Steps are shown in definition order (snapshots store them keyed, hence unordered); those in a
+        parallel or for-each step right after it, by key."""
         d = self.kernel.definition(s.tenant, s.definition["name"], s.definition["version"])
-        return d.index.get(step_id, len(d.index))
+        top = key.split(".", 1)[0].split("[", 1)[0]
+        return d.index.get(top, len(d.index)), int(top != key), key
 
     def events(self, tenant: str | None, run_id: str, opener: Any = None) -> list[EventView]:
         """The run's history as stored, sealed values redacted; `opener` (reveal.py's) opens them."""

@@ -7,6 +7,7 @@ Each call is the feature service's own bound method, so its signature and docstr
     definitions.py  publish, look up                 runs.py     start, cancel, retry, show, list, verify
     work.py         claims, eager dispatch, leases   reports.py  workers' results (+ the next leases)
     sweeps.py       timers, lease expiry, dead letters, scheduler partitions
+    children.py     the outbox between a `run` step and its child run (the scheduler's pass)
     principals/     tenants, users, keys, sessions   approvals/  links, decisions, inboxes
     repair.py       operator repair, migrations      quotas.py   tenant limits (values, starts)
     retention.py    legal holds, status, tombstones  purge.py    the purge pass (scheduler)
@@ -29,6 +30,7 @@ from ..store import Store
 from .approvals import Approvals
 from .approvers import approval_notes
 from .audit import Audit
+from .children import Children
 from .definitions import Definitions
 from .kernel import Kernel, utcnow
 from .keys import KeyProvider, KeyRing, Keys
@@ -73,6 +75,7 @@ class Service:
         reports = Reports(kernel, work)
         sweeps = Sweeps(kernel, unserved_after)
         runs = Runs(kernel, work)
+        children = Children(kernel, runs)
         # Tracing (app/tracing), when configured: spans from every committed transition, a trace per start.
         self.tracing = tracing
         if tracing is not None:
@@ -149,3 +152,4 @@ class Service:
         self.maintain = sweeps.maintain
         self.rewrap_keys = self.keys.rewrap
         self.fire_due_schedules = Firing(kernel, runs, self.schedules.seal).fire_due
+        self.run_children = children.run_children

@@ -105,58 +105,62 @@ class Eager:
         now: datetime,
         after: RunState,
         events: list[Event],
-    ) -> ClaimTask | None:
+    ) -> list[ClaimTask]:
+        """The claims of the attempts `events` scheduled that this worker runs, as many as it has room
+        for (the branches of a parallel step are scheduled together)."""
         if self.room <= 0:
-            return None
+            return []
         if kernel.settings_of(after.tenant, tx).get("activity_concurrency") is not None:
-            return None
+            return []
         if (
             self.versions is not None
             and f"{after.definition['name']}:{after.definition['version']}" not in self.versions
         ):
-            return None
+            return []
+        out: list[ClaimTask] = []
         for e in events:
             d = e.data
             if (
                 isinstance(d, ActivityScheduled | CompensationScheduled)
                 and d.activity in self.activities
                 and (d.queue or "default") == self.queue
+                and len(out) < self.room
             ):
-                return ClaimTask(d.task_id, self.worker, iso(now + timedelta(milliseconds=d.timeout_ms)))
-        return None
+                deadline = iso(now + timedelta(milliseconds=d.timeout_ms))
+                out.append(ClaimTask(d.task_id, self.worker, deadline))
+        return out
 
     def leased(self, tx: object, now: datetime, after: RunState, events: list[Event]) -> None:
         started = [
             e.data for e in events if isinstance(e.data, ActivityStarted) and e.data.worker == self.worker
         ]
-        if not started:
-            return
-        st = started[-1]
-        sched = next(
-            d
-            for e in events
-            if isinstance(d := e.data, ActivityScheduled | CompensationScheduled) and d.task_id == st.task_id
-        )
-        self.room -= 1
-        self.leases.append(
-            TaskLease(
-                st.task_id,
-                after.tenant,
-                after.run_id,
-                st.step,
-                st.attempt,
-                "compensation" if st.compensation else "action",
-                sched.activity,
-                sched.input,
-                sched.idempotency_key,
-                after.definition["name"],
-                int(after.definition["version"]),
-                sched.delivery,
-                st.fencing,
-                parse_iso(st.deadline),
-                attempt_traceparent(after, st.task_id, st.fencing),
+        scheduled = {
+            d.task_id: d for e in events if isinstance(d := e.data, ActivityScheduled | CompensationScheduled)
+        }
+        for st in started:
+            sched = scheduled.get(st.task_id)
+            if sched is None:  # pragma: no cover - an eager claim is of an attempt scheduled with it
+                continue
+            self.room -= 1
+            self.leases.append(
+                TaskLease(
+                    st.task_id,
+                    after.tenant,
+                    after.run_id,
+                    st.step,
+                    st.attempt,
+                    "compensation" if st.compensation else "action",
+                    sched.activity,
+                    sched.input,
+                    sched.idempotency_key,
+                    after.definition["name"],
+                    int(after.definition["version"]),
+                    sched.delivery,
+                    st.fencing,
+                    parse_iso(st.deadline),
+                    attempt_traceparent(after, st.task_id, st.fencing),
+                )
             )
-        )
 
 
 class Work:
@@ -175,7 +179,10 @@ class Work:
             room = w.free_slots()
             if room > 0:
                 versions = set(w.versions) if w.versions else None
-                return Eager(w.worker_id, frozenset(w.activities), w.queue, versions, w.lease_ttl, 1, owner=w)
+                # Room for each attempt the start schedules (a parallel step's branches: several).
+                return Eager(
+                    w.worker_id, frozenset(w.activities), w.queue, versions, w.lease_ttl, room, owner=w
+                )
         return None
 
     def claim(
@@ -290,6 +297,9 @@ class Work:
         one-at-a-time path that tells the two apart."""
         tasks = tx.tasks([i for i in task_ids if run_of_task(i) in loaded])
         out: list[TaskLease] = []
+        # Tasks of one run (the branches of a parallel step, items of a for-each) are claimed in one
+        # transition of that run: one append, one snapshot write.
+        per_run: dict[str, list[TaskRow]] = {}
         for task_id in task_ids:
             run_id = run_of_task(task_id)
             t = tasks.get(task_id)
@@ -297,13 +307,13 @@ class Work:
                 if run_id not in loaded:
                     alone.append(task_id)
                 continue
-            if t.status != "ready":
-                continue  # taken or closed before we locked its run
-            # A preloaded run is used once: a second task of it must see the first claim.
+            if t.status == "ready":  # else taken or closed before we locked its run
+                per_run.setdefault(run_id, []).append(t)
+        for run_id, rows in per_run.items():
+            # A preloaded run is used once: a later claim of it must see this one's.
             run = loaded.pop(run_id, None) or tx.load_run(run_id)
-            lease = self._claim_loaded(tx, t, run, worker, now, lease_ttl) if run else None
-            if lease is not None:
-                out.append(lease)
+            if run is not None:
+                out.extend(self._claim_loaded(tx, rows, run, worker, now, lease_ttl))
         return out
 
     def _claim_one(
@@ -321,34 +331,54 @@ class Work:
         if loaded is None:
             tx.close_task(task_id, "stale")
             return None
-        return self._claim_loaded(tx, t, loaded, worker, now, lease_ttl)
+        leases = self._claim_loaded(tx, [t], loaded, worker, now, lease_ttl)
+        return leases[0] if leases else None
 
     def _claim_loaded(
-        self, tx: TaskTx, t: TaskRow, loaded: LoadedRun, worker: str, now: datetime, lease_ttl: timedelta
-    ) -> TaskLease | None:
-        deadline = now + timedelta(milliseconds=t.timeout_ms)
+        self,
+        tx: TaskTx,
+        rows: list[TaskRow],
+        loaded: LoadedRun,
+        worker: str,
+        now: datetime,
+        lease_ttl: timedelta,
+    ) -> list[TaskLease]:
+        """Claim tasks of one run in one transition (the first claim, the others as its follow-ups); a
+        task the core refuses (no longer wanted, already taken) is closed as stale."""
+        t = rows[0]
+        claims = [ClaimTask(r.task_id, worker, iso(now + timedelta(milliseconds=r.timeout_ms))) for r in rows]
         try:
             d = self.kernel.definition_for(tx, t.tenant, t.definition, t.version)
-            claim = ClaimTask(t.task_id, worker, iso(deadline))
-            after, events = self.kernel.apply(tx, loaded, claim, now, d, lease_until=now + lease_ttl)
+            after, events = self.kernel.apply(
+                tx, loaded, claims[0], now, d, then=lambda _s, _e: claims[1:], lease_until=now + lease_ttl
+            )
         except Rejected:
             tx.close_task(t.task_id, "stale")
-            return None
-        fencing = next(e.data.fencing for e in events if isinstance(e.data, ActivityStarted))
-        return TaskLease(
-            t.task_id,
-            t.tenant,
-            t.run_id,
-            t.step,
-            t.attempt,
-            t.kind,
-            t.activity,
-            self.kernel.opened(tx, t.tenant, t.run_id, t.input) if t.sealed else t.input,
-            t.idempotency_key,
-            t.definition,
-            t.version,
-            t.delivery,
-            fencing,
-            deadline,
-            attempt_traceparent(after or loaded.state, t.task_id, fencing),
-        )
+            # Nothing was appended (the core refused the first claim): the others on the same run as loaded.
+            return self._claim_loaded(tx, rows[1:], loaded, worker, now, lease_ttl) if rows[1:] else []
+        fencing = {e.data.task_id: e.data.fencing for e in events if isinstance(e.data, ActivityStarted)}
+        out = []
+        for r in rows:
+            if r.task_id not in fencing:
+                tx.close_task(r.task_id, "stale")
+                continue
+            out.append(
+                TaskLease(
+                    r.task_id,
+                    r.tenant,
+                    r.run_id,
+                    r.step,
+                    r.attempt,
+                    r.kind,
+                    r.activity,
+                    self.kernel.opened(tx, r.tenant, r.run_id, r.input) if r.sealed else r.input,
+                    r.idempotency_key,
+                    r.definition,
+                    r.version,
+                    r.delivery,
+                    fencing[r.task_id],
+                    now + timedelta(milliseconds=r.timeout_ms),
+                    attempt_traceparent(after or loaded.state, r.task_id, fencing[r.task_id]),
+                )
+            )
+        return out

@@ -69,6 +69,10 @@ def print_run(s: RunView) -> None:
     )
     if s.current_step:
         out.print(f"current step: {s.current_step}")
+    if s.parent is not None:
+        out.print(f"child of run {s.parent.run_id} (its step {s.parent.step})")
+    for key, child in s.children.items():
+        out.print(f"step {key} waits for child run {child.child_run_id} ({child.definition})")
     if s.wait_reason:
         out.print(f"[bold]why:[/bold]  {escape(s.wait_reason or '')}", markup=True)
         out.print(f"[bold]next:[/bold] {escape(s.next_action or '')}", markup=True)
@@ -102,3 +106,11 @@ def print_run(s: RunView) -> None:
             detail,
         )
     out.print(t)
+    if s.lanes:  # the branches and items of its parallel and for-each steps
+        lanes = Table("lane", "of step", "status", "at step", "detail")
+        for lid, ln in s.lanes.items():
+            what = f"{ln.kind} {ln.name}"
+            lanes.add_row(
+                lid, ln.step, ln.status, ln.current_step or "", _error(ln.error) if ln.error else what
+            )
+        out.print(lanes)

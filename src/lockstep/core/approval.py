@@ -11,7 +11,6 @@ from .canonical import JSONObject
 from .commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
 from .definition import ApprovalStep
 from .events import (
-    ApprovalCancelled,
     ApprovalDecisionRecorded,
     ApprovalGranted,
     ApprovalLinkIssued,
@@ -20,7 +19,9 @@ from .events import (
     ApprovalTimedOut,
     ApproverReplaced,
 )
-from .flow import Tx, advance_after, cancel_timers, enter, fail
+from .flow import Tx, advance_after, cancel_timers, enter, fail, winding_down
+from .lanes import approval_by_request, approval_of
+from .paths import lane_of, qualify
 
 __all__ = [
     "decide_approval",
@@ -28,17 +29,17 @@ __all__ = [
     "issue_link",
     "on_approval_timeout",
     "replace_approver",
-    "settle_cancel",
 ]
 
 
 def _pending(tx: Tx, request_id: str) -> JSONObject:
-    a = tx.s.approval
+    """The pending request `request_id` (a run may wait for several, one per branch)."""
+    a = approval_by_request(tx.s, request_id)
     if tx.s.terminal:
         raise Rejected(
             "not_waiting", f"the run is already {tx.s.status}; approval request {request_id} is closed"
         )
-    if a is None or a["request_id"] != request_id:
+    if a is None:
         raise Rejected(
             "not_waiting",
             f"the run is no longer waiting for approval request {request_id} "
@@ -46,6 +47,8 @@ def _pending(tx: Tx, request_id: str) -> JSONObject:
         )
     if tx.s.cancel is not None:
         raise Rejected("not_waiting", "the run is being cancelled; approvals are closed")
+    if winding_down(tx.s, lane_of(a["step"])):  # pragma: no cover - a cancelled lane closes its requests
+        raise Rejected("not_waiting", "this branch is being cancelled; its approval is closed")
     return a
 
 
@@ -87,7 +90,7 @@ def decide_approval(tx: Tx, c: DecideApproval) -> None:
             link_id=c.link_id,
         )
     )
-    decisions = (tx.s.approval or {}).get("decisions", [])
+    decisions = (approval_by_request(tx.s, c.request_id) or {}).get("decisions", [])
     approvals = [d["approver"] for d in decisions if d["decision"] == "approve"]
     rejections = [d["approver"] for d in decisions if d["decision"] == "reject"]
     policy = a["policy"]
@@ -113,16 +116,17 @@ def _close_timer(tx: Tx, step: str, reason: str) -> None:
 
 
 def _after_reject(tx: Tx, step: str, policy: JSONObject, why: str) -> None:
-    target = policy["on_reject"]
+    target, lane = policy["on_reject"], lane_of(step)
     if target == "fail":
-        fail(tx, {"code": "ApprovalRejected", "message": f"approval step {step} was {why}", "step": step})
+        error = {"code": "ApprovalRejected", "message": f"approval step {step} was {why}", "step": step}
+        fail(tx, error, lane)
     else:
-        enter(tx, None if target == "end" else target)
+        enter(tx, None if target == "end" else qualify(lane, target), lane)
 
 
 def on_approval_timeout(tx: Tx, step_id: str) -> None:
     """The approval timer fired (already recorded as TimerFired): apply `on_timeout`."""
-    a = tx.s.approval
+    a = approval_of(tx.s, lane_of(step_id))
     if a is None:  # pragma: no cover - the timer would have been cancelled with the request
         raise Rejected("stale_timer", "no approval request is pending")
     step = tx.d.step(step_id)
@@ -140,9 +144,11 @@ def on_approval_timeout(tx: Tx, step_id: str) -> None:
                 "message": f"approval step {step_id} expired at {a['expires_at']}",
                 "step": step_id,
             },
+            lane_of(step_id),
         )
     else:
-        enter(tx, None if policy["on_timeout"] == "end" else policy["on_timeout"])
+        target, lane = policy["on_timeout"], lane_of(step_id)
+        enter(tx, None if target == "end" else qualify(lane, target), lane)
 
 
 def issue_link(tx: Tx, c: IssueApprovalLink) -> None:
@@ -241,10 +247,3 @@ def revoke_link(tx: Tx, c: RevokeApprovalLink) -> None:
             actor=c.actor,
         )
     )
-
-
-def settle_cancel(tx: Tx) -> None:
-    """On cancellation: close a pending approval request (its links are revoked with it)."""
-    a = tx.s.approval
-    if a is not None:
-        tx.emit(ApprovalCancelled(step=a["step"], request_id=a["request_id"], reason="run cancelled"))

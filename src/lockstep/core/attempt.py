@@ -16,7 +16,18 @@ from .events import (
     NeedsAttention,
     ResultIgnored,
 )
-from .flow import Tx, advance_after, begin_cancel, fail, next_compensation, queued_attempt, timer
+from .flow import (
+    Tx,
+    advance_after,
+    fail,
+    next_compensation,
+    queued_attempt,
+    settle,
+    timer,
+    winding_down,
+)
+from .lanes import attempt_of_task, step_of_task
+from .paths import lane_of
 from .state import Attempt, RunState
 
 __all__ = ["claim", "expire_lease", "report"]
@@ -38,10 +49,10 @@ def claim(tx: Tx, c: ClaimTask) -> None:
 
 
 def _stale_reason(s: RunState, task: str, attempt: int, fencing: int) -> str | None:
-    a = s.active
+    a = attempt_of_task(s, task)
     if s.terminal:
         return f"the run is already {s.status}"
-    if a is None or a.task_id != task:
+    if a is None:
         return f"task {task} is not the run's current attempt"
     if a.attempt != attempt:
         return f"attempt {attempt} is not the current attempt {a.attempt}"
@@ -74,12 +85,7 @@ def report(tx: Tx, c: ReportSuccess | ReportFailure) -> None:
             else {"outcome": "failed", "code": c.code, "message": c.message}
         )
         _bound_ignored(tx, c.task_id, stale)
-        parts = c.task_id.split("/")
-        step = (
-            tx.s.active.step
-            if tx.s.active and tx.s.active.task_id == c.task_id
-            else (parts[1] if len(parts) == 3 and parts[0] == tx.s.run_id else "?")
-        )
+        step = step_of_task(c.task_id, tx.s.run_id) or "?"
         tx.emit(
             ResultIgnored(
                 step=step,
@@ -91,7 +97,7 @@ def report(tx: Tx, c: ReportSuccess | ReportFailure) -> None:
             )
         )
         return
-    a = tx.s.active
+    a = attempt_of_task(tx.s, c.task_id)
     if a is None:  # pragma: no cover - _stale_reason returned None, so there is an active attempt
         raise Rejected("corrupt", "no active attempt")
     comp = a.kind == "compensation"
@@ -119,8 +125,8 @@ def report(tx: Tx, c: ReportSuccess | ReportFailure) -> None:
 def _after_success(tx: Tx, a: Attempt) -> None:
     if a.kind == "compensation":
         next_compensation(tx)
-    elif tx.s.cancel is not None:
-        begin_cancel(tx)
+    elif winding_down(tx.s, lane_of(a.step)):
+        settle(tx)  # the run, or the lane it ran in, is being cancelled: the result was all it waited for
     else:
         advance_after(tx, a.step)
 
@@ -141,7 +147,7 @@ def _after_failure(
     timer, escalate, or fail the step."""
     policy = _policy(tx, a)
     comp = a.kind == "compensation"
-    cancelling = tx.s.cancel is not None and not comp
+    cancelling = winding_down(tx.s, lane_of(a.step)) and not comp
     will_retry = (
         retryable
         and not unknown
@@ -178,7 +184,7 @@ def _after_failure(
         )
     if will_retry:
         delay = policy.delay(a.attempt)
-        key = f"retry:{a.step}" + (":compensation" if comp else "")
+        key = f"retry:{a.step}" + (":compensation" if comp else "")  # a step key: unique per lane
         timer(tx, key, "retry", a.step, tx.now + delay, attempt=a.attempt + 1, compensation=comp)
     elif unknown:
         tx.emit(
@@ -200,7 +206,7 @@ def _after_failure(
             )
         )
     elif cancelling:
-        begin_cancel(tx)
+        settle(tx)
     elif policy.on_exhausted == "dead_letter" and retryable and error["code"] not in policy.non_retryable:
         tx.emit(
             NeedsAttention(
@@ -211,11 +217,11 @@ def _after_failure(
             )
         )
     else:
-        fail(tx, error)
+        fail(tx, error, lane_of(a.step))
 
 
 def expire_lease(tx: Tx, c: ExpireLease) -> None:
-    a = tx.s.active
+    a = attempt_of_task(tx.s, c.task_id)
     if _stale_reason(tx.s, c.task_id, c.attempt, c.fencing) is not None or a is None:
         raise Rejected("stale_lease", f"task {c.task_id} attempt {c.attempt} is no longer in flight")
     error = {"code": "Timeout", "message": c.reason, "step": a.step, "attempt": a.attempt}

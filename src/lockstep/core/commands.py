@@ -9,6 +9,7 @@ from .definition import Definition
 
 __all__ = [
     "CancelRun",
+    "ChildEnded",
     "ClaimTask",
     "Command",
     "ConfirmRepair",
@@ -56,6 +57,19 @@ class StartRun:
     # The trace context the application layer chose (RunStarted.trace and trace_parent), if any.
     trace: str | None = None
     trace_parent: str | None = None
+    # A child run's parent: {run_id, step, depth} (RunStarted.parent).
+    parent: JSONValue = None
+
+
+@dataclass(frozen=True)
+class ChildEnded:
+    """A child run ended (or could not be started): the outbox hands its end to the parent's `run` step."""
+
+    child_run_id: str
+    step: str
+    status: str  # "completed" | "failed" | "cancelled"
+    output: JSONValue = None
+    error: JSONValue = None
 
 
 @dataclass(frozen=True)
@@ -268,4 +282,5 @@ Command = (
     | MigrateRun
     | ConfirmRepair
     | RejectRepair
+    | ChildEnded
 )

@@ -17,11 +17,12 @@ from .approval import (
     on_approval_timeout,
     replace_approver,
     revoke_link,
-    settle_cancel,
 )
 from .attempt import claim, expire_lease, report
+from .child import child_ended
 from .commands import (
     CancelRun,
+    ChildEnded,
     ClaimTask,
     Command,
     ConfirmRepair,
@@ -59,19 +60,19 @@ from .events import (
 from .flow import (
     Tx,
     advance_after,
-    begin_cancel,
-    cancel_timers,
+    cancel_work,
     enter,
     expression_context,
     next_compensation,
     schedule_action,
+    settle,
     task_id,
     timer,
-    withdraw,
 )
 from .foureyes import confirm_repair, needs_second_operator, propose_repair, reject_repair
 from .limits import DEFAULT_SERVER_LIMITS, ServerLimits
 from .migrate import migrate
+from .paths import ROOT
 from .repair import dead_letter, edit_input, pause, resolve, resume, retry_step, skip
 from .state import RunState
 from .timeutil import format_duration, parse_iso
@@ -160,6 +161,8 @@ def _dispatch(tx: Tx, c: Command) -> None:
             confirm_repair(tx, c)
         case RejectRepair():
             reject_repair(tx, c)
+        case ChildEnded():
+            child_ended(tx, c)
         case _:
             assert_never(c)
 
@@ -189,6 +192,7 @@ def _start(tx: Tx, c: StartRun) -> None:
             steps=[s.id for s in tx.d.steps],
             trace=c.trace if c.trace is not None else UNSET,
             trace_parent=c.trace_parent if c.trace_parent is not None else UNSET,
+            parent=c.parent if isinstance(c.parent, dict) else UNSET,
         )
     )
     if c.max_run_ms is not None:
@@ -219,9 +223,10 @@ def _fire(tx: Tx, c: FireTimer) -> None:
         raise Rejected("corrupt", f"retry timer on non-activity step {t.step}")
     previous = tx.s.steps[t.step]
     if t.key.endswith(":compensation"):
-        next_compensation(tx, attempt=(previous.compensation or {}).get("attempts", 0) + 1)
+        attempt = (previous.compensation or {}).get("attempts", 0) + 1
+        next_compensation(tx, attempt=attempt, step=t.step)
     else:
-        schedule_action(tx, step, previous.attempts + 1)
+        schedule_action(tx, step, previous.attempts + 1, at=t.step)
 
 
 def _cancel(tx: Tx, c: CancelRun) -> None:
@@ -235,11 +240,7 @@ def _cancel(tx: Tx, c: CancelRun) -> None:
             raise Rejected("compensating", f"the run waits for an operator: {s.attention['reason']}")
         raise Rejected("compensating", "the run is already compensating after a failure and will end failed")
     tx.emit(CancelRequested(reason=c.reason, actor=c.actor))
-    cancel_timers(tx, "run cancelled")
-    settle_cancel(tx)
-    a = tx.s.active
-    if a is not None and a.fencing is None:
-        withdraw(tx, a, "run cancelled before any worker started it")
-        a = None
-    if a is None:
-        begin_cancel(tx)
+    # Timers, approval requests and attempts nobody started, in every lane; attempts in flight report
+    # first (their lanes finish then), and the run compensates once nothing of it is in flight.
+    cancel_work(tx, ROOT, "run cancelled")
+    settle(tx)

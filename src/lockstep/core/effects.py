@@ -21,14 +21,20 @@ from .events import (
     ApprovalRequested,
     ApprovalTimedOut,
     ApproverReplaced,
+    ChildRunCancelRequested,
+    ChildRunRequested,
     CompensationScheduled,
     Event,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
     TimerCancelled,
     TimerFired,
     TimerScheduled,
 )
 
 __all__ = [
+    "CancelChild",
     "CloseApprovalRequest",
     "CloseTask",
     "CloseTimer",
@@ -36,11 +42,13 @@ __all__ = [
     "CreateTimer",
     "DeadLetterTask",
     "Effect",
+    "EndChild",
     "LeaseTask",
     "NotifyApprovers",
     "OpenApprovalRequest",
     "RecordApprovalDecision",
     "RevokeLinks",
+    "StartChild",
     "UpdateApprovers",
     "effects_of",
 ]
@@ -145,6 +153,36 @@ class NotifyApprovers:
     approver: str | None  # None: every eligible approver
 
 
+@dataclass(frozen=True)
+class StartChild:
+    """Outbox row: a child run to start, in a transaction of its own (the scheduler's children pass)."""
+
+    child_run_id: str
+    step: str
+    definition: str
+    version: int | None
+    input: JSONValue
+    start_key: str
+    depth: int
+
+
+@dataclass(frozen=True)
+class CancelChild:
+    """The parent asks for its child's cancellation (the children pass sends it, then waits for its end)."""
+
+    child_run_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class EndChild:
+    """A child run ended: its row takes the end, for the children pass to report to the parent."""
+
+    status: str
+    output: JSONValue
+    error: JSONValue
+
+
 Effect = (
     CreateTask
     | LeaseTask
@@ -158,6 +196,9 @@ Effect = (
     | CloseApprovalRequest
     | RevokeLinks
     | NotifyApprovers
+    | StartChild
+    | CancelChild
+    | EndChild
 )
 CLOSING: dict[type[ApprovalGranted | ApprovalRejected | ApprovalTimedOut | ApprovalCancelled], str] = {
     ApprovalGranted: "approved",
@@ -183,7 +224,8 @@ def _task(d: ActivityScheduled | CompensationScheduled, kind: str, priority: int
     )
 
 
-def effects_of(events: list[Event]) -> list[Effect]:
+def effects_of(events: list[Event], child: bool = False) -> list[Effect]:
+    """`child`: the events are a child run's (RunState.parent): its end is handed to its parent."""
     out: list[Effect] = []
     for e in events:
         match d := e.data:
@@ -230,6 +272,18 @@ def effects_of(events: list[Event]) -> list[Effect]:
                 out.append(RevokeLinks(d.request_id, d.approver, d.link_id))
             case ApprovalGranted() | ApprovalRejected() | ApprovalTimedOut() | ApprovalCancelled():
                 out.append(CloseApprovalRequest(d.request_id, CLOSING[type(d)]))
+            case ChildRunRequested():
+                out.append(
+                    StartChild(d.child_run_id, d.step, d.definition, d.version, d.input, d.start_key, d.depth)
+                )
+            case ChildRunCancelRequested():
+                out.append(CancelChild(d.child_run_id, d.reason))
+            case RunCompleted() if child:
+                out.append(EndChild("completed", d.output, None))
+            case RunFailed() if child:
+                out.append(EndChild("failed", None, d.error))
+            case RunCancelled() if child:
+                out.append(EndChild("cancelled", None, {"code": "Cancelled", "message": d.reason}))
             case _:
                 pass  # the other events ask nothing of the outside world
     return out

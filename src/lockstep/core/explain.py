@@ -6,6 +6,8 @@ from datetime import datetime, timedelta
 from typing import TypedDict
 
 from .canonical import JSONObject
+from .explain_lanes import shape_waiting
+from .lanes import approvals, attempts, attentions
 from .sealed import text_of
 from .state import RunState
 from .timeutil import format_duration, parse_iso
@@ -32,6 +34,7 @@ WAIT_KINDS = (
     "timer",
     "retry",
     "approval",
+    "child",
     "attention",
     "paused",
     "cancelling",
@@ -57,7 +60,7 @@ def wait_kind(s: RunState) -> str | None:
     """A short category of what the run waits for (filterable); None for a finished run."""
     if s.terminal:
         return None
-    if s.attention is not None:
+    if s.attention is not None or (s.lanes and attentions(s)):
         return "attention"
     if s.paused is not None:
         return "paused"
@@ -67,8 +70,16 @@ def wait_kind(s: RunState) -> str | None:
         return "cancelling"
     if s.active is not None:
         return "queued" if s.active.fencing is None else "running"
+    if s.lanes:  # inside parallel or for-each steps: what any lane waits for, in the same order
+        every = list(attempts(s))
+        if every:
+            return "running" if any(a.fencing is not None for a in every) else "queued"
+        if approvals(s):
+            return "approval"
     if s.approval is not None:
         return "approval"
+    if s.children:
+        return "child"
     timers = [t for t in s.timers.values() if t.kind != "deadline"]
     if timers:
         return "timer" if any(t.kind == "wait" for t in timers) else "retry"
@@ -110,10 +121,13 @@ def _explain(s: RunState, now: datetime) -> Waiting:
     }
     if s.terminal:
         return none
-    if s.attention is not None:
-        att = s.attention
+    lane_attentions = attentions(s) if s.lanes else []
+    att = s.attention if s.attention is not None else (lane_attentions[0] if lane_attentions else None)
+    if att is not None:
+        more = len(lane_attentions) - 1
+        also = f" (and {more} more step(s) in other lanes)" if more > 0 else ""
         return {
-            "wait_reason": f"needs attention since {_ago(att['since'], now)} ago: {att['reason']}",
+            "wait_reason": f"needs attention since {_ago(att['since'], now)} ago: {att['reason']}{also}",
             "waiting_since": att["since"],
             "waiting_until": None,
             "next_action": _attention_next(att),
@@ -121,9 +135,11 @@ def _explain(s: RunState, now: datetime) -> Waiting:
     if s.paused is not None:
         p = s.paused
         pending = ", ".join(d["action"].replace("_", " ") for d in p["deferred"]) or "nothing yet"
+        live = [x for x in attempts(s) if x.fencing is not None]
         running = (
-            f"; attempt {s.active.attempt} of step {s.active.step} is still running and will be recorded"
-            if s.active is not None
+            f"; attempt {live[0].attempt} of step {live[0].step} is still running and will be recorded"
+            + (f" (and {len(live) - 1} more)" if len(live) > 1 else "")
+            if live
             else ""
         )
         return {
@@ -135,12 +151,26 @@ def _explain(s: RunState, now: datetime) -> Waiting:
             f"; held back for resume: {pending}",
         }
     a = s.active
+    many = list(attempts(s)) if s.lanes else []
+    if a is None and many:
+        a = next((x for x in many if x.fencing is not None), many[0])
     prefix = ""
     if s.compensating is not None:
         cause = "cancellation" if s.compensation_cause == "cancelled" else "a failed step"
         prefix = f"compensating after {cause} ({len(s.compensating)} step(s) left); "
     elif s.cancel is not None:
         prefix = f"cancellation requested ({s.cancel['reason']}); "
+    cur = s.current_step
+    if (
+        s.compensating is None
+        and s.cancel is None
+        and cur is not None
+        and cur in s.groups
+        and s.steps[cur].status == "running"
+    ):
+        return shape_waiting(s, cur, now, prefix)  # type: ignore[return-value]
+    if a is not None and len(many) > 1:
+        prefix += f"{len(many)} attempts not over yet, e.g. "
     if a is not None:
         what = "compensation" if a.kind == "compensation" else "activity"
         label = f"{what} {a.activity} (step {a.step}, attempt {a.attempt})"
@@ -168,6 +198,21 @@ def _explain(s: RunState, now: datetime) -> Waiting:
         }
     if s.approval is not None:
         return _explain_approval(s.approval, now)
+    waiting_for = approvals(s) if s.lanes else []
+    if waiting_for:
+        return _explain_approval(waiting_for[0], now)
+    if s.children:
+        key, child = next(iter(sorted(s.children.items())))
+        pinned = f"v{child['version']}" if child["version"] is not None else "its latest version"
+        others = f" (and {len(s.children) - 1} more)" if len(s.children) > 1 else ""
+        return {
+            "wait_reason": f"{prefix}step {key} waits for child run {child['child_run_id']} of "
+            f"{child['definition']} ({pinned}) since {_ago(child['at'], now)} ago{others}",
+            "waiting_since": child["at"],
+            "waiting_until": None,
+            "next_action": f"when the child run ends, step {key} takes its output (or its failure) and the "
+            "run moves on; cancelling this run cancels the child first",
+        }
     timers = [t for t in s.timers.values() if t.kind != "deadline"]
     if timers:
         t = min(timers, key=lambda t: t.fire_at)

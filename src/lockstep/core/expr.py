@@ -33,8 +33,10 @@ __all__ = [
     "evaluate",
 ]
 
-ALLOWED_ROOTS = frozenset({"input", "steps", "run"})
-_PATH = re.compile(r"^(?:input|steps|run)(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
+# `item` and `index` are the element and its position inside a for-each body (publishing refuses them
+# anywhere else: definition/shapes.py).
+ALLOWED_ROOTS = frozenset({"input", "steps", "run", "item", "index"})
+_PATH = re.compile(r"^(?:input|steps|run|item|index)(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _UNEXPECTED = re.compile(r"unexpected character (.+) at offset (\d+)")
 _MACRO_VAR = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
@@ -121,7 +123,8 @@ def compile_expr(source: str, limits: ExprLimits = DEFAULT_LIMITS) -> Expr:
     if unknown:
         raise ExprError(
             f"unknown variable {', '.join(unknown)} in `{source}`: "
-            f"expressions may use only input, steps.<id>.output and run"
+            f"expressions may use only input, steps.<id>.output and run (and item and index in a "
+            f"for_each body)"
         )
     path = tuple(source.strip().split(".")) if _PATH.match(source.strip()) else None
     return Expr(source, program, roots, path, shape)

@@ -375,5 +375,7 @@ def _conversion(roots: frozenset[str], step_outputs: int, limits: ExprLimits) ->
     nbytes = 1024 if "run" in roots else 0
     if "input" in roots:
         nbytes += limits.input_bytes
+    if "item" in roots:  # an element of a for-each's list: from the input or a step's output
+        nbytes += max(limits.input_bytes, limits.output_bytes)
     nbytes += step_outputs * limits.output_bytes
     return nbytes // CONVERT_BYTES

@@ -1,37 +1,54 @@
-"""How a run moves through its steps: entering steps, scheduling attempts and timers, failing and
-compensating. Shared by the command handlers (decide.py and the command families beside it); pure like
-the rest of the core. The transaction `Tx` and the small moves every handler makes on it are in tx.py,
-and re-exported here, so a handler imports its whole vocabulary from one place."""
+"""How a run moves through its steps: entering steps, scheduling attempts and timers, running the
+lanes of parallel and for-each steps, failing and compensating. Shared by the command handlers
+(decide.py and the command families beside it); pure like the rest of the core. The transaction `Tx` and
+the small moves every handler makes on it are in tx.py, compensation in compensate.py and the joins of
+shape steps in join.py; all are re-exported here, so a handler imports its whole vocabulary from one
+place.
+
+Every move takes a step *key* (core/paths.py): a top-level step's id, or a nested step's lanes and id.
+A lane is entered, advanced and ended like the run itself; the end of a lane (its last step, `next: end`,
+a succeed or a failure) finishes it, and its shape step's join says what follows."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .canonical import digest
-from .commands import Rejected
+from msgspec import UNSET
+
+from . import starts
+from .compensate import begin_cancel, fail_run, next_compensation
 from .definition import (
     ActivityStep,
     ApprovalStep,
     ChoiceStep,
     FailStep,
+    ForEachStep,
+    ParallelStep,
+    RunStep,
     SucceedStep,
     WaitStep,
 )
 from .events import (
-    UNSET,
-    ActivityScheduled,
-    ApprovalRequested,
-    ChoiceEvaluated,
-    CompensationScheduled,
-    CompensationStarted,
-    NeedsAttention,
-    RunCancelled,
+    LaneFinished,
     RunCompleted,
-    RunFailed,
     StepFailed,
+    StepJoined,
 )
-from .expr import ExprError, evaluate
-from .timeutil import iso, parse_iso
+from .expr import ExprError
+from .join import (
+    cancel_work,
+    decided_event,
+    group_output,
+    open_for_each,
+    open_parallel,
+    settled_lanes,
+    start_lane,
+    this_visit,
+    verdict,
+    winding_down,
+)
+from .lanes import attempts, attentions, children_in, last_output_of
+from .paths import ROOT, branch_lane, lane_of, lane_step, qualify
 from .tx import (
     Tx,
     cancel_timers,
@@ -49,6 +66,7 @@ __all__ = [
     "advance_after",
     "begin_cancel",
     "cancel_timers",
+    "cancel_work",
     "complete",
     "continue_run",
     "defer",
@@ -56,30 +74,43 @@ __all__ = [
     "expression_context",
     "fail",
     "next_compensation",
+    "progress",
     "queued_attempt",
     "request_approval",
     "resume_deferred",
     "run_of_task",
     "schedule_action",
+    "settle",
     "step_failed",
     "task_id",
     "timer",
+    "winding_down",
     "withdraw",
 ]
 
 
 def resume_deferred(tx: Tx, action: str, args: dict[str, Any]) -> None:
-    """Carry out one deferred transition (see defer)."""
+    """Carry out one deferred transition (see defer). One held back in a lane that has finished since,
+    or is being cancelled, is dropped: an earlier transition on resume decided its shape step's join."""
+    step = args.get("step")
+    lane = (
+        lane_of(step) if isinstance(step, str) and action != "next_compensation" else args.get("lane", ROOT)
+    )
+    if lane and action != "next_compensation":
+        ln = tx.s.lanes.get(lane)
+        if ln is None or not ln.open or winding_down(tx.s, lane):
+            return
     if action == "enter":
-        enter(tx, args["step"])
+        enter(tx, args["step"], args.get("lane", ROOT))
     elif action == "schedule_action":
         step = tx.d.step(args["step"])
         if isinstance(step, ActivityStep):
-            schedule_action(tx, step, args["attempt"], args.get("key_suffix", ""), args.get("key"))
+            key_suffix, key = args.get("key_suffix", ""), args.get("key")
+            schedule_action(tx, step, args["attempt"], key_suffix, key, at=args["step"])
     elif action == "next_compensation":
-        next_compensation(tx, args["attempt"])
+        next_compensation(tx, args["attempt"], args.get("step"))
     elif action == "fail":
-        fail(tx, args["error"])
+        fail(tx, args["error"], args.get("lane", ROOT))
 
 
 def continue_run(tx: Tx) -> None:
@@ -97,255 +128,245 @@ def continue_run(tx: Tx) -> None:
         enter(tx, cur)
 
 
-def enter(tx: Tx, step_id: str | None) -> None:
-    """Enter steps until one must wait (activity, timer) or the run ends."""
-    if defer(tx, "enter", step=step_id):
+def enter(tx: Tx, key: str | None, lane: str = ROOT) -> None:
+    """Enter steps of one lane until one must wait (an activity, a timer, an approval, a shape step's
+    lanes) or the lane ends (`key` None: its end; the run's, for the top-level lane)."""
+    if key is not None:
+        lane = lane_of(key)
+    if defer(tx, "enter", **({"step": key, "lane": lane} if lane else {"step": key})):
         return
     while True:
-        if step_id is None:
-            complete(tx, None)
+        if key is None:
+            complete(tx, None, lane)
             return
-        step = tx.d.step(step_id)
-        ctx = expression_context(tx.s)
+        step = tx.d.step(key)
+        ctx = expression_context(tx.s, lane)
         if isinstance(step, ActivityStep):
-            schedule_action(tx, step, 1)
+            schedule_action(tx, step, 1, at=key)
             return
         if isinstance(step, WaitStep):
-            schedule_wait(tx, step, ctx)
+            schedule_wait(tx, key, step, ctx)
             return
         if isinstance(step, FailStep):
             try:
                 message = step.message.render(ctx)
             except ExprError as exc:
                 message = f"(message could not be rendered: {exc})"
-            step_failed(tx, step.id, {"code": step.error, "message": str(message), "step": step.id})
+            step_failed(tx, key, {"code": step.error, "message": str(message), "step": key})
             return
         if isinstance(step, SucceedStep):
-            complete(tx, step)
+            complete(tx, step, lane)
             return
         if isinstance(step, ApprovalStep):
-            request_approval(tx, step, ctx)
+            request_approval(tx, step, ctx, key)
             return
-        if isinstance(step, ChoiceStep):
-            target = _choose(tx, step, ctx)
-            if target is None:
-                return
-            step_id = None if target == "end" else target
+        if isinstance(step, ParallelStep):
+            start_parallel(tx, key, step)
+            return
+        if isinstance(step, ForEachStep):
+            start_for_each(tx, key, step, ctx)
+            return
+        if isinstance(step, RunStep):
+            error = starts.child(tx, key, step, ctx)
+            if error is not None:
+                step_failed(tx, key, error)
+            return
+        if not isinstance(step, ChoiceStep):  # pragma: no cover - every kind is handled above
+            raise TypeError(f"step {key} of kind {step.kind}")
+        target = _choose(tx, key, step, ctx)
+        if target is None:
+            return
+        key = None if target == "end" else qualify(lane, target)
 
 
-def _choose(tx: Tx, step: ChoiceStep, ctx: dict[str, Any]) -> str | None:
-    for i, (cond, target) in enumerate(step.branches):
-        try:
-            hit = evaluate(cond, ctx)
-        except ExprError as exc:
-            step_failed(tx, step.id, {"code": "ExpressionError", "message": str(exc), "step": step.id})
-            return None
-        if not isinstance(hit, bool):
-            step_failed(
-                tx,
-                step.id,
-                {
-                    "code": "ExpressionError",
-                    "step": step.id,
-                    "message": f"`{cond.source}` gave {hit!r}, not true or false",
-                },
-            )
-            return None
-        if hit:
-            tx.emit(ChoiceEvaluated(step=step.id, branch=i, condition=cond.source, next=target))
-            return target
-    if step.default is None:
-        step_failed(
-            tx,
-            step.id,
-            {
-                "code": "NoBranchMatched",
-                "step": step.id,
-                "message": "no choice branch matched and there is no else",
-            },
-        )
-        return None
-    tx.emit(ChoiceEvaluated(step=step.id, branch="else", condition=None, next=step.default))
-    return step.default
+def _choose(tx: Tx, key: str, step: ChoiceStep, ctx: dict[str, Any]) -> str | None:
+    target, error = starts.choose(tx, key, step, ctx)
+    if error is not None:
+        step_failed(tx, key, error)
+    return target
 
 
-def advance_after(tx: Tx, step_id: str) -> None:
-    enter(tx, tx.d.following(step_id))
+def advance_after(tx: Tx, key: str) -> None:
+    lane = lane_of(key)
+    nxt = tx.d.following(key)
+    enter(tx, qualify(lane, nxt) if nxt is not None else None, lane)
 
 
-def complete(tx: Tx, succeed: SucceedStep | None) -> None:
-    ctx = expression_context(tx.s)
-    template = succeed.output if succeed is not None and succeed.output is not None else tx.d.output
+def complete(tx: Tx, succeed: SucceedStep | None, lane: str = ROOT) -> None:
+    """The end of a lane: the run completes (the top-level lane), or the branch or item succeeds, with
+    the succeed step's output, else (the run's `output` template, else) the last step's output."""
+    ctx = expression_context(tx.s, lane)
+    template = succeed.output if succeed is not None and succeed.output is not None else None
+    if template is None and not lane:
+        template = tx.d.output
     try:
         if template is not None:
             output = template.render(ctx)
         else:
-            last = tx.s.last_output_step
+            last = last_output_of(tx.s, lane)
             output = tx.s.steps[last].output if last is not None else None
     except ExprError as exc:
-        step_failed(
-            tx,
-            succeed.id if succeed else (tx.s.current_step or "output"),
-            {"code": "ExpressionError", "message": f"run output: {exc}", "step": None},
-        )
+        where = qualify(lane, succeed.id) if succeed else (tx.s.current_step or "output")
+        step_failed(tx, where, {"code": "ExpressionError", "message": f"run output: {exc}", "step": None})
         return
-    tx.emit(RunCompleted(output=output))
+    if lane:
+        finish_lane(tx, lane, "succeeded", output=output)
+    else:
+        tx.emit(RunCompleted(output=output))
 
 
 def schedule_action(
-    tx: Tx, step: ActivityStep, attempt: int, key_suffix: str = "", key: str | None = None
+    tx: Tx,
+    step: ActivityStep,
+    attempt: int,
+    key_suffix: str = "",
+    key: str | None = None,
+    at: str | None = None,
 ) -> None:
-    """`key`: the idempotency key to reuse (an operator's retry of the same effect), else computed."""
+    """`key`: the idempotency key to reuse (an operator's retry of the same effect), else computed;
+    `at`: the step's key (a nested step's lanes and id), else its id."""
+    at = at or step.id
     extra = {"key": key} if key is not None else {}
-    if defer(tx, "schedule_action", step=step.id, attempt=attempt, key_suffix=key_suffix, **extra):
+    if defer(tx, "schedule_action", step=at, attempt=attempt, key_suffix=key_suffix, **extra):
         return
-    ctx = expression_context(tx.s)
-    try:
-        payload = step.input.render(ctx)
-        if key is None:
-            key = (
-                str(step.idempotency_key.render(ctx))
-                if step.idempotency_key is not None
-                else f"{tx.s.tenant}:{tx.s.run_id}:{step.id}"
-            ) + key_suffix
-    except ExprError as exc:
-        step_failed(tx, step.id, {"code": "ExpressionError", "message": str(exc), "step": step.id})
-        return
-    tx.emit(
-        ActivityScheduled(
-            step=step.id,
-            attempt=attempt,
-            task_id=task_id(tx.s.run_id, step.id, "action", attempt, tx.s.seq + 1),
-            activity=step.activity,
-            input=payload,
-            idempotency_key=key,
-            delivery=step.delivery,
-            timeout_ms=int(step.timeout.total_seconds() * 1000),
-            queue=step.queue,
-            priority=step.priority,
-            max_attempts=step.retry.max_attempts,
-        )
-    )
+    error = starts.activity(tx, step, attempt, key_suffix, key, at)
+    if error is not None:
+        step_failed(tx, at, error)
 
 
-def schedule_wait(tx: Tx, step: WaitStep, ctx: dict[str, Any]) -> None:
-    if step.duration is not None:
-        fire_at = tx.now + step.duration
-    else:
-        try:
-            raw = step.until.render(ctx) if step.until is not None else None
-            fire_at = parse_iso(str(raw))
-        except (ExprError, ValueError) as exc:
-            step_failed(
-                tx,
-                step.id,
-                {
-                    "code": "ExpressionError",
-                    "step": step.id,
-                    "message": f"wait.until must give an ISO-8601 time: {exc}",
-                },
-            )
-            return
-        fire_at = max(fire_at, tx.now)
-    timer(tx, f"wait:{step.id}", "wait", step.id, fire_at)
+def schedule_wait(tx: Tx, key: str, step: WaitStep, ctx: dict[str, Any]) -> None:
+    error = starts.wait(tx, key, step, ctx)
+    if error is not None:
+        step_failed(tx, key, error)
 
 
-def request_approval(tx: Tx, step: ApprovalStep, ctx: dict[str, Any]) -> None:
+def request_approval(tx: Tx, step: ApprovalStep, ctx: dict[str, Any], key: str | None = None) -> None:
     """Enter an approval step: record the request with its policy and arm the durable timeout."""
-    try:
-        details = step.details.render(ctx)
-    except ExprError as exc:
-        step_failed(
-            tx, step.id, {"code": "ExpressionError", "message": f"approval details: {exc}", "step": step.id}
-        )
+    error = starts.approval(tx, step, ctx, key or step.id)
+    if error is not None:
+        step_failed(tx, key or step.id, error)
+
+
+# --- parallel and for-each steps --------------------------------------------------------------------
+
+
+def start_parallel(tx: Tx, key: str, step: ParallelStep) -> None:
+    """Open every branch and enter its first step (one may end at once, and decide the join)."""
+    open_parallel(tx, key, step)
+    visit = tx.s.groups[key].started_seq
+    for i, b in enumerate(step.branches):
+        g = tx.s.groups.get(key)
+        if g is None or g.started_seq != visit or g.outcome is not None:
+            return  # the join was decided before every branch began: the rest never start
+        lane = branch_lane(key, b.id)
+        start_lane(tx, key, lane, i)
+        enter(tx, qualify(lane, b.steps[0].id))
+
+
+def start_for_each(tx: Tx, key: str, step: ForEachStep, ctx: dict[str, Any]) -> None:
+    items, error = starts.for_each_items(key, step, ctx)
+    if error is not None:
+        step_failed(tx, key, error)
         return
-    n = tx.s.steps[step.id].attempts + 1
-    policy = step.policy()
-    expires = tx.now + step.timeout
-    warnings = tx.d.approver_warnings.get(step.id)
+    open_for_each(tx, key, step, items)
+    progress(tx, key)
+
+
+def progress(tx: Tx, key: str) -> None:
+    """Carry out what shape step `key`'s join says now: start items, decide (once per visit: the lanes
+    still open are then cancelled), and end the step when its lanes are all over. A shape step in a lane
+    that is itself being cancelled only winds down."""
+    while True:
+        g, st = tx.s.groups.get(key), tx.s.steps.get(key)
+        if g is None or st is None or st.status != "running" or winding_down(tx.s, lane_of(key)):
+            return
+        v = verdict(tx.s, key)
+        if v.decide is not None:
+            event = decided_event(key, tx.s, v.decide)
+            tx.emit(event)
+            for lid in event.cancelling:
+                cancel_work(tx, lid, f"the join of step {key} was decided ({event.reason})")
+            settle(tx)
+            continue
+        if v.finish:
+            _finish_step(tx, key)
+            return
+        if not v.start:
+            return
+        lane, index = v.start[0]
+        start_lane(tx, key, lane, index)
+        enter(tx, qualify(lane, tx.d.first(key)))
+
+
+def _finish_step(tx: Tx, key: str) -> None:
+    g = tx.s.groups[key]
+    if g.outcome == "failed":
+        step_failed(tx, key, g.error or {"code": "Failed", "message": f"step {key} failed", "step": key})
+        return
+    statuses = [ln.status for _, ln in this_visit(tx.s, key)]
     tx.emit(
-        ApprovalRequested(
-            step=step.id,
-            request_id=f"{tx.s.run_id}/{step.id}/r{n}",
-            policy=policy,
-            policy_digest=digest({"definition": tx.s.definition, "step": step.id, "policy": policy}),
-            details=details if isinstance(details, str) else str(details),
-            expires_at=iso(expires),
-            initiator=tx.s.actor,
-            warnings=list(warnings) if warnings else UNSET,
+        StepJoined(
+            step=key,
+            output=group_output(tx.s, key),
+            succeeded=statuses.count("succeeded"),
+            failed=statuses.count("failed"),
+            cancelled=statuses.count("cancelled"),
         )
     )
-    timer(tx, f"approval:{step.id}", "approval", step.id, expires)
+    advance_after(tx, key)
 
 
-# --- failure and compensation ----------------------------------------------------------------------
-
-
-def step_failed(tx: Tx, step_id: str, error: dict[str, Any]) -> None:
-    tx.emit(StepFailed(step=step_id, error=error))
-    fail(tx, error)
-
-
-def fail(tx: Tx, error: dict[str, Any]) -> None:
-    """A step failed for good: compensate completed steps in reverse order, then end failed."""
-    if defer(tx, "fail", error=error):
-        return
-    if tx.s.completed:
-        tx.emit(CompensationStarted(cause="failed", error=error, steps=list(reversed(tx.s.completed))))
-        next_compensation(tx)
-    else:
-        tx.emit(RunFailed(error=error))
-
-
-def begin_cancel(tx: Tx) -> None:
-    if tx.s.completed:
-        tx.emit(CompensationStarted(cause="cancelled", error=None, steps=list(reversed(tx.s.completed))))
-        next_compensation(tx)
-    else:
-        cancel = tx.s.cancel or {}
-        tx.emit(RunCancelled(reason=cancel.get("reason")))
-
-
-def next_compensation(tx: Tx, attempt: int = 1) -> None:
-    if defer(tx, "next_compensation", attempt=attempt):
-        return
-    remaining = tx.s.compensating or ()
-    if not remaining:
-        if tx.s.compensation_cause == "cancelled":
-            tx.emit(RunCancelled(reason=(tx.s.cancel or {}).get("reason")))
-        else:
-            tx.emit(RunFailed(error=tx.s.error))
-        return
-    step_id = remaining[0]
-    step = tx.d.step(step_id)
-    if not isinstance(step, ActivityStep) or step.compensate is None:  # pragma: no cover - only these enter
-        raise Rejected("corrupt", f"step {step_id} has no compensation")
-    comp = step.compensate
-    ctx = expression_context(tx.s)
-    try:
-        payload = comp.input.render(ctx)
-    except ExprError as exc:
-        tx.emit(
-            NeedsAttention(
-                step=step_id,
-                code="compensation_input_error",
-                reason=f"the compensation input of step {step_id} cannot be built: {exc}",
-            )
-        )
-        return
-    base_key = tx.s.steps[step_id].idempotency_key or f"{tx.s.tenant}:{tx.s.run_id}:{step_id}"
+def finish_lane(
+    tx: Tx, lane: str, outcome: str, output: Any = None, error: Any = None, reason: str | None = None
+) -> None:
+    key = lane_step(lane)
     tx.emit(
-        CompensationScheduled(
-            step=step_id,
-            attempt=attempt,
-            compensation=True,
-            task_id=task_id(tx.s.run_id, step_id, "compensation", attempt, tx.s.seq + 1),
-            activity=comp.activity,
-            input=payload,
-            idempotency_key=f"{base_key}:compensate",
-            delivery="idempotent",
-            timeout_ms=int(comp.timeout.total_seconds() * 1000),
-            queue=comp.queue,
-            max_attempts=comp.retry.max_attempts,
+        LaneFinished(
+            step=key,
+            lane=lane,
+            outcome=outcome,
+            output=output,
+            error=error,
+            reason=reason if reason is not None else UNSET,
         )
     )
+    progress(tx, key)
+
+
+def settle(tx: Tx) -> None:
+    """After work was cancelled or reported: lanes being cancelled with nothing left in flight finish
+    (cancelled), and a cancelled run compensates (or ends) once nothing of it is in flight."""
+    for lid in settled_lanes(tx.s):
+        ln = tx.s.lanes.get(lid)
+        if ln is not None and ln.open:
+            why = "run cancelled" if tx.s.cancel is not None else "the join of its step was decided"
+            finish_lane(tx, lid, "cancelled", reason=why)
+    s = tx.s
+    if (
+        s.cancel is not None
+        and not s.terminal
+        and s.compensating is None
+        and not any(True for _ in attempts(s))
+        and not attentions(s)
+        and not children_in(s)  # a child being cancelled reports its end first, as an attempt does
+    ):
+        begin_cancel(tx)
+
+
+# --- failure ----------------------------------------------------------------------------------------
+
+
+def step_failed(tx: Tx, key: str, error: dict[str, Any]) -> None:
+    tx.emit(StepFailed(step=key, error=error))
+    fail(tx, error, lane_of(key))
+
+
+def fail(tx: Tx, error: dict[str, Any], lane: str = ROOT) -> None:
+    """A step failed for good: its branch or item fails (its shape step's join says what follows), or,
+    in the top-level lane, the run compensates completed steps in reverse order, then ends failed."""
+    if defer(tx, "fail", **({"error": error, "lane": lane} if lane else {"error": error})):
+        return
+    if lane:
+        finish_lane(tx, lane, "failed", error=error)
+    else:
+        fail_run(tx, error)

@@ -91,6 +91,46 @@ TENANT_LIMITS: dict[str, Limit] = {
             "missed slots one schedule with catch-up `all` starts after downtime (its catch-up limit)",
             1000,
         ),
+        # The shapes of a definition (definition/shapes.py): checked at publish time over the whole
+        # shape, so no definition can fan out past them whatever input its runs are started with.
+        Limit(
+            "max_branch_depth",
+            2,
+            "levels",
+            "parallel and for-each steps nested inside each other in one definition",
+            4,
+        ),
+        Limit(
+            "max_items",
+            100,
+            "items",
+            "elements one for-each step runs its body for (a longer list fails the step, saying so)",
+            1000,
+        ),
+        Limit(
+            "max_expanded_steps",
+            1000,
+            "steps",
+            "steps one run can execute, each for-each body counted once per item it may get "
+            "(publish-time worst case)",
+            10_000,
+        ),
+        Limit(
+            "max_child_depth",
+            3,
+            "levels",
+            "runs started by `run` steps of runs started by `run` steps (a child deeper than this fails "
+            "its parent's step, saying so)",
+            10,
+        ),
+        Limit(
+            "max_active_attempts",
+            20,
+            "attempts",
+            "activity attempts one run can have in flight at once: parallel branches times for-each "
+            "concurrency (publish-time worst case)",
+            200,
+        ),
     )
 }
 

@@ -65,7 +65,7 @@ def plan_migration(s: RunState, current: Definition, target: Definition, mapping
         problems.append(f"the run's input does not fit the target input_schema ({exc})")
     for sid in s.completed:
         t = m(sid)
-        step = target.step(t) if t in target.index else None
+        step = target.step(t) if target.has_step(t) else None
         if not isinstance(step, ActivityStep) or step.compensate is None:
             problems.append(
                 f"completed step {sid} has a compensation but the target has no compensable step {t}: "
@@ -73,6 +73,7 @@ def plan_migration(s: RunState, current: Definition, target: Definition, mapping
             )
     if s.compensating is not None or s.cancel is not None:
         problems.append("the run is being cancelled or compensated")
+    problems += _shape_problems(s, current, target, mapping)
     cur = s.approval["step"] if s.approval else s.current_step
     if s.approval is not None and not s.terminal:
         problems += _approval_problems(s.approval, mapping, target)
@@ -87,7 +88,9 @@ def plan_migration(s: RunState, current: Definition, target: Definition, mapping
             a = s.active
             if a is not None and a.fencing is not None and a.delivery == "at_most_once":
                 problems.append(f"an at-most-once attempt of {cur} is in flight; wait for its outcome first")
-            if s.approval is not None and isinstance(kind_new, ApprovalStep) and new == cur:
+            if cur in s.groups and s.steps[cur].status == "running":
+                carried.append(f"{kind_old.kind} step {cur}, with its lanes, unchanged")
+            elif s.approval is not None and isinstance(kind_new, ApprovalStep) and new == cur:
                 carried.append(f"approval request {s.approval['request_id']} of {cur}")
             elif (
                 any(t.kind == "wait" and t.step == cur for t in s.timers.values())
@@ -111,6 +114,39 @@ def plan_migration(s: RunState, current: Definition, target: Definition, mapping
         "restart": restart,
         "problems": problems,
     }
+
+
+def _shape_problems(
+    s: RunState, current: Definition, target: Definition, mapping: dict[str, str]
+) -> list[str]:
+    """A run inside a parallel or for-each step keeps that step as it is: its lanes were opened, and its
+    branches or body are being run, by the current version. The target may carry it only unchanged
+    (the same step, with the same id, its document identical)."""
+    if s.children and not s.terminal:
+        key, child = next(iter(sorted(s.children.items())))
+        return [
+            f"step {key} waits for child run {child['child_run_id']}, started by the current version: "
+            "migrate once it has ended"
+        ]
+    cur = s.current_step
+    if s.terminal or cur is None or cur not in s.groups or s.steps[cur].status != "running":
+        return []
+    why = f"the run is inside {current.step(cur).kind} step {cur}, whose lanes run by the current version"
+    if mapping.get(cur, cur) != cur:
+        return [f"{why}: --map {cur}={mapping[cur]} would move it onto another step"]
+    if _raw_step(current.document, cur) != _raw_step(target.document, cur):
+        return [
+            f"{why}: the target changes (or drops) step {cur}, and a migration never changes a shape a run "
+            f"is inside; migrate once the step is over, or publish a target with {cur} unchanged"
+        ]
+    return []
+
+
+def _raw_step(document: JSONObject, step_id: str) -> JSONObject | None:
+    for raw in document.get("steps") or ():
+        if isinstance(raw, dict) and raw.get("id") == step_id:
+            return raw
+    return None
 
 
 def _approval_problems(a: JSONObject, mapping: dict[str, str], target: Definition) -> list[str]:

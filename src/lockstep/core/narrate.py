@@ -26,12 +26,20 @@ from .events import (
     ApprovalTimedOut,
     ApproverReplaced,
     CancelRequested,
+    ChildRunCancelRequested,
+    ChildRunEnded,
+    ChildRunRequested,
     ChoiceEvaluated,
     CompensationScheduled,
     CompensationStarted,
     EventData,
+    ForEachStarted,
     InputEdited,
+    JoinDecided,
+    LaneFinished,
+    LaneStarted,
     NeedsAttention,
+    ParallelStarted,
     RepairConfirmed,
     RepairProposed,
     RepairRejected,
@@ -43,6 +51,7 @@ from .events import (
     RunResumed,
     RunStarted,
     StepFailed,
+    StepJoined,
     StepResolved,
     StepRetried,
     StepSkipped,
@@ -140,8 +149,64 @@ def sentence(d: EventData, at: str | None = None) -> str:
             return f"run failed ({_err(d.error)})"
         case RunCancelled():
             return f"run cancelled ({d.reason})"
+        case (
+            ParallelStarted()
+            | ForEachStarted()
+            | LaneStarted()
+            | LaneFinished()
+            | JoinDecided()
+            | StepJoined()
+        ):
+            return _shapes(d)
+        case ChildRunRequested():
+            version = f"v{d.version}" if d.version is not None else "the latest version"
+            return f"step {d.step} requested child run {d.child_run_id} of {d.definition} ({version})"
+        case ChildRunCancelRequested():
+            return f"cancellation of child run {d.child_run_id} (step {d.step}) requested: {d.reason}"
+        case ChildRunEnded():
+            why = f" ({_err(d.error)})" if d.error else ""
+            return f"child run {d.child_run_id} of step {d.step} ended {d.status}{why}"
         case _:
             return _approvals_and_repairs(d)
+
+
+def _lane(lane: str) -> str:
+    """E.g. "branch legal" or "item 3" (the last part of a lane id, see core/paths.py)."""
+    if lane.endswith("]"):
+        return f"item {lane[lane.rfind('[') + 1 : -1]}"
+    return f"branch {lane[lane.rfind('.') + 1 :]}"
+
+
+def _shapes(
+    d: ParallelStarted | ForEachStarted | LaneStarted | LaneFinished | JoinDecided | StepJoined,
+) -> str:
+    match d:
+        case ParallelStarted():
+            branches = ", ".join(_lane(x).removeprefix("branch ") for x in d.lanes)
+            join = d.join if d.join != "n_of" else f"n_of {d.need}"
+            return f"parallel step {d.step} opened branches {branches} (join {join})"
+        case ForEachStarted():
+            join = d.join if d.join != "n_of" else f"n_of {d.need}"
+            return (
+                f"for-each step {d.step} runs over {len(d.items)} item(s), {d.concurrency} at a time "
+                f"(join {join})"
+            )
+        case LaneStarted():
+            return f"{_lane(d.lane)} of step {d.step} started"
+        case LaneFinished():
+            why = (
+                f" ({_err(d.error)})" if d.error else (f" ({d.reason})" if isinstance(d.reason, str) else "")
+            )
+            return f"{_lane(d.lane)} of step {d.step} {d.outcome}{why}"
+        case JoinDecided():
+            cancel = f"; cancelling {', '.join(_lane(x) for x in d.cancelling)}" if d.cancelling else ""
+            return f"join of step {d.step} decided: {d.outcome} ({d.reason}){cancel}"
+        case StepJoined():
+            return (
+                f"step {d.step} joined: {d.succeeded} succeeded, {d.failed} failed, {d.cancelled} cancelled"
+            )
+        case _:
+            assert_never(d)
 
 
 def _what(compensation: bool) -> str:

@@ -19,7 +19,6 @@ from .events import (
 from .flow import (
     Tx,
     advance_after,
-    begin_cancel,
     cancel_timers,
     defer,
     fail,
@@ -27,8 +26,12 @@ from .flow import (
     queued_attempt,
     resume_deferred,
     schedule_action,
+    settle,
+    winding_down,
     withdraw,
 )
+from .lanes import active_of, approval_of, approvals, attempts, attention_of, current_of
+from .paths import lane_of, step_id
 from .state import RunState
 
 __all__ = [
@@ -69,7 +72,7 @@ def dead_letter(tx: Tx, c: DeadLetter) -> None:
 
 def retry_step(tx: Tx, c: RetryStep) -> None:
     s = tx.s
-    att = s.attention
+    att = attention_of(s, lane_of(c.step)) or s.attention
     if s.terminal:
         raise Rejected("terminal", f"the run is already {s.status}")
     if att is None or att["step"] != c.step:
@@ -100,13 +103,13 @@ def retry_step(tx: Tx, c: RetryStep) -> None:
         )
     )
     if comp:
-        next_compensation(tx, attempt=attempt)
+        next_compensation(tx, attempt=attempt, step=c.step)
     elif c.new_key:
-        schedule_action(tx, step, attempt, key_suffix=f"~retry{tx.s.seq}")
+        schedule_action(tx, step, attempt, key_suffix=f"~retry{tx.s.seq}", at=c.step)
     else:
         # The same effect again: the key it was attempted with, even if a migration renamed the step
         # (a default key names the step) since.
-        schedule_action(tx, step, attempt, key=prev.idempotency_key)
+        schedule_action(tx, step, attempt, key=prev.idempotency_key, at=c.step)
 
 
 # --- pause and resume --------------------------------------------------------------------------------
@@ -120,14 +123,15 @@ def pause(tx: Tx, c: PauseRun) -> None:
     if s.cancel is not None or s.compensating is not None:
         raise Rejected("not_pausable", "the run is being cancelled or compensated; let it finish")
     tx.emit(RunPaused(reason=c.reason, actor=c.actor))
-    a = tx.s.active
-    if a is not None and a.fencing is None:
-        # Nobody started this attempt yet: withdraw it now and schedule it again on resume.
-        withdraw(tx, a, "run paused; scheduled again on resume", rescheduled=True)
-        if a.kind == "compensation":
-            defer(tx, "next_compensation", attempt=a.attempt)
-        else:
-            defer(tx, "schedule_action", step=a.step, attempt=a.attempt, key_suffix="")
+    for a in list(attempts(tx.s)):
+        if a.fencing is None:
+            # Nobody started this attempt yet: withdraw it now and schedule it again on resume.
+            withdraw(tx, a, "run paused; scheduled again on resume", rescheduled=True)
+            if a.kind == "compensation":
+                step = {"step": a.step} if tx.s.lanes else {}
+                defer(tx, "next_compensation", attempt=a.attempt, **step)
+            else:
+                defer(tx, "schedule_action", step=a.step, attempt=a.attempt, key_suffix="")
 
 
 def resume(tx: Tx, c: ResumeRun) -> None:
@@ -159,19 +163,31 @@ def _check_open(s: RunState, reason: str, what: str) -> None:
 def skip(tx: Tx, c: SkipStep) -> None:
     s = tx.s
     _check_open(s, c.reason, "skip")
-    here = s.current_step if s.attention is None else s.attention["step"]
+    lane = lane_of(c.step)
+    att = attention_of(s, lane)
+    here = current_of(s, lane) if att is None else att["step"]
     if c.step != here:
+        where = f"of lane {lane} " if lane else ""
         raise Rejected(
             "not_current",
-            f"step {c.step} is not the current step ({here or 'none'}); only the current step can be skipped",
+            f"step {c.step} is not the current step {where}({here or 'none'}); only the current step can "
+            "be skipped",
         )
-    if s.approval is not None and s.approval["step"] == c.step:
+    pending = approval_of(s, lane)
+    if pending is not None and pending["step"] == c.step:
         raise Rejected(
             "approval_pending",
-            f"step {c.step} waits for approval request {s.approval['request_id']}; a pending approval ends "
+            f"step {c.step} waits for approval request {pending['request_id']}; a pending approval ends "
             f"only by its policy (quorum, rejection, timeout) or by cancelling the run, never by a skip",
         )
-    roles = tx.d.skip_roles.get(c.step)
+    if c.step in s.children:
+        child = s.children[c.step]["child_run_id"]
+        raise Rejected(
+            "child_running",
+            f"step {c.step} waits for child run {child}; cancel this run (the child is cancelled with it), "
+            "or cancel the child run: its end reaches this step",
+        )
+    roles = tx.d.skip_roles.get(step_id(c.step))
     if roles is None:
         raise Rejected(
             "not_skippable",
@@ -180,9 +196,9 @@ def skip(tx: Tx, c: SkipStep) -> None:
         )
     if not set(c.roles) & set(roles):
         raise Rejected("forbidden", f"only {', '.join(roles)} may skip step {c.step}")
-    if s.compensating is not None or s.cancel is not None:
-        raise Rejected("not_skippable", "the run is being cancelled or compensated")
-    a = s.active
+    if s.compensating is not None or winding_down(s, lane):
+        raise Rejected("not_skippable", "the run (or this branch) is being cancelled or compensated")
+    a = active_of(s, lane)
     if a is not None and a.step == c.step:
         if a.fencing is not None:
             raise Rejected(
@@ -212,10 +228,11 @@ def edit_input(tx: Tx, c: EditInput) -> None:
     (Cancel the run and start a new one: it asks for approval again, with the new details.)"""
     s = tx.s
     _check_open(s, c.reason, "edit the input of")
-    if s.approval is not None:
+    pending = approvals(s)
+    if pending:
         raise Rejected(
             "approval_pending",
-            f"the run waits for approval request {s.approval['request_id']}, whose approvers see details "
+            f"the run waits for approval request {pending[0]['request_id']}, whose approvers see details "
             f"rendered from the current input; the input cannot change under them (cancel the run and "
             f"start a new one with the new input)",
         )
@@ -247,7 +264,8 @@ def granted_approvals(s: RunState) -> list[str]:
 def resolve(tx: Tx, c: ResolveStep) -> None:
     s = tx.s
     _check_open(s, c.reason, "resolve")
-    att = s.attention
+    lane = lane_of(c.step)
+    att = attention_of(s, lane)
     if (
         att is None
         or att["step"] != c.step
@@ -279,13 +297,10 @@ def resolve(tx: Tx, c: ResolveStep) -> None:
     )
     if comp:
         next_compensation(tx)
+    elif winding_down(tx.s, lane):
+        settle(tx)
     elif c.outcome == "succeeded":
-        if tx.s.cancel is not None:
-            begin_cancel(tx)
-        else:
-            advance_after(tx, c.step)
-    elif tx.s.cancel is not None:
-        begin_cancel(tx)
+        advance_after(tx, c.step)
     else:
         fail(
             tx,
@@ -294,4 +309,5 @@ def resolve(tx: Tx, c: ResolveStep) -> None:
                 "message": f"resolved as failed by {c.actor or 'an operator'}: {c.reason}",
                 "step": c.step,
             },
+            lane,
         )

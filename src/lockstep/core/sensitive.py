@@ -30,10 +30,15 @@ from .events import (
     ApprovalDecisionRecorded,
     ApprovalRequested,
     ApproverReplaced,
+    ChildRunEnded,
+    ChildRunRequested,
     CompensationScheduled,
     CompensationStarted,
     EventData,
+    ForEachStarted,
     InputEdited,
+    JoinDecided,
+    LaneFinished,
     NeedsAttention,
     RepairProposed,
     ResultIgnored,
@@ -42,6 +47,7 @@ from .events import (
     RunResumed,
     RunStarted,
     StepFailed,
+    StepJoined,
     StepResolved,
     StepRetried,
     StepSkipped,
@@ -99,6 +105,7 @@ class StepSensitivity:
     output: Pointers = ()  # its output, as declared (ActivitySucceeded, skips, resolutions)
     compensation_input: Pointers = ()  # CompensationScheduled.input
     compensation_output: bool = False  # the compensation's own result, all of it
+    items: Pointers = ()  # a for-each's list (ForEachStarted.items)
     details: bool = False  # ApprovalRequested.details (one string: all or nothing)
     # Failure messages and attention reasons of the step: the activity may echo its input, and an
     # expression's error may quote the value it failed on.
@@ -136,21 +143,22 @@ class Sensitivity:
         return Sensitivity(input, output, kept, run_messages, step_ids, True)
 
     def step(self, step_id: str) -> StepSensitivity:
-        return self.steps.get(step_id, CLEAR_STEP)
+        """Of a step id, or of a step key (a nested step's lanes and id: core/paths.py)."""
+        return self.steps.get(step_id) or self.steps.get(_id_of(step_id), CLEAR_STEP)
 
     def messages(self, step_id: object) -> bool:
         """Whether failure messages of `step_id` are sensitive: None is the run's own (its output
         template); an id this version does not have (or none at all) could be any step's."""
         if step_id is None:
             return self.run_messages
-        if isinstance(step_id, str) and step_id in self.step_ids:
+        if isinstance(step_id, str) and _id_of(step_id) in self.step_ids:
             return self.step(step_id).messages
         return self.run_messages or any(s.messages for s in self.steps.values())
 
     def outputs(self, step_id: str, compensation: bool = False) -> Pointers:
         """The sensitive pointers of an output reported for `step_id` (an action's, or a compensation's);
         for an id this version does not have, those of any step."""
-        if step_id in self.step_ids:
+        if _id_of(step_id) in self.step_ids:
             st = self.step(step_id)
             if compensation:
                 return ("",) if st.compensation_output else ()
@@ -162,6 +170,11 @@ class Sensitivity:
 
 
 NOT_SENSITIVE = Sensitivity()
+
+
+def _id_of(key: str) -> str:
+    """The step id of a step key (core/paths.py: the part after the last dot)."""
+    return key[key.rfind(".") + 1 :]
 
 
 class HasSensitivity(Protocol):
@@ -330,6 +343,32 @@ def _proposed(d: RepairProposed, s: Sensitivity) -> list[str]:
     return _under("/command/output", cmd.get("output"), s.outputs(cmd["step"]))
 
 
+def _for_each(d: ForEachStarted, s: Sensitivity) -> list[str]:
+    return _under("/items", d.items, s.step(d.step).items)
+
+
+def _lane_finished(d: LaneFinished, s: Sensitivity) -> list[str]:
+    """A branch's or an item's output is one of its steps' outputs; its error, one of their errors."""
+    return _under("/output", d.output, s.step(d.step).output) + _error("/error", d.error, s, d.step)
+
+
+def _join_decided(d: JoinDecided, s: Sensitivity) -> list[str]:
+    return _error("/error", d.error, s, d.step)
+
+
+def _joined(d: StepJoined, s: Sensitivity) -> list[str]:
+    return _under("/output", d.output, s.step(d.step).output)
+
+
+def _child_requested(d: ChildRunRequested, s: Sensitivity) -> list[str]:
+    return _under("/input", d.input, s.step(d.step).input)
+
+
+def _child_ended(d: ChildRunEnded, s: Sensitivity) -> list[str]:
+    """The child's output as the `run` step declares it (output_sensitive); its error's message."""
+    return _under("/output", d.output, s.outputs(d.step)) + _error("/error", d.error, s, d.step)
+
+
 def _nothing(d: EventData, s: Sensitivity) -> list[str]:
     """Reviewed: the fields named like data hold none of the tenant's (ActivityTimedOut's error is the
     engine's own text about the lease; ApproverReplaced.new is a user name; an approver's comment is
@@ -361,6 +400,12 @@ _HANDLERS: dict[type[Any], Callable[[Any, Sensitivity], list[str]]] = {
     RepairProposed: _proposed,
     ApprovalDecisionRecorded: _nothing,
     ApproverReplaced: _nothing,
+    ForEachStarted: _for_each,
+    LaneFinished: _lane_finished,
+    JoinDecided: _join_decided,
+    StepJoined: _joined,
+    ChildRunRequested: _child_requested,
+    ChildRunEnded: _child_ended,
 }
 
 # The event types whose data may hold tenant values, each with its handler above; CLEAR: the types
@@ -388,5 +433,8 @@ CLEAR = frozenset(
         "RunPaused",
         "RepairConfirmed",
         "RepairRejected",
+        "ParallelStarted",  # lane ids and the join rule
+        "LaneStarted",
+        "ChildRunCancelRequested",  # the parent's cancel reason (CancelRequested's, also clear)
     }
 )

@@ -16,6 +16,8 @@ __all__ = [
     "STEP_OPEN",
     "TERMINAL",
     "Attempt",
+    "Group",
+    "Lane",
     "OutdatedSnapshot",
     "RunState",
     "StepState",
@@ -42,7 +44,7 @@ STEP_OPEN = frozenset(
 )
 # Bump when RunState gains or changes a field: stored snapshots of an older version are rebuilt from
 # their events when loaded (snapshots are derived data; the events are the facts).
-SNAPSHOT_VERSION = 5
+SNAPSHOT_VERSION = 6
 
 
 class OutdatedSnapshot(ValueError):
@@ -95,6 +97,47 @@ class Timer:
 
 
 @dataclass(frozen=True)
+class Lane:
+    """One line of steps that runs beside others (core/paths.py names it): a branch of a parallel step
+    or an item of a for-each step. It holds, for its own steps, what RunState holds for the top-level
+    ones: the current step, the attempt in flight, the pending approval, what waits for an operator."""
+
+    step: str  # the key of the shape step it belongs to
+    index: int  # the branch's position, or the item's index
+    status: str = "running"  # running | cancelling | succeeded | failed | cancelled
+    current_step: str | None = None
+    active: Attempt | None = None
+    approval: JSONObject | None = None
+    attention: JSONObject | None = None
+    last_output_step: str | None = None
+    output: JSONValue = None
+    error: JSONObject | None = None
+    started_seq: int | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.status in ("running", "cancelling")
+
+
+@dataclass(frozen=True)
+class Group:
+    """A parallel or for-each step: its join rule and its lanes (those started are in RunState.lanes)."""
+
+    kind: str  # "parallel" | "for_each"
+    join: str  # "all" | "any" | "n_of"
+    need: int  # successes that complete the step
+    lanes: tuple[str, ...]  # every lane it has, in order (a branch each, or an item each)
+    tolerant: tuple[str, ...]  # lanes whose failure does not fail the step (on_failure: continue)
+    concurrency: int  # lanes running at once
+    items: JSONValue = None  # a for-each's list
+    outcome: str | None = None  # "succeeded" | "failed", once the join is decided
+    error: JSONObject | None = None  # why it failed
+    started_seq: int | None = None
+
+
+@dataclass(frozen=True)
 class RunState:
     run_id: str
     tenant: str
@@ -136,6 +179,13 @@ class RunState:
     # When compensation began (CompensationStarted's seq and time).
     compensation_seq: int | None = None
     compensation_at: str | None = None
+    # The lanes of parallel and for-each steps (by lane id) and the shape steps themselves (by key).
+    lanes: dict[str, Lane] = field(default_factory=dict)
+    groups: dict[str, Group] = field(default_factory=dict)
+    # A child run's parent ({run_id, step, depth}: RunStarted.parent); the child runs this run waits
+    # for, by the key of their `run` step ({child_run_id, definition, version, start_key, at, cancel}).
+    parent: JSONObject | None = None
+    children: dict[str, JSONObject] = field(default_factory=dict)
 
     @property
     def terminal(self) -> bool:
@@ -180,6 +230,10 @@ class RunState:
             "trace_parent": self.trace_parent,
             "compensation_seq": self.compensation_seq,
             "compensation_at": self.compensation_at,
+            "lanes": {k: _lane_json(v, deep) for k, v in self.lanes.items()},
+            "groups": {k: _group_json(v, deep) for k, v in self.groups.items()},
+            "parent": self.parent,
+            "children": copy.deepcopy(self.children) if deep else self.children,
         }
 
     @staticmethod
@@ -220,10 +274,32 @@ class RunState:
             trace_parent=o["trace_parent"],
             compensation_seq=o["compensation_seq"],
             compensation_at=o["compensation_at"],
+            lanes={k: _lane_of(v) for k, v in o["lanes"].items()},
+            groups={k: _group_of(v) for k, v in o["groups"].items()},
+            parent=o["parent"],
+            children=dict(o["children"]),
         )
 
 
-def _asdict(obj: StepState | Attempt | Timer, deep: bool = True) -> JSONObject:
+def _lane_json(lane: Lane, deep: bool) -> JSONObject:
+    out = _asdict(lane, deep)
+    out["active"] = _asdict(lane.active, deep) if lane.active is not None else None
+    return out
+
+
+def _group_json(group: Group, deep: bool) -> JSONObject:
+    return {**_asdict(group, deep), "lanes": list(group.lanes), "tolerant": list(group.tolerant)}
+
+
+def _lane_of(o: JSONObject) -> Lane:
+    return Lane(**{**o, "active": Attempt(**o["active"]) if o["active"] else None})
+
+
+def _group_of(o: JSONObject) -> Group:
+    return Group(**{**o, "lanes": tuple(o["lanes"]), "tolerant": tuple(o["tolerant"])})
+
+
+def _asdict(obj: StepState | Attempt | Timer | Lane | Group, deep: bool = True) -> JSONObject:
     if not deep:
         return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
     return {k: copy.deepcopy(getattr(obj, k)) for k in obj.__dataclass_fields__}

@@ -21,7 +21,9 @@ from .events import (
     UnsetType,
 )
 from .evolve import evolve
+from .lanes import attempt_of_task
 from .limits import DEFAULT_SERVER_LIMITS, ServerLimits
+from .paths import ROOT, is_item_lane, lane_of, lane_step, step_id, within
 from .state import Attempt, RunState
 from .timeutil import iso
 
@@ -49,13 +51,24 @@ def run_of_task(task: str) -> str:
     return task.split("/", 1)[0]
 
 
-def expression_context(state: RunState) -> dict[str, Any]:
-    return {
-        "input": state.input,
-        "steps": {
+def expression_context(state: RunState, lane: str = ROOT) -> dict[str, Any]:
+    """What expressions of a step in `lane` see: the input, the run, and the steps of that lane and of
+    the lanes around it, by their ids (never a sibling branch's or another item's); inside a for-each
+    body also `item` and `index` (of the innermost for-each)."""
+    if not state.lanes:
+        steps = {
             sid: {"output": st.output, "status": st.status, "attempts": st.attempts}
             for sid, st in state.steps.items()
-        },
+        }
+    else:
+        steps = {
+            step_id(key): {"output": st.output, "status": st.status, "attempts": st.attempts}
+            for key, st in state.steps.items()
+            if within(lane, lane_of(key))
+        }
+    ctx: dict[str, Any] = {
+        "input": state.input,
+        "steps": steps,
         "run": {
             "id": state.run_id,
             "tenant": state.tenant,
@@ -64,6 +77,15 @@ def expression_context(state: RunState) -> dict[str, Any]:
             "started_at": state.started_at,
         },
     }
+    around = lane
+    while around:
+        if is_item_lane(around):
+            group, ln = state.groups.get(lane_step(around)), state.lanes.get(around)
+            if group is not None and ln is not None and isinstance(group.items, list):
+                ctx["item"], ctx["index"] = group.items[ln.index], ln.index
+            break
+        around = lane_of(lane_step(around))
+    return ctx
 
 
 class Tx:
@@ -107,8 +129,8 @@ def defer(tx: Tx, action: str, **args: Any) -> bool:
 
 def queued_attempt(tx: Tx, task: str) -> Attempt:
     """The run's current attempt for `task`, which no worker may have started yet; else Rejected."""
-    a = tx.s.active
-    if tx.s.terminal or a is None or a.task_id != task:
+    a = attempt_of_task(tx.s, task)
+    if tx.s.terminal or a is None:
         raise Rejected("stale_task", f"task {task} is no longer wanted by run {tx.s.run_id}")
     if a.fencing is not None:
         raise Rejected(
@@ -160,9 +182,12 @@ def timer(
     )
 
 
-def cancel_timers(tx: Tx, reason: str, step: str | None = None) -> None:
-    """Make the run's armed timers stale (only those of `step` when given), in a stable order."""
+def cancel_timers(tx: Tx, reason: str, step: str | None = None, inside: str | None = None) -> None:
+    """Make the run's armed timers stale (only those of `step`, or of the steps of lane `inside` and
+    the lanes within it, when given), in a stable order."""
     for t in sorted(tx.s.timers.values(), key=lambda t: t.key):
+        if inside is not None and (t.kind == "deadline" or not within(lane_of(t.step), inside)):
+            continue
         if step is None or t.step == step:
             tx.emit(
                 TimerCancelled(key=t.key, generation=t.generation, kind=t.kind, step=t.step, reason=reason)

@@ -26,12 +26,21 @@ RUNS: list[tuple[str, str, dict[str, Any]]] = [
     ("vendor-onboarding", "example-vendor-1", {"vendor": "Acme Tools"}),
     ("vendor-onboarding", "example-vendor-2", {"vendor": "Globex"}),
     ("purchase-order", "example-po-1", {"po": "PO-1001", "amount": 1250.0}),
+    (
+        "contract-review",
+        "example-contract-1",
+        {
+            "contract": "C-77",
+            "lines": [{"sku": "lamp", "qty": 4}, {"sku": "desk", "qty": 2}, {"sku": "chair", "qty": 8}],
+        },
+    ),
 ]
 # Approvers for the purchase-order example; they log in with the same example password.
 APPROVERS = [
     ("alice", ["approver"], ["managers"]),
     ("bob", ["approver"], ["managers"]),
     ("carol", ["approver", "viewer"], ["finance"]),
+    ("dana", ["approver"], ["legal"]),  # the contract review's legal approver
 ]
 
 
@@ -51,7 +60,12 @@ def bootstrap(engine: Engine, ledger_dir: str) -> dict[str, Any]:
         with contextlib.suppress(Conflict):
             principals.create_user("default", user, roles, groups)
             principals.set_password("default", user, EXAMPLE_PASSWORD)
-    for name in ("order-fulfilment.yaml", "vendor-onboarding.yaml", "purchase-order.yaml"):
+    for name in (
+        "order-fulfilment.yaml",
+        "vendor-onboarding.yaml",
+        "purchase-order.yaml",
+        "contract-review.yaml",
+    ):
         engine.publish(resources.files("lockstep.examples").joinpath(name).read_text())
     created["runs"] = [engine.start(d, input=payload, key=key, actor="example") for d, key, payload in RUNS]
     return created

@@ -22,6 +22,7 @@ import structlog
 from ..app.approvals import Approvals
 from ..app.service import Service
 from ..core.canonical import JSONObject, JSONValue
+from ..core.lanes import approval_at
 from ..core.sealed import READ_GRANT, REDACTED, contains_marker
 from ..errors import InvalidInput, LockstepError
 from ..store import ApprovalRequestRow, NotificationRow
@@ -149,6 +150,7 @@ class Notifier:
                 self._finish(n, "done", "request no longer pending", now_ms)
                 return
             state = self.service.state(n["tenant"], n["run_id"])
+            pending = approval_at(state, request["step"]) or {}  # one of several, in a parallel step
             for approver, email in self._eligible(n["tenant"], request, n["approver"]):
                 link = self.approvals.mint(n["tenant"], n["run_id"], request["step"], approver, by="notifier")
                 self.channel.send(
@@ -159,7 +161,7 @@ class Notifier:
                         "tenant": n["tenant"],
                         "definition": state.definition["name"],
                         "email": email,
-                        "details": shown_details((state.approval or {}).get("details", "")),
+                        "details": shown_details(pending.get("details", "")),
                         "message_id": message_id(n, approver),
                     }
                 )

@@ -20,6 +20,9 @@ from ..errors import LockstepError
 
 __all__ = ["Scheduler"]
 
+# Events after which this process's scheduler has work at once (a child run's end wakes it too).
+_WAKE = frozenset({"TimerScheduled", "ChildRunRequested", "ChildRunCancelRequested"})
+
 log = logging.getLogger("lockstep.scheduler")
 # Purge transactions per tick (tombstones, and as many of deletes): a backlog is worked through between
 # the timer and lease passes, a few batches at a time, so it never holds them up for long.
@@ -68,6 +71,7 @@ class Scheduler:
         done = self.service.fire_due_timers(self.batch, self.partitions)
         done += self.service.fire_due_schedules(self.batch, self.partitions)  # app/schedules/fire.py
         done += self.service.expire_leases(self.batch, self.partitions)
+        done += self.service.run_children(self.batch)
         if time.monotonic() - self._swept_at >= 1.0:
             self._swept_at = time.monotonic()
             done += self.service.dead_letter_unserved()
@@ -108,9 +112,9 @@ class Scheduler:
         until = (nxt - self.service.clock()).total_seconds()
         return max(0.005, min(self.poll, until))
 
-    def _on_events(self, _state: RunState, events: list[Event]) -> None:
-        if any(e.type == "TimerScheduled" for e in events):
-            self.wake.set()  # a new timer may be due before the planned wake-up
+    def _on_events(self, state: RunState, events: list[Event]) -> None:
+        if any(e.type in _WAKE for e in events) or (state.parent is not None and state.terminal):
+            self.wake.set()  # a new timer may be due before the planned wake-up, a child run's row is
 
     def run(self, stop: threading.Event) -> None:
         self.service.listeners.append(self._on_events)

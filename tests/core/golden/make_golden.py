@@ -14,8 +14,9 @@ The script is deterministic (fixed clock, fixed ids), so regenerating without su
 golden/v1/, golden/v2/ and golden/v3/ hold the first four scenarios as recorded by older builds (v1:
 unversioned snapshots, old task ids; v2: snapshot_version 2, before `paused`; v3: snapshot_version 3,
 before four-eyes proposals and the per-task count of ignored results); golden/v4/ all five as recorded
-with snapshot_version 4, before the trace context and step visits. This script never writes there:
-those files stand for runs stored by those builds.
+with snapshot_version 4, before the trace context and step visits; golden/v5/ all six as recorded with
+snapshot_version 5, before the lanes and groups of parallel and for-each steps. This script never
+writes there: those files stand for runs stored by those builds.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import yaml
 
 from lockstep.core.commands import (
     CancelRun,
+    ChildEnded,
     ClaimTask,
     Command,
     ConfirmRepair,
@@ -46,6 +48,8 @@ from lockstep.core.decide import decide
 from lockstep.core.definition import Definition, parse_definition
 from lockstep.core.events import Event, chain_hash
 from lockstep.core.evolve import evolve
+from lockstep.core.lanes import active_of
+from lockstep.core.paths import lane_of
 from lockstep.core.state import RunState
 from lockstep.core.timeutil import iso
 
@@ -160,17 +164,121 @@ steps:
 """
 
 
+PARALLEL = """
+name: parallel-review
+steps:
+  - id: prepare
+    activity: docs.prepare
+    timeout: 30s
+    compensate: {activity: docs.discard}
+  - id: review
+    parallel:
+      branches:
+        legal:
+          - id: legal-ok
+            approval:
+              approvers: {users: [ana]}
+              details: "order ${input.order_id}"
+              timeout: 1d
+          - id: file
+            activity: legal.file
+            timeout: 30s
+            compensate: {activity: legal.withdraw}
+        finance:
+          - id: reserve-budget
+            activity: finance.reserve
+            timeout: 30s
+            compensate: {activity: finance.release, input: {order: "${input.order_id}"}}
+  - id: ship
+    activity: shipping.create
+    timeout: 10s
+    input: {review: "${steps.review.output}"}
+    retry: {max_attempts: 1}
+"""
+
+LINES = """
+name: order-lines
+steps:
+  - id: lines
+    for_each:
+      items: "${input.lines}"
+      concurrency: 2
+      max_items: 10
+      on_failure: continue
+      body:
+        - id: pack
+          activity: warehouse.pack
+          timeout: 30s
+          input: {sku: "${item.sku}", line: "${index}"}
+  - id: notify
+    activity: email.send
+    timeout: 10s
+    input: {packed: "${steps.lines.output}"}
+"""
+
+FIRST_QUOTE = """
+name: first-quote
+steps:
+  - id: quotes
+    parallel:
+      join: any
+      branches:
+        acme:
+          - {id: ask-acme, activity: quote.acme, timeout: 30s}
+        globex:
+          - {id: ask-globex, activity: quote.globex, timeout: 30s}
+        initech:
+          - {id: ask-initech, activity: quote.initech, timeout: 30s}
+  - id: order
+    activity: purchase.order
+    timeout: 30s
+"""
+
+
+ONBOARDING = """
+name: onboarding
+steps:
+  - id: open
+    activity: acct.open
+    timeout: 30s
+    compensate: {activity: acct.close}
+  - id: kyc
+    run:
+      definition: kyc-check
+      version: 2
+      input: {customer: "${input.customer}"}
+  - id: welcome
+    activity: mail.welcome
+    timeout: 30s
+    input: {score: "${steps.kyc.output.score}"}
+"""
+
+KYC = """
+name: kyc-check
+steps:
+  - id: look
+    activity: kyc.look
+    timeout: 30s
+    input: {customer: "${input.customer}"}
+"""
+
+
 class Recorder:
     """Drives one run with a fixed clock and records its events."""
 
-    def __init__(self, text: str, input: Any, trace: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, text: str, input: Any, trace: tuple[str, str] | None = None, parent: Any = None
+    ) -> None:
         self.document = yaml.safe_load(text)
         self.d: Definition = parse_definition(self.document)
         self.now = T0
         self.state: RunState | None = None
         self.events: list[Event] = []
         traced = {"trace": trace[0], "trace_parent": trace[1]} if trace else {}
-        start = StartRun(run_id="golden-1", tenant="acme", version=1, input=input, start_key="k-1", **traced)
+        key = "k-1" if parent is None else f"{parent['run_id']}:{parent['step']}"
+        start = StartRun(
+            run_id="golden-1", tenant="acme", version=1, input=input, start_key=key, parent=parent, **traced
+        )
         self.send(start)
 
     def send(self, command: Command) -> None:
@@ -206,6 +314,21 @@ class Recorder:
         self.wait(took)
         self.send(ReportFailure(*token, code=code, message=message))
         return token
+
+    def claim_step(self, key: str, worker: str = "worker-1") -> tuple[str, int, int]:
+        a = active_of(self.s, lane_of(key))
+        assert a is not None
+        assert a.step == key
+        self.send(ClaimTask(a.task_id, worker, iso(self.now + timedelta(milliseconds=a.timeout_ms))))
+        a = active_of(self.s, lane_of(key))
+        assert a is not None
+        assert a.fencing is not None
+        return a.task_id, a.attempt, a.fencing
+
+    def ok_step(self, key: str, output: Any = None, took: float = 0.5) -> None:
+        token = self.claim_step(key)
+        self.wait(took)
+        self.send(ReportSuccess(*token, output=output))
 
     def fire(self) -> None:
         (t,) = self.s.timers.values()
@@ -296,6 +419,71 @@ def traced_loop_with_approval() -> Recorder:
     return r
 
 
+def parallel_branches_compensated() -> Recorder:
+    """Two branches (an approval then an activity; an activity), joined; the step after fails, and the
+    branches' completed steps are compensated side by side, then the step before."""
+    r = Recorder(PARALLEL, {"order_id": 81}, trace=None)
+    r.ok({"doc": "D-81"})
+    r.ok_step("review.finance.reserve-budget", {"budget": "B-81"})
+    pending = r.s.approval or next(iter(r.s.lanes.values())).approval
+    assert pending is not None
+    r.wait(300)
+    r.send(DecideApproval(pending["request_id"], "ana", "approve", "fine", ("approver",), ()))
+    r.ok_step("review.legal.file", {"filing": "F-81"})
+    r.fail("NoCarrier", "no carrier for this address")
+    r.ok_step("review.legal.file", {"withdrawn": True})
+    r.ok_step("review.finance.reserve-budget", {"released": True})
+    r.ok({"discarded": True})
+    return r
+
+
+def for_each_with_concurrency() -> Recorder:
+    """Three order lines, two at a time; one fails (on_failure: continue), the step still joins."""
+    r = Recorder(LINES, {"lines": [{"sku": "A"}, {"sku": "B"}, {"sku": "C"}]})
+    r.ok_step("lines[1].pack", {"box": "B1"})
+    token = r.claim_step("lines[0].pack")
+    r.wait(1)
+    r.send(ReportFailure(*token, code="OutOfStock", message="no A left", retryable=False))
+    r.ok_step("lines[2].pack", {"box": "C1"})
+    r.ok({"sent": True})
+    return r
+
+
+def parallel_any_with_cancel() -> Recorder:
+    """join any: the first quote wins; a queued ask is withdrawn, a running one reports first. Then the
+    run is cancelled while its order is in flight."""
+    r = Recorder(FIRST_QUOTE, {"item": "bolts"})
+    late = r.claim_step("quotes.initech.ask-initech", "worker-2")
+    r.ok_step("quotes.globex.ask-globex", {"price": 7})
+    r.wait(2)
+    r.send(ReportSuccess(*late, output={"price": 9}))
+    r.claim()
+    r.send(CancelRun(reason="supplier changed", actor="buyer:lee"))
+    a = r.s.active
+    assert a is not None
+    assert a.fencing is not None
+    r.send(ReportSuccess(a.task_id, a.attempt, a.fencing, output={"po": "PO-1"}))
+    return r
+
+
+def child_run_parent() -> Recorder:
+    """A parent whose `run` step waits for a child (pinned version 2) and takes its output."""
+    r = Recorder(ONBOARDING, {"customer": "c-82"})
+    r.ok({"account": "A-82"})
+    (child,) = r.s.children.values()
+    r.wait(42)
+    r.send(ChildEnded(child["child_run_id"], "kyc", "completed", {"score": 97}))
+    r.ok({"sent": True})
+    return r
+
+
+def child_run_child() -> Recorder:
+    """The child of such a step: it knows its parent (RunStarted.parent) and ends as any run does."""
+    r = Recorder(KYC, {"customer": "c-82"}, parent={"run_id": "golden-0", "step": "kyc", "depth": 1})
+    r.ok({"score": 97})
+    return r
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
     "happy_path_with_retry": (
         "one failed attempt retried on a durable timer, a late duplicate result ignored, a wait, completed",
@@ -320,6 +508,28 @@ SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
     "traced_loop_with_approval": (
         "a run in a caller's trace (RunStarted.trace): a polling loop enters a step twice, then an approval",
         traced_loop_with_approval,
+    ),
+    "parallel_branches_compensated": (
+        "a parallel step (an approval and an activity in one branch, an activity in the other) joined; the "
+        "next step fails and every branch compensates side by side, then the step before",
+        parallel_branches_compensated,
+    ),
+    "for_each_with_concurrency": (
+        "a for-each over three lines, two at a time, one failing with on_failure: continue; joined",
+        for_each_with_concurrency,
+    ),
+    "parallel_any_with_cancel": (
+        "join any: the first quote wins, the others are withdrawn or report first; then a cancel while the "
+        "order is in flight",
+        parallel_any_with_cancel,
+    ),
+    "child_run_parent": (
+        "a `run` step requests a child run (a pinned version), waits, and takes the child's output",
+        child_run_parent,
+    ),
+    "child_run_child": (
+        "a child run: RunStarted names its parent and the parent's step; it completes",
+        child_run_child,
     ),
 }
 

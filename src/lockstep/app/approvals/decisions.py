@@ -14,6 +14,7 @@ from typing import Literal, cast
 from ...core.canonical import JSONObject
 from ...core.commands import DecideApproval, Rejected
 from ...core.definition import Definition
+from ...core.lanes import approval_at, approval_by_request
 from ...core.shape import for_view
 from ...core.state import RunState
 from ...core.timeutil import iso
@@ -44,7 +45,7 @@ class ApprovalDecisions:
         """What the approval page shows for a token; never changes anything."""
         link = self._link_for(principal, token, consuming=False)
         state = self.runs.redacted(self.kernel.state(principal.tenant, link["run_id"]))
-        a = state.approval if state.approval and state.approval["request_id"] == link["request_id"] else None
+        a = approval_by_request(state, link["request_id"])
         ref = LinkRef(
             request_id=link["request_id"], step=link["step"], approver=link["approver"], run_id=link["run_id"]
         )
@@ -223,8 +224,8 @@ class ApprovalDecisions:
             if loaded is None or loaded.state.tenant != principal.tenant:
                 raise self.kernel.missing(tx, run_id, principal.tenant)  # Gone if purged
             s = loaded.state
-            a = s.approval
-            if a is None or a["step"] != step:
+            a = approval_at(s, step)
+            if a is None:
                 raise Conflict(
                     f"run {run_id} is not waiting for an approval at step {step}", code="not_waiting"
                 )
@@ -257,7 +258,7 @@ def _decided(
     after: RunState, request_id: str, step: str, link_id: str | None, decision: str
 ) -> DecisionResult:
     """What a recorded decision answers: the request's state after it and the run's status."""
-    pending = after.approval
+    pending = approval_by_request(after, request_id)
     done = after.steps[step].output or {}
     decisions: list[Decision] = (pending or done).get("decisions", [])
     return DecisionResult(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import cast
 
 from ...core.approval import eligible
+from ...core.lanes import approval_at, approval_by_request
 from ...core.shape import for_view
 from ...errors import Conflict, Gone, NotFound
 from ...store import ApprovalsTx
@@ -43,7 +44,8 @@ class Inbox:
                 state = self.runs.redacted(self.kernel.state(principal.tenant, r["run_id"]))
             except (NotFound, Gone):  # pragma: no cover - finished (and purged) since the list was read
                 continue
-            if state.approval is None or state.approval["request_id"] != r["request_id"]:
+            a = approval_by_request(state, r["request_id"])  # a run may wait for several, one per branch
+            if a is None:
                 continue
             out.append(
                 InboxItem(
@@ -51,11 +53,11 @@ class Inbox:
                     run_id=r["run_id"],
                     step=r["step"],
                     definition=DefinitionRef.model_validate(state.definition),
-                    details=for_view(state.approval["details"]),
-                    quorum=state.approval["policy"]["quorum"],
-                    decisions=state.approval["decisions"],
-                    requested_at=state.approval["requested_at"],
-                    expires_at=state.approval["expires_at"],
+                    details=for_view(a["details"]),
+                    quorum=a["policy"]["quorum"],
+                    decisions=a["decisions"],
+                    requested_at=a["requested_at"],
+                    expires_at=a["expires_at"],
                 )
             )
         return out
@@ -65,8 +67,8 @@ class Inbox:
         No link is minted (the session is the identity; a link authorizes nothing), so opening it any
         number of times appends nothing to the run's history."""
         state = self.runs.redacted(self.kernel.state(principal.tenant, run_id))
-        a = state.approval
-        if a is None or a["step"] != step:
+        a = approval_at(state, step)
+        if a is None:
             raise Conflict(f"run {run_id} is not waiting for an approval at step {step}", code="not_waiting")
         check_seat(principal, a)
         policy = a["policy"]

@@ -13,6 +13,7 @@ import secrets
 from datetime import timedelta
 
 from ...core.commands import IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
+from ...core.lanes import approval_at, approvals
 from ...core.timeutil import iso, parse_iso
 from ...errors import Conflict, Forbidden, InvalidInput, NotFound, Refused
 from ...store import ApproveTx
@@ -56,8 +57,8 @@ class ApprovalLinks:
             if loaded is None or loaded.state.tenant != tenant:
                 raise self.kernel.missing(tx, run_id, tenant)  # Gone if purged: its tombstone says why
             s = loaded.state
-            a = s.approval
-            if a is None or a["step"] != step:
+            a = approval_at(s, step)
+            if a is None:
                 raise Refused(
                     f"run {run_id} is not waiting for an approval at step {step}"
                     + (f" (it waits at {s.current_step})" if s.current_step else ""),
@@ -126,11 +127,11 @@ class ApprovalLinks:
 
     def links(self, tenant: str, run_id: str) -> list[LinkView]:
         state = self.kernel.state(tenant, run_id)
-        request = state.approval["request_id"] if state.approval else None
-        if request is None:
+        requests = [a["request_id"] for a in approvals(state)]  # one per branch waiting for people
+        if not requests:
             return []
         with self.kernel.read() as tx:
-            rows = tx.links_of_request(request)
+            rows = [row for request in requests for row in tx.links_of_request(request)]
         return [LinkView(**row) for row in rows]
 
     def reassign(
@@ -141,8 +142,8 @@ class ApprovalLinks:
         if not reason.strip():
             raise InvalidInput("a reason is required (--reason TEXT)")
         state = self.kernel.state(tenant, run_id)
-        a = state.approval
-        if a is None or a["step"] != step:
+        a = approval_at(state, step)
+        if a is None:
             raise Refused(f"run {run_id} is not waiting for an approval at step {step}", code="not_waiting")
         with self.kernel.read() as tx:
             user = tx.user(tenant, new)

@@ -10,6 +10,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ...core.explain import WAIT_KINDS
+from ...core.paths import step_id
 from ...core.timeutil import parse_iso
 from ...store import MetricsTx
 from ..port import KernelPort
@@ -104,7 +105,7 @@ class DatabaseCollector(Collector):
         folded: dict[tuple[str, str, str, str], int] = {}
         for tenant, definition, step, wait, n in rows:
             name = self.definitions(tenant, definition)
-            sid = self.steps((tenant, name), step) if step is not None else "none"
+            sid = self.steps((tenant, name), step_id(step)) if step is not None else "none"
             kind = wait if wait in _WAITS else ("unknown" if wait is None else OTHER)
             key = (tenant, name, sid, kind)
             folded[key] = folded.get(key, 0) + n

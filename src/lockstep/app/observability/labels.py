@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 from ...core.definition import ActivityStep
+from ...core.definition.shapes import all_steps
 from ...core.state import RunState
 from ...store import DefinitionsTx
 from ..port import KernelPort
@@ -144,7 +145,7 @@ class DeclaredCodes:
         except Exception:  # metrics never fail a committed transition: count as undeclared
             return frozenset()
         codes: set[str] = set()
-        for step in d.steps:
+        for step in all_steps(d.steps):  # nested ones too (parallel branches, for-each bodies)
             if isinstance(step, ActivityStep):
                 codes.update(step.retry.non_retryable)
                 if step.compensate is not None:

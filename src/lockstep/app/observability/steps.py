@@ -11,6 +11,7 @@ from contextlib import suppress
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ...core.limits import ServerLimits
+from ...core.paths import step_id
 from ...core.state import RunState
 from .labels import OTHER, FirstSeen, NewestVersions
 
@@ -65,7 +66,7 @@ class StepSeries:
         version = (
             OTHER if name == OTHER else self.versions(t, name, int(state.definition.get("version") or 0))
         )
-        sid = self.steps((t, name), step)
+        sid = self.steps((t, name), step_id(step))  # a nested step by its id: not one series per item
         self.used.setdefault((t, name, version), set()).add(sid)
         return t, name, version, sid
 

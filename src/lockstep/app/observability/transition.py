@@ -27,6 +27,7 @@ from ...core.events import (
     RunFailed,
     TimerFired,
 )
+from ...core.lanes import approval_at, attempt_of_task
 from ...core.state import Attempt, RunState
 from ...core.timeutil import parse_iso
 from .families import Families
@@ -75,8 +76,7 @@ class Transition:
 
     def attempt(self, task_id: str) -> Attempt | None:
         """The attempt `task_id` as it was before this transition (None if it began in it)."""
-        a = self.before.active if self.before is not None else None
-        return a if a is not None and a.task_id == task_id else None
+        return attempt_of_task(self.before, task_id) if self.before is not None else None
 
     # --- attempts ----------------------------------------------------------------------------------
     def started(self, e: Event) -> None:
@@ -84,11 +84,8 @@ class Transition:
         if not isinstance(d, ActivityStarted):
             return
         a = self.attempt(d.task_id)
-        now = self.after.active
-        if a is None and now is not None and now.task_id == d.task_id:
-            name = now.activity  # scheduled in this same command (an eager lease)
-        else:
-            name = a.activity if a is not None else d.step
+        known = a or attempt_of_task(self.after, d.task_id)  # else scheduled in this command (eager)
+        name = known.activity if known is not None else d.step
         self.activity = activity = self.m.activity_label(self.t, name)
         self.m.attempts(self.t, activity).inc()
         ready = a.scheduled_at if a is not None else e.at  # scheduled now: no time in the queue
@@ -173,7 +170,7 @@ class Transition:
         d = e.data
         if not isinstance(d, ApprovalGranted | ApprovalRejected | ApprovalTimedOut | ApprovalCancelled):
             return
-        pending = self.before.approval if self.before is not None else None
+        pending = approval_at(self.before, d.step) if self.before is not None else None
         if pending is not None and pending.get("request_id") == d.request_id:
             waited = seconds(str(pending["requested_at"]), e.at)
             self.m.approval_duration(self.t, self.definition, _APPROVAL_OUTCOMES[type(d)]).observe(waited)

@@ -26,13 +26,16 @@ from ...core.events import (
     ActivityTimedOut,
     ChoiceEvaluated,
     Event,
+    LaneFinished,
     NeedsAttention,
     ResultIgnored,
     StepFailed,
     WorkflowMigrated,
 )
 from ...core.evolve import evolve
-from ...core.state import STEP_OPEN, Attempt, RunState, Timer
+from ...core.lanes import approval_at, approvals, attempts
+from ...core.paths import lane_of, lane_step
+from ...core.state import STEP_OPEN, Attempt, Lane, RunState, Timer
 from .ids import RunTrace, run_trace
 from .operator import operator_span
 from .records import Attr, SpanEvent, SpanRecord, ns
@@ -109,18 +112,19 @@ class _Ended:
     def spans(self) -> list[SpanRecord]:
         b, a, d = self.b, self.a, self.e.data
         ending = a.terminal and not b.terminal
-        if b.active is not None and b.active.fencing is not None:
-            now = a.active
-            if ending or now is None or (now.task_id, now.fencing) != (b.active.task_id, b.active.fencing):
-                self._attempt(b.active)
+        # Attempts and approvals of every lane: a run inside a parallel or for-each step has several.
+        still = {(x.task_id, x.fencing) for x in attempts(a)} if not ending else set()
+        for act in attempts(b):
+            if act.fencing is not None and (act.task_id, act.fencing) not in still:
+                self._attempt(act)
         for key, t in b.timers.items():
             now_t = a.timers.get(key)
             if ending or now_t is None or now_t.generation != t.generation:
                 self._timer(t)
-        if b.approval is not None and (
-            ending or a.approval is None or a.approval["request_id"] != b.approval["request_id"]
-        ):
-            self._approval(b.approval)
+        pending = {x["request_id"] for x in approvals(a)} if not ending else set()
+        for req in approvals(b):
+            if req["request_id"] not in pending:
+                self._approval(req)
         step = getattr(d, "step", None)
         if isinstance(step, str):
             self._step_moved(step)
@@ -130,6 +134,8 @@ class _Ended:
             self._attention(d)
         if isinstance(d, ResultIgnored):
             self._ignored(d)
+        if isinstance(d, LaneFinished) and d.lane in b.lanes:
+            self._lane(d.lane, b.lanes[d.lane], d.outcome)
         op = operator_span(d, _TEXT)
         if op is not None:
             name, attrs = op
@@ -144,6 +150,9 @@ class _Ended:
             for sid, st in b.steps.items():
                 if st.status in STEP_OPEN and sid != step:
                     self._step(sid, st.entered_seq, st.entered_at, a.status)
+            for lid, ln in b.lanes.items():
+                if ln.open and not (isinstance(d, LaneFinished) and d.lane == lid):
+                    self._lane(lid, ln, a.status)
             self._root()
         return self.out
 
@@ -171,6 +180,14 @@ class _Ended:
         if st is None or st.entered_seq is None:
             return self.trace.root
         return self.trace.span("step", st.entered_seq)
+
+    def _lane_span(self, step: str) -> int:
+        """The span of the lane `step` runs in (a branch's or an item's), else the run's root."""
+        lid = lane_of(step)
+        ln = self.b.lanes.get(lid) or self.a.lanes.get(lid) if lid else None
+        if ln is None or ln.started_seq is None:
+            return self.trace.root
+        return self.trace.span("lane", ln.started_seq)
 
     def _compensation_span(self) -> int:
         seq = self.b.compensation_seq
@@ -211,9 +228,20 @@ class _Ended:
         }
         if st.idempotency_key is not None:
             attrs["lockstep.idempotency_key"] = st.idempotency_key
+        if lane_of(step):
+            attrs["lockstep.lane"] = lane_of(step)
         span = self.trace.span("step", seq if seq is not None else self.e.seq)
         error = _code(st.error) if status in ("failed", "dead_letter") else None
-        self._add("step", f"step {step}", span, self.trace.root, attrs, at, error=error)
+        self._add("step", f"step {step}", span, self._lane_span(step), attrs, at, error=error)
+
+    def _lane(self, lid: str, ln: Lane, status: str) -> None:
+        """A branch or an item: a child of its parallel or for-each step's visit."""
+        attrs: dict[str, Attr] = {"lockstep.step": ln.step, "lockstep.lane": lid, "lockstep.status": status}
+        kind = "item" if lid.endswith("]") else "branch"
+        span = self.trace.span("lane", ln.started_seq or self.e.seq)
+        error = _code(ln.error) if status == "failed" else None
+        name = f"{kind} {lid[len(lane_step(lid)) + 1 :].strip('[]')}"
+        self._add("lane", name, span, self._visit(ln.step), attrs, ln.started_at, error=error)
 
     def _migrated(self, d: WorkflowMigrated) -> None:
         """A migration that removes a step being visited ends that visit."""
@@ -286,8 +314,8 @@ class _Ended:
             attrs["lockstep.step"] = t.step
             if t.key.endswith(":compensation"):
                 parent = self._compensation_span()
-            elif t.kind == "approval" and self.b.approval is not None:
-                parent = self.trace.span("approval", self.b.approval["request_id"])
+            elif t.kind == "approval" and (req := approval_at(self.b, t.step)) is not None:
+                parent = self.trace.span("approval", req["request_id"])
             else:
                 parent = self._visit(t.step)
         span = self.trace.span("timer", t.key, t.generation)

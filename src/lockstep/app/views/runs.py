@@ -9,7 +9,9 @@ from typing import Literal, cast
 from pydantic import ConfigDict, Field
 
 from ...core.canonical import JSONObject
-from ...core.state import STEP_OPEN, StepState
+from ...core.paths import is_item_lane, lane_name
+from ...core.shape import for_view
+from ...core.state import STEP_OPEN, Lane, StepState
 from ...core.timeutil import format_duration, parse_iso
 from ..work import TaskLease
 from .base import Marker, Recorded, TenantJson, View
@@ -17,9 +19,12 @@ from .recorded import Attention, CancelInfo, Compensation, ErrorInfo
 
 __all__ = [
     "CancelResult",
+    "ChildRef",
     "DeadLetter",
     "DefinitionRef",
     "EventView",
+    "LaneView",
+    "ParentRef",
     "RetryResult",
     "RunStatus",
     "RunSummary",
@@ -50,6 +55,7 @@ WaitKind = Literal[
     "timer",
     "retry",
     "approval",
+    "child",
     "attention",
     "paused",
     "cancelling",
@@ -59,6 +65,7 @@ WaitKind = Literal[
 
 
 TaskKind = Literal["action", "compensation"]
+LaneStatus = Literal["running", "cancelling", "succeeded", "failed", "cancelled"]
 
 
 def _is_none(value: object) -> bool:
@@ -125,6 +132,56 @@ class StepView(View):
         return round(max(0.0, (end - parse_iso(st.started_at)).total_seconds()), 3)
 
 
+class LaneView(View):
+    """One lane of a parallel or for-each step: a branch, or an item, as far as it got."""
+
+    step: str = Field(description="the key of the parallel or for-each step it belongs to")
+    kind: Literal["branch", "item"]
+    name: str = Field(description="the branch id, or the item's index")
+    status: LaneStatus
+    current_step: str | None = Field(description="the key of the step it is at (or ended at)")
+    output: TenantJson = Field(description="its output once it succeeded: that of its last step with one")
+    error: Recorded[ErrorInfo | Marker | None]
+    started_at: str | None
+    finished_at: str | None
+
+    @classmethod
+    def of(cls, lane_id: str, lane: Lane) -> LaneView:
+        return cls(
+            step=lane.step,
+            kind="item" if is_item_lane(lane_id) else "branch",
+            name=lane_name(lane_id),
+            status=cast(LaneStatus, lane.status),
+            current_step=lane.current_step,
+            output=for_view(lane.output),
+            error=for_view(lane.error),
+            started_at=lane.started_at,
+            finished_at=lane.finished_at,
+        )
+
+
+def _is_empty(value: object) -> bool:
+    return not value
+
+
+class ParentRef(View):
+    """The run whose `run` step started this one."""
+
+    run_id: str
+    step: str = Field(description="the parent's step key")
+    depth: int = Field(description="1 for a child of a run no run started")
+
+
+class ChildRef(View):
+    """A child run a `run` step waits for."""
+
+    child_run_id: str
+    definition: str
+    version: int | None = Field(description="null: the latest version when the child starts")
+    requested_at: str
+    cancel: str | None = Field(description="why its cancellation was asked for, if it was")
+
+
 class RunView(View):
     """A run: where it is, why it waits and what happens next (exactly what `lockstep show RUN --json`
     prints)."""
@@ -142,7 +199,24 @@ class RunView(View):
     input: TenantJson
     output: TenantJson
     error: Recorded[ErrorInfo | Marker | None]
-    steps: dict[str, StepView] = Field(description="by step id, in definition order")
+    steps: dict[str, StepView] = Field(
+        description="by step id, in definition order (a step inside a parallel or for-each step by its key: "
+        "`review.legal.check`, `lines[2].pack`)"
+    )
+    lanes: dict[str, LaneView] = Field(
+        default_factory=dict,
+        exclude_if=_is_empty,
+        description="the branches and items of its parallel and for-each steps, by lane id (only when it "
+        "has some)",
+    )
+    parent: ParentRef | None = Field(
+        default=None, exclude_if=_is_none, description="the run that started this one (a child run only)"
+    )
+    children: dict[str, ChildRef] = Field(
+        default_factory=dict,
+        exclude_if=_is_empty,
+        description="the child runs it waits for, by the key of their `run` step (only when it has some)",
+    )
     started_at: str
     updated_at: str
     finished_at: str | None

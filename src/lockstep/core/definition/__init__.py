@@ -1,5 +1,6 @@
 """Definitions as data: the frozen model (`model`), the parser from a YAML/JSON document (`parse`, with
-one parser per kind of step in `parse_steps`) and the publish-time checks they share (`checks`).
+one parser per kind of step in `parse_steps`, parallel and for-each steps and the checks of the shape as
+a whole in `shapes`) and the publish-time checks they share (`checks`).
 
 Import from here: `from lockstep.core.definition import Definition, parse_definition`.
 """
@@ -7,13 +8,17 @@ Import from here: `from lockstep.core.definition import Definition, parse_defini
 from .model import (
     ActivityStep,
     ApprovalStep,
+    Branch,
     ChoiceStep,
     Compensation,
     Definition,
     DefinitionError,
     FailStep,
+    ForEachStep,
     Limits,
+    ParallelStep,
     RetryPolicy,
+    RunStep,
     Step,
     SucceedStep,
     WaitStep,
@@ -23,13 +28,17 @@ from .parse import parse_definition
 __all__ = [
     "ActivityStep",
     "ApprovalStep",
+    "Branch",
     "ChoiceStep",
     "Compensation",
     "Definition",
     "DefinitionError",
     "FailStep",
+    "ForEachStep",
     "Limits",
+    "ParallelStep",
     "RetryPolicy",
+    "RunStep",
     "Step",
     "SucceedStep",
     "WaitStep",

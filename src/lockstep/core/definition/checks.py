@@ -198,4 +198,20 @@ def step_outputs(raw_steps: object) -> int:
     bounds scale with it)."""
     if not isinstance(raw_steps, list):
         return 1
-    return max(1, sum(1 for s in raw_steps if isinstance(s, Mapping) and "activity" in s))
+    return max(1, _activities(raw_steps, 0))
+
+
+def _activities(raw_steps: list[object], depth: int) -> int:
+    """Activity steps of a raw list, those of parallel branches and for-each bodies included."""
+    n = 0
+    for s in raw_steps:
+        if not isinstance(s, Mapping) or depth > 8:
+            continue
+        n += "activity" in s
+        shape = s.get("parallel") or s.get("for_each")
+        if isinstance(shape, Mapping):
+            inner = shape.get("branches") if "parallel" in s else {"body": shape.get("body")}
+            for b in inner.values() if isinstance(inner, Mapping) else ():
+                listed = b.get("steps") if isinstance(b, Mapping) else b
+                n += _activities(listed, depth + 1) if isinstance(listed, list) else 0
+    return n

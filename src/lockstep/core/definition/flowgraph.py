@@ -4,8 +4,10 @@ run before a given point of the flow (what the reference checks in `references` 
 Nodes are step ids and `END` (the run completes and renders the definition's `output`). An edge says
 how a run gets from one step to the next: `next`, the order of the list, a choice branch, an approval's
 `on_reject`/`on_timeout`. `edges_of` is the one place that knows each kind of step's ways out, so a new
-kind of step (one that holds steps of its own, too) adds its edges there and every question below
-follows. Loops are ordinary cycles: a step in a loop can have run before itself, on an earlier pass.
+kind of step adds its edges there and every question below follows. One graph is one list of steps:
+the definition's, or a parallel step's branch, or a for-each body (whose END ends the branch or the
+item, as `next: end` there does). Loops are ordinary cycles: a step in a loop can have run before
+itself, on an earlier pass.
 """
 
 from __future__ import annotations
@@ -14,7 +16,18 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .model import ActivityStep, ApprovalStep, ChoiceStep, FailStep, Step, SucceedStep, WaitStep
+from .model import (
+    ActivityStep,
+    ApprovalStep,
+    ChoiceStep,
+    FailStep,
+    ForEachStep,
+    ParallelStep,
+    RunStep,
+    Step,
+    SucceedStep,
+    WaitStep,
+)
 
 __all__ = ["END", "Edge", "FlowGraph", "edges_of"]
 
@@ -36,7 +49,9 @@ def edges_of(step: Step, in_order: str) -> list[Edge]:
 
     following = to(step.next, "next") if step.next is not None else to(in_order, "in order")
     match step:
-        case ActivityStep() | WaitStep():
+        case ActivityStep() | WaitStep() | RunStep() | ParallelStep() | ForEachStep():
+            # A shape step's branches and body are lists of their own, each with its own graph (the
+            # checks in `references` relate them): in this list the step is one node, like an activity.
             return [following]
         case ApprovalStep():
             out = [following]

@@ -15,7 +15,8 @@ import jsonschema
 
 from ..canonical import JSONObject
 from ..expr import Expr, ExprLimits, Template
-from ..limits import SERVER_LIMITS
+from ..limits import SERVER_LIMITS, TENANT_LIMITS
+from ..paths import step_id
 from ..pointer import covers, format_pointer, overlaps, parse_pointer
 from ..sensitive import NOT_SENSITIVE, Sensitivity
 
@@ -23,16 +24,21 @@ __all__ = [
     "COMPENSATION_RETRY",
     "DELIVERIES",
     "FOUR_EYES_REPAIRS",
+    "JOINS",
     "STEP_KINDS",
     "ActivityStep",
     "ApprovalStep",
+    "Branch",
     "ChoiceStep",
     "Compensation",
     "Definition",
     "DefinitionError",
     "FailStep",
+    "ForEachStep",
     "Limits",
+    "ParallelStep",
     "RetryPolicy",
+    "RunStep",
     "Step",
     "SucceedStep",
     "WaitStep",
@@ -41,7 +47,9 @@ __all__ = [
 DELIVERIES = ("idempotent", "at_most_once")
 # Problems a DefinitionError's text lists (all of them stay in `.problems`).
 SHOWN_PROBLEMS = 100
-STEP_KINDS = ("activity", "choice", "wait", "fail", "succeed", "approval")
+STEP_KINDS = ("activity", "choice", "wait", "fail", "succeed", "approval", "parallel", "for_each", "run")
+# How a parallel or for-each step ends: every lane, the first success, or K successes.
+JOINS = ("all", "any", "n_of")
 # The repairs a definition may put behind a second operator's confirmation (`four_eyes:`).
 FOUR_EYES_REPAIRS = ("skip", "migrate", "resolve")
 
@@ -63,6 +71,12 @@ class Limits:
     # run when a definition is published; a stored version is loaded without them, so none that was
     # accepted once becomes unrunnable.
     publish_checks: bool = True
+    # The shapes of a definition (parallel and for-each steps): nesting, items, worst-case size and
+    # concurrency, each counted over the whole shape at publish time (definition/shapes.py).
+    max_branch_depth: int = TENANT_LIMITS["max_branch_depth"].default
+    max_items: int = TENANT_LIMITS["max_items"].default
+    max_expanded_steps: int = TENANT_LIMITS["max_expanded_steps"].default
+    max_active_attempts: int = TENANT_LIMITS["max_active_attempts"].default
 
 
 @dataclass(frozen=True)
@@ -179,7 +193,77 @@ class ApprovalStep:
         }
 
 
-Step = ActivityStep | ChoiceStep | WaitStep | FailStep | SucceedStep | ApprovalStep
+@dataclass(frozen=True)
+class Branch:
+    """One branch of a parallel step: its own list of steps. `on_failure: continue` lets the parallel
+    step go on (and succeed) when this branch fails; otherwise its failure fails the step."""
+
+    id: str
+    steps: tuple[Step, ...]
+    on_failure: str = "fail"  # "fail" | "continue"
+
+
+@dataclass(frozen=True)
+class ParallelStep:
+    """Run every branch at once; `join` says when the step is done: `all` branches, `any` (the first
+    success; the others are cancelled) or `n_of` `need` successes. Its output maps branch ids to the
+    branches' outputs."""
+
+    id: str
+    next: str | None
+    branches: tuple[Branch, ...]
+    join: str  # one of JOINS
+    need: int  # successes that complete the step (all: every branch)
+    kind: str = "parallel"
+
+
+@dataclass(frozen=True)
+class ForEachStep:
+    """Run `body` once per element of the list `items` renders, at most `concurrency` at a time, with
+    `item` and `index` in scope; `join` and `on_failure` as for a parallel step (`need` None: every
+    item). More than `max_items` elements fail the step with the reason. Its output is the list of the
+    body's outputs, in item order."""
+
+    id: str
+    next: str | None
+    items: Template
+    body: tuple[Step, ...]
+    concurrency: int
+    join: str
+    need: int | None
+    on_failure: str
+    max_items: int
+    kind: str = "for_each"
+
+
+@dataclass(frozen=True)
+class RunStep:
+    """Start a child run of another definition of the same tenant (`version` None: the latest when the
+    step starts), wait for it without holding anything, and take its output as this step's."""
+
+    id: str
+    next: str | None
+    definition: str
+    version: int | None
+    input: Template
+    # Declared sensitive places of the child's output, as the parent records it (JSON pointers).
+    output_sensitive: tuple[str, ...] = ()
+    kind: str = "run"
+
+
+Step = (
+    ActivityStep
+    | ChoiceStep
+    | WaitStep
+    | FailStep
+    | SucceedStep
+    | ApprovalStep
+    | ParallelStep
+    | ForEachStep
+    | RunStep
+)
+# A nested step's place: the list it is in (a branch's, a body's) and its position there.
+Place = tuple[tuple[Step, ...], int]
 
 
 @dataclass(frozen=True)
@@ -204,17 +288,46 @@ class Definition:
     # (app/approvers.py), by step id; recorded in the ApprovalRequested the step makes. The app, which
     # reads the tenant's users, supplies it; a compiled definition has none.
     approver_warnings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Steps inside parallel and for-each steps, by id (ids are unique across the whole definition).
+    nested: dict[str, Place] = field(default_factory=dict)
 
-    def step(self, step_id: str) -> Step:
-        return self.steps[self.index[step_id]]
+    def step(self, key: str) -> Step:
+        """The step of an id or of a step key (`review.legal.check`: see core/paths.py)."""
+        i = self.index.get(key)
+        if i is not None:
+            return self.steps[i]
+        sid = step_id(key)
+        i = self.index.get(sid)
+        if i is not None:
+            return self.steps[i]
+        steps, at = self.nested[sid]
+        return steps[at]
 
-    def following(self, step_id: str) -> str | None:
-        """The step after step_id: its `next`, else the next in order, else None (the run completes)."""
-        step = self.step(step_id)
+    def has_step(self, key: str) -> bool:
+        sid = step_id(key)
+        return sid in self.index or sid in self.nested
+
+    def following(self, key: str) -> str | None:
+        """The id of the step after `key` in its own list (the run's, a branch's, a body's): its `next`,
+        else the next in order, else None (the run, the branch or the item completes)."""
+        step = self.step(key)
         if step.next is not None:
             return None if step.next == "end" else step.next
-        i = self.index[step_id] + 1
-        return self.steps[i].id if i < len(self.steps) else None
+        sid = step.id
+        if sid in self.index:
+            steps, at = self.steps, self.index[sid]
+        else:
+            steps, at = self.nested[sid]
+        return steps[at + 1].id if at + 1 < len(steps) else None
+
+    def first(self, key: str, branch: str | None = None) -> str:
+        """The id of the first step of a parallel step's branch, or of a for-each step's body."""
+        step = self.step(key)
+        if isinstance(step, ParallelStep):
+            return next(b for b in step.branches if b.id == branch).steps[0].id
+        if isinstance(step, ForEachStep):
+            return step.body[0].id
+        raise KeyError(f"step {key} has no branches")
 
     def check_input(self, value: object, also_sensitive: tuple[str, ...] = ()) -> None:
         """Raise DefinitionError if value fails the input schema. A problem at a sensitive place (of this

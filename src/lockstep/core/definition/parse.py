@@ -16,9 +16,9 @@ import jsonschema
 from ..canonical import digest
 from .checks import NAME_RE, Checker, check_graph, non_json, step_outputs
 from .model import FOUR_EYES_REPAIRS, Definition, DefinitionError, Limits, Step
-from .parse_steps import parse_step
 from .references import check_references
 from .sensitivity import classify
+from .shapes import all_steps, check_shapes, nested_places, parse_any
 
 __all__ = ["parse_definition"]
 
@@ -61,7 +61,7 @@ def parse_definition(document: object, limits: Limits | None = None) -> Definiti
         if len(raw_steps) > lim.max_steps:
             c.add("steps", f"{len(raw_steps)} steps exceed the tenant limit of {lim.max_steps}")
         for i, raw in enumerate(raw_steps):
-            s, skip = parse_step(c, i, raw, lim)
+            s, skip = parse_any(c, i, raw, lim, skips=skip_roles)
             if s is not None:
                 steps.append(s)
                 if skip is not None:
@@ -75,12 +75,13 @@ def parse_definition(document: object, limits: Limits | None = None) -> Definiti
             c.add(f"steps({s_ids[0].id}).id", "`end` is reserved (next: end finishes the run)")
         check_graph(c, steps)
     output = c.template("output", document["output"]) if "output" in document else None
+    check_shapes(c, steps, lim, output)
     four_eyes = _four_eyes(c, document.get("four_eyes", []))
     desc = document.get("description", "")
     if not isinstance(desc, str):
         c.add("description", "must be a string")
         desc = ""
-    sensitivity = classify(c, document, schema, steps, output, lim)
+    sensitivity = classify(c, document, schema, all_steps(steps), output, lim)
     if lim.publish_checks and not c.problems:  # on a sound structure only: paths and graph are exact
         check_references(c, steps, output, schema)
     if c.problems:
@@ -99,6 +100,7 @@ def parse_definition(document: object, limits: Limits | None = None) -> Definiti
         four_eyes=four_eyes,
         sensitivity=sensitivity,
         warnings=tuple(c.warnings),
+        nested=nested_places(steps),
     )
 
 

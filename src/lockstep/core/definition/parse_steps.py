@@ -54,9 +54,12 @@ STEP_KEYS: dict[str, tuple[str, ...]] = {
 _ANY_STEP_KEYS = tuple(dict.fromkeys([*STEP_KINDS, *(k for ks in STEP_KEYS.values() for k in ks)]))
 
 
-def parse_step(c: Checker, i: int, raw: object, lim: Limits) -> tuple[Step | None, tuple[str, ...] | None]:
-    """The step at steps[i], or None when it is too broken to build, and the roles that may skip it."""
-    p = f"steps[{i}]"
+def parse_step(
+    c: Checker, i: int, raw: object, lim: Limits, at: str = "steps"
+) -> tuple[Step | None, tuple[str, ...] | None]:
+    """The step at steps[i] (`at`: the path of the list it is in), or None when it is too broken to
+    build, and the roles that may skip it. Parallel and for-each steps are parsed in shapes.py."""
+    p = f"{at}[{i}]"
     if not isinstance(raw, Mapping):
         c.add(p, "must be a mapping with an id and one of: " + ", ".join(STEP_KINDS))
         return None, None
@@ -66,7 +69,7 @@ def parse_step(c: Checker, i: int, raw: object, lim: Limits) -> tuple[Step | Non
     else:
         c.add(f"{p}.id", "required; lowercase letters, digits, - and _ (at most 64)")
         sid = f"#{i}"
-    p = f"steps[{i}]({sid})"
+    p = f"{at}[{i}]({sid})"
     kinds = [k for k in STEP_KINDS if k in raw]
     if not kinds:
         # A misspelt kind (`activty:`) is the likely cause: name the key and the kind it resembles.
@@ -94,7 +97,10 @@ def parse_step(c: Checker, i: int, raw: object, lim: Limits) -> tuple[Step | Non
         return _parse_fail(c, p, raw, sid), skip
     if kind == "succeed":
         return _parse_succeed(c, p, raw, sid), skip
-    return _parse_approval(c, p, raw, sid, nxt, lim), skip
+    if kind == "approval":
+        return _parse_approval(c, p, raw, sid, nxt, lim), skip
+    c.add(p, f"a {kind} step cannot be parsed here")  # pragma: no cover - shapes.parse_any does
+    return None, None
 
 
 def _skip_roles(c: Checker, p: str, raw: Mapping[str, object]) -> tuple[str, ...] | None:

@@ -7,6 +7,12 @@ Each kind of step says where its expressions are and when they are evaluated (`s
 input when the step is entered, its compensation's input when it is compensated (any time after it
 ran), the definition's `output` when the run completes. A new kind of step adds its sites there, and
 its ways out in `flowgraph.edges_of`; the checks below follow.
+
+A parallel step's branches and a for-each body are lists of their own, each with its flow graph. An
+expression sees the steps of its own list and of the lists around it (core/tx.py's
+`expression_context`), never those of a sibling branch or inside a shape step it is not in: a read of
+such a step is refused with where the step is; a read of a step of a list around it asks whether that
+step can have run before the shape step the expression is in.
 """
 
 from __future__ import annotations
@@ -22,8 +28,20 @@ from ..exprreads import reads
 from ..exprtypes import condition_type
 from .checks import Checker
 from .flowgraph import END, FlowGraph
-from .model import ActivityStep, ApprovalStep, ChoiceStep, FailStep, Step, SucceedStep, WaitStep
+from .model import (
+    ActivityStep,
+    ApprovalStep,
+    ChoiceStep,
+    FailStep,
+    ForEachStep,
+    ParallelStep,
+    RunStep,
+    Step,
+    SucceedStep,
+    WaitStep,
+)
 from .sensitive_schema import Place, lookup
+from .shapes import step_lists
 
 __all__ = ["Point", "check_references", "sites"]
 
@@ -67,6 +85,12 @@ def sites(step: Step) -> list[tuple[str, Template | Expr | None, Point]]:
             return [(".succeed.output", step.output, enter)]
         case ApprovalStep():
             return [(".approval.details", step.details, enter)]
+        case ForEachStep():
+            return [(".for_each.items", step.items, enter)]
+        case RunStep():
+            return [(".run.input", step.input, enter)]
+        case ParallelStep():
+            return []  # its branches' steps have their own
     return []  # pragma: no cover - every kind of step is matched above
 
 
@@ -75,18 +99,19 @@ def check_references(
 ) -> None:
     """Refuse (or warn about) every read of something that will not be there; see the module's doc."""
     refs = _References(c, steps, schema)
-    for i, step in enumerate(steps):
-        if step.id not in refs.graph.reached:  # what it reads is never read: say so, once
-            c.warn(
-                f"steps[{i}]({step.id})",
-                f"no path from the first step `{steps[0].id}` leads here: it never runs",
-            )
-            continue
-        for suffix, value, point in sites(step):
-            refs.check(f"steps[{i}]({step.id}){suffix}", value, point)
-        if isinstance(step, ChoiceStep):
-            for j, (cond, _) in enumerate(step.branches):
-                refs.condition(f"steps[{i}]({step.id}).choice[{j}].if", cond)
+    for n, (_, lst) in enumerate(refs.lists):
+        graph = refs.graphs[n]
+        for i, step in enumerate(lst):
+            at = f"steps[{i}]({step.id})" if n == 0 else f"steps({step.id})"  # nested: as shapes.py names
+            if step.id not in graph.reached:  # what it reads is never read: say so, once
+                where = "" if n == 0 else " of its list"
+                c.warn(at, f"no path from the first step `{lst[0].id}`{where} leads here: it never runs")
+                continue
+            for suffix, value, point in sites(step):
+                refs.check(f"{at}{suffix}", value, point)
+            if isinstance(step, ChoiceStep):
+                for j, (cond, _) in enumerate(step.branches):
+                    refs.condition(f"{at}.choice[{j}].if", cond)
     if output is not None and END not in refs.graph.reached:  # no run completes with this output
         c.warn(
             "output",
@@ -111,9 +136,20 @@ def check_references(
 class _References:
     def __init__(self, c: Checker, steps: list[Step], schema: Mapping[str, JSONValue] | None) -> None:
         self.c = c
-        self.ids = [s.id for s in steps]
+        # Every list of steps (the definition's first) with the shape step that holds it, its graph,
+        # and for each step id the list it is in.
+        self.lists = list(step_lists(steps))
+        share = max(10_000, 2_000_000 // len(self.lists))
+        self.graphs = [
+            FlowGraph(lst, 2_000_000 if n == 0 else share) for n, (_, lst) in enumerate(self.lists)
+        ]
+        self.list_of: dict[str, int] = {}
+        for n, (_, lst) in enumerate(self.lists):
+            for st in lst:
+                self.list_of.setdefault(st.id, n)
+        self.ids = [st.id for _, lst in self.lists for st in lst]
         self.known = set(self.ids)
-        self.graph = FlowGraph(steps)
+        self.graph = self.graphs[0]
         self.schema = schema
         # Schema nodes all lookups of this definition may visit, and what each read path found.
         self.schema_budget = [SCHEMA_BUDGET]
@@ -121,9 +157,42 @@ class _References:
         self._schemas: dict[tuple[str, ...], list[JSONValue]] = {}  # lookup's, by prefix
         self.unchecked = 0  # reads of steps whose reachability the graph's budget left unknown
 
-    def ran(self, sid: str, point: Point) -> bool | None:
-        """Whether step `sid` can have run at `point` (None: not known within the budget)."""
-        g = self.graph
+    def chain(self, sid: str) -> list[tuple[int, str]]:
+        """Step `sid`'s list and id, then its shape step's list and id, and so on out to the top."""
+        out = [(self.list_of[sid], sid)]
+        while out[-1][0] != 0:
+            owner = self.lists[out[-1][0]][0]
+            if owner is None:  # pragma: no cover - only the top-level list has no owner
+                break
+            out.append((self.list_of[owner.id], owner.id))
+        return out
+
+    def scope(self, sid: str, point: Point) -> tuple[int, Point] | str:
+        """The list in which to ask whether `sid` can have run at `point`, and the point there (the
+        shape step around `point` that is in `sid`'s list); or why `point` cannot see `sid` at all."""
+        around = [(0, END)] if point.kind == "end" else self.chain(point.step)
+        mine = self.list_of[sid]
+        for n, at in around:
+            if n == mine:
+                return n, point if at in (point.step, END) else Point(point.kind, at)
+        lists = dict(around)
+        outer = next((n, q) for n, q in self.chain(sid)[1:] if n in lists)  # the top list is in both
+        shape = outer[1]
+        if lists[outer[0]] != shape:
+            return (
+                f"step `{sid}` is inside `{shape}`, whose steps are seen only inside it: read "
+                f"`{_text(('steps', shape, 'output'))}` (its branches' or items' outputs) instead"
+            )
+        if shape == point.step:
+            return f"step `{sid}` is inside `{shape}`: the step's own expressions run before its steps"
+        return (
+            f"step `{sid}` is on another branch of `{shape}` and may not have run: read what it gives "
+            f"after `{shape}`, from `{_text(('steps', shape, 'output'))}`"
+        )
+
+    def ran(self, sid: str, point: Point, n: int = 0) -> bool | None:
+        """Whether step `sid` can have run at `point` of list `n` (None: not known within the budget)."""
+        g = self.graphs[n]
         if sid not in g.reached:
             return False
         if point.kind == "end":
@@ -185,17 +254,21 @@ class _References:
                 rest[1],
                 STEP_FIELDS,
             )
-        ran = self.ran(sid, point)
+        scoped = self.scope(sid, point)
+        if isinstance(scoped, str):
+            return False, f"`{_text(read[:3])}`: {scoped}"
+        n, there = scoped
+        ran = self.ran(sid, there, n)
         if ran is None:
             self.unchecked += 1
         elif not ran:
-            return False, f"`{_text(read[:3])}`: {self.never_ran(sid, point)}"
+            return False, f"`{_text(read[:3])}`: {self.never_ran(sid, there, n)}"
         return None
 
-    def never_ran(self, sid: str, point: Point) -> str:
-        """Why step `sid` cannot have run at `point`, with the paths that show it."""
-        g = self.graph
-        first = self.ids[0]
+    def never_ran(self, sid: str, point: Point, n: int = 0) -> str:
+        """Why step `sid` cannot have run at `point` of list `n`, with the paths that show it."""
+        g = self.graphs[n]
+        first = self.lists[n][1][0].id
         if sid not in g.reached:
             return f"step `{sid}` never runs: no path from the first step `{first}` leads to it"
         if point.kind == "end":

@@ -24,7 +24,19 @@ from ..exprreads import reads
 from ..pointer import PointerError, format_pointer, minimal, parse_pointer
 from ..sensitive import NOT_SENSITIVE, Sensitivity, StepSensitivity
 from .checks import Checker
-from .model import ActivityStep, ApprovalStep, ChoiceStep, FailStep, Limits, Step, SucceedStep, WaitStep
+from .model import (
+    ActivityStep,
+    ApprovalStep,
+    ChoiceStep,
+    FailStep,
+    ForEachStep,
+    Limits,
+    ParallelStep,
+    RunStep,
+    Step,
+    SucceedStep,
+    WaitStep,
+)
 from .sensitive_schema import annotated, check_pointer, mentions
 
 __all__ = ["classify", "pointer_list"]
@@ -100,7 +112,11 @@ def classify(
                     f"{lim.max_pointer_length} (max_pointer_length): mark an enclosing property",
                 )
             marked.append(p)
-    outputs = {s.id: s.output_sensitive for s in steps if isinstance(s, ActivityStep) and s.output_sensitive}
+    outputs = {
+        s.id: s.output_sensitive
+        for s in steps
+        if isinstance(s, ActivityStep | RunStep) and s.output_sensitive
+    }
     total = len(declared) + len(set(marked)) + sum(len(v) for v in outputs.values())
     if total > lim.max_sensitive_pointers:
         c.add(
@@ -124,6 +140,36 @@ class _Taint:
             ("steps", sid, "output", *parse_pointer(p)) for sid, ps in self.outputs.items() for p in ps
         ]
         self._reads: dict[str, frozenset[Path]] = {}
+
+    def shapes(self, steps: list[Step]) -> dict[str, StepSensitivity]:
+        """Parallel and for-each steps: a shape's output (a branch's or an item's output is one of its
+        steps') is sensitive, all of it, when a step inside can give a sensitive output, and then a
+        source for the steps after it; `item` is a source once any for-each's items read one (nested
+        shapes need a few passes: each finds what the one inside gave)."""
+        out: dict[str, StepSensitivity] = {}
+        for _ in range(6):
+            before = len(self.sources)
+            for s in steps:
+                if isinstance(s, ParallelStep | ForEachStep):
+                    inner = _inside(s)
+                    outputs = any(
+                        self.outputs.get(x.id)
+                        or (isinstance(x, SucceedStep) and self.pointers(x.output))
+                        or (
+                            isinstance(x, ParallelStep | ForEachStep)
+                            and ("steps", x.id, "output") in self.sources
+                        )
+                        for x in inner
+                    )
+                    items = self.pointers(s.items) if isinstance(s, ForEachStep) else ()
+                    if items and ("item",) not in self.sources:
+                        self.sources.append(("item",))
+                    if outputs and ("steps", s.id, "output") not in self.sources:
+                        self.sources.append(("steps", s.id, "output"))
+                    out[s.id] = StepSensitivity(output=("",) if outputs else (), items=items)
+            if len(self.sources) == before:
+                break
+        return out
 
     def reads_sensitive(self, e: Expr) -> bool:
         got = self._reads.get(e.source)
@@ -155,6 +201,7 @@ class _Taint:
             self.c.add(path, f"reads a sensitive value, but {why}")
 
     def sensitivity(self, steps: list[Step], output: Template | None) -> Sensitivity:
+        shapes = self.shapes(steps)
         per_step: dict[str, StepSensitivity] = {}
         run_out: list[str] = list(self.pointers(output))
         run_messages = bool(run_out)
@@ -175,6 +222,9 @@ class _Taint:
                     compensation_output=bool(comp or out),
                     messages=bool(inp or out or comp),
                 )
+            elif isinstance(s, RunStep):  # a child run: its input as an activity's, its output as declared
+                inp, out = self.pointers(s.input), self.outputs.get(s.id, ())
+                per_step[s.id] = StepSensitivity(input=inp, output=out, messages=bool(inp or out))
             elif isinstance(s, ChoiceStep):
                 per_step[s.id] = StepSensitivity(messages=any(self.reads_sensitive(e) for e, _ in s.branches))
             elif isinstance(s, WaitStep):
@@ -193,6 +243,15 @@ class _Taint:
                 mine = self.pointers(s.output)
                 run_out += mine
                 run_messages = run_messages or bool(mine)
+        for s in steps:  # failure messages of a shape step quote those of the steps inside it
+            if s.id in shapes:
+                messages = any(per_step.get(x.id, StepSensitivity()).messages for x in _inside(s))
+                shaped = shapes[s.id]
+                per_step[s.id] = StepSensitivity(
+                    output=shaped.output, items=shaped.items, messages=messages or bool(shaped.output)
+                )
+                if shaped.output:
+                    run_out.append("")  # it may be the last output, so the run's
         if output is None:  # a run may end with the last step output as its own
             run_out += [p for ps in self.outputs.values() for p in ps]
         return Sensitivity.build(
@@ -202,6 +261,22 @@ class _Taint:
             run_messages=run_messages,
             step_ids=frozenset(s.id for s in steps),
         )
+
+
+def _inside(s: Step) -> list[Step]:
+    """Every step inside a parallel or for-each step, at any depth."""
+    out: list[Step] = []
+    stack = [b.steps for b in s.branches] if isinstance(s, ParallelStep) else []
+    if isinstance(s, ForEachStep):
+        stack.append(s.body)
+    while stack:
+        for x in stack.pop():
+            out.append(x)
+            if isinstance(x, ParallelStep):
+                stack.extend(b.steps for b in x.branches)
+            elif isinstance(x, ForEachStep):
+                stack.append(x.body)
+    return out
 
 
 def _overlap(a: Path, b: Path) -> bool:

@@ -1,11 +1,12 @@
 """Events: the facts of a run, append-only, hash-chained. One frozen, typed record per kind of fact.
 
 The records are grouped by what they are about, one module each: the run and its instant steps (run.py),
-activity attempts (attempts.py), durable timers (timers.py), approvals (approvals.py) and an operator's
-repairs (repairs.py); each module also names its group as a union (`RunEvent`, ...), which `evolve`
-dispatches on. union.py joins them into `EventData`, the tagged union of every record; codec.py holds the
-envelope `Event` and the JSON codec, the only code that sees the stored form (its docstring gives the
-rules). Everything is imported from here: `from lockstep.core.events import Event, RunStarted`.
+activity attempts (attempts.py), durable timers (timers.py), approvals (approvals.py), an operator's
+repairs (repairs.py), the lanes of parallel and for-each steps (shapes.py) and child runs (children.py);
+each module also names its group as a union (`RunEvent`, ...), which `evolve` dispatches on. union.py
+joins them into `EventData`, the tagged union of every record; codec.py holds the envelope `Event` and
+the JSON codec, the only code that sees the stored form (its docstring gives the rules). Everything is
+imported from here: `from lockstep.core.events import Event, RunStarted`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ from .attempts import (
     CompensationScheduled,
     ResultIgnored,
 )
+from .children import (
+    ChildEvent,
+    ChildRecord,
+    ChildRunCancelRequested,
+    ChildRunEnded,
+    ChildRunRequested,
+)
 from .codec import SCHEMA_VERSION, Event, chain_hash, chain_link, data_of
 from .repairs import (
     InputEdited,
@@ -66,6 +74,16 @@ from .run import (
     RunRecord,
     RunStarted,
     StepFailed,
+)
+from .shapes import (
+    ForEachStarted,
+    JoinDecided,
+    LaneFinished,
+    LaneStarted,
+    ParallelStarted,
+    ShapeEvent,
+    ShapeRecord,
+    StepJoined,
 )
 from .timers import TimerCancelled, TimerEvent, TimerFired, TimerRecord, TimerScheduled
 from .union import AUDIT_ONLY, EVENT_TYPES, KEEPS_PROPOSAL, RECORDS, EventData
@@ -98,13 +116,23 @@ __all__ = [
     "AttemptEvent",
     "AttemptRecord",
     "CancelRequested",
+    "ChildEvent",
+    "ChildRecord",
+    "ChildRunCancelRequested",
+    "ChildRunEnded",
+    "ChildRunRequested",
     "ChoiceEvaluated",
     "CompensationScheduled",
     "CompensationStarted",
     "Event",
     "EventData",
+    "ForEachStarted",
     "InputEdited",
+    "JoinDecided",
+    "LaneFinished",
+    "LaneStarted",
     "NeedsAttention",
+    "ParallelStarted",
     "RepairConfirmed",
     "RepairEvent",
     "RepairProposed",
@@ -119,7 +147,10 @@ __all__ = [
     "RunRecord",
     "RunResumed",
     "RunStarted",
+    "ShapeEvent",
+    "ShapeRecord",
     "StepFailed",
+    "StepJoined",
     "StepResolved",
     "StepRetried",
     "StepSkipped",

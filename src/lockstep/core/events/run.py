@@ -41,6 +41,8 @@ class RunStarted(RunRecord, frozen=True, kw_only=True):
     # traceparent of the run's root span, and the caller's span id when the run joined its trace.
     trace: str | UnsetType = UNSET
     trace_parent: str | UnsetType = UNSET
+    # Written only for a child run (a parent's `run` step): {run_id, step, depth} of its parent.
+    parent: Doc | UnsetType = UNSET
 
 
 class ChoiceEvaluated(RunRecord, frozen=True, kw_only=True):

@@ -7,13 +7,17 @@ from typing import TypeAlias, get_args
 
 from .approvals import ApprovalEvent, ApprovalLinkIssued, ApprovalLinkRevoked
 from .attempts import AttemptEvent, ResultIgnored
+from .children import ChildEvent
 from .repairs import RepairEvent, RepairProposed, RepairRejected
 from .run import RunEvent
+from .shapes import ShapeEvent
 from .timers import TimerEvent
 
 __all__ = ["AUDIT_ONLY", "EVENT_TYPES", "KEEPS_PROPOSAL", "RECORDS", "EventData"]
 
-EventData: TypeAlias = RunEvent | AttemptEvent | TimerEvent | ApprovalEvent | RepairEvent
+EventData: TypeAlias = (
+    RunEvent | AttemptEvent | TimerEvent | ApprovalEvent | RepairEvent | ShapeEvent | ChildEvent
+)
 
 RECORDS: dict[str, type[EventData]] = {cls.type: cls for cls in get_args(EventData)}
 EVENT_TYPES = frozenset(RECORDS)

@@ -1,5 +1,5 @@
-"""How the events of an approval step change the run's state: the pending request (`RunState.approval`,
-a document copied on every change, never changed in place) and, once it settles, the step."""
+"""How the events of an approval step change the run's state: the pending request (`approval` of the
+step's lane, a document copied on every change, never changed in place) and, once it settles, the step."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from ..events import (
     ApproverReplaced,
     Event,
 )
+from ..lanes import approval_of
+from ..paths import lane_of
 from ..state import RunState, StepState
-from .copying import replace, steps_with
+from .copying import steps_with, with_lane
 
 __all__ = ["evolve_approval"]
 
@@ -65,25 +67,21 @@ def _approval_requested(s: RunState, d: ApprovalRequested, e: Event) -> RunState
     }
     if d.warnings:  # absent from requests that had nothing to say (and from every older history)
         a["warnings"] = list(d.warnings)
-    return replace(
+    steps = steps_with(
         s,
-        approval=a,
-        current_step=d.step,
-        steps=steps_with(
-            s,
-            d.step,
-            status="waiting_approval",
-            attempts=prev.attempts + 1,
-            started_at=e.at,
-            finished_at=None,
-            error=None,
-        ),
+        d.step,
+        status="waiting_approval",
+        attempts=prev.attempts + 1,
+        started_at=e.at,
+        finished_at=None,
+        error=None,
     )
+    return with_lane(s, lane_of(d.step), {"steps": steps}, approval=a, current_step=d.step)
 
 
 def _pending(s: RunState, d: OnPending, e: Event) -> dict[str, Any]:
     """A copy of the pending request the event is about (the state's own is never changed in place)."""
-    a = s.approval
+    a = approval_of(s, lane_of(d.step))
     if a is None or a["request_id"] != d.request_id:
         raise ValueError(f"{d.type} at seq {e.seq} for request {d.request_id} that is not pending")
     return copy.deepcopy(a)
@@ -94,13 +92,13 @@ def _link_issued(s: RunState, d: ApprovalLinkIssued, e: Event) -> RunState:
     a["links"].append({"approver": d.approver, "link_id": d.link_id, "expires_at": d.expires_at, "at": e.at})
     issued = a.get("issued", {})
     a["issued"] = {**issued, d.approver: issued.get(d.approver, 0) + 1}
-    return replace(s, approval=a)
+    return with_lane(s, lane_of(d.step), approval=a)
 
 
 def _link_revoked(s: RunState, d: ApprovalLinkRevoked, e: Event) -> RunState:
     a = _pending(s, d, e)
     a["links"] = [x for x in a["links"] if x["link_id"] != d.link_id]
-    return replace(s, approval=a)
+    return with_lane(s, lane_of(d.step), approval=a)
 
 
 def _decision(s: RunState, d: ApprovalDecisionRecorded, e: Event) -> RunState:
@@ -116,7 +114,7 @@ def _decision(s: RunState, d: ApprovalDecisionRecorded, e: Event) -> RunState:
             "link_id": d.link_id,
         }
     )
-    return replace(s, approval=a)
+    return with_lane(s, lane_of(d.step), approval=a)
 
 
 def _approver_replaced(s: RunState, d: ApproverReplaced, e: Event) -> RunState:
@@ -128,7 +126,7 @@ def _approver_replaced(s: RunState, d: ApproverReplaced, e: Event) -> RunState:
     a["links"] = [x for x in a["links"] if x["approver"] != d.old]
     a["replacements"] = a.get("replacements", 0) + 1
     a.pop("warnings", None)  # they were about the approvers as requested; an operator changed them
-    return replace(s, approval=a)
+    return with_lane(s, lane_of(d.step), approval=a)
 
 
 SETTLED_STATUS: dict[type[Settled], str] = {
@@ -144,6 +142,5 @@ def _approval_settled(s: RunState, d: Settled, e: Event) -> RunState:
     status = SETTLED_STATUS[type(d)]
     outcome = "approved" if isinstance(d, ApprovalGranted) else status
     output = {"request_id": a["request_id"], "outcome": outcome, "decisions": a["decisions"]}
-    return replace(
-        s, approval=None, steps=steps_with(s, a["step"], status=status, output=output, finished_at=e.at)
-    )
+    steps = steps_with(s, a["step"], status=status, output=output, finished_at=e.at)
+    return with_lane(s, lane_of(d.step), {"steps": steps}, approval=None)

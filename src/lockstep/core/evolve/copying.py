@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from ..state import RunState, StepState
 
-__all__ = ["replace", "steps_with", "steps_with_comp"]
+__all__ = ["replace", "steps_with", "steps_with_comp", "with_lane"]
 
 D = TypeVar("D")
 
@@ -41,3 +41,15 @@ def steps_with_comp(s: RunState, step_id: str, **changes: Any) -> dict[str, Step
         "error": None,
     }
     return steps_with(s, step_id, compensation={**cur, **changes})
+
+
+def with_lane(s: RunState, lane: str, run: dict[str, Any] | None = None, **changes: Any) -> RunState:
+    """The run with one lane's fields changed: RunState's own for the top-level lane (""), else the
+    lane's record (see core/paths.py and core/lanes.py); `run`: fields of the run itself to change
+    with them (one copy of the state, as before lanes, for a run without shapes)."""
+    if not lane:
+        return replace(s, **(run or {}), **changes)
+    ln = s.lanes.get(lane)
+    if ln is None:
+        raise ValueError(f"an event of lane {lane}, which the run has not started")
+    return replace(s, **(run or {}), lanes={**s.lanes, lane: replace(ln, **changes)})

@@ -9,19 +9,23 @@ from ..events import (
     KEEPS_PROPOSAL,
     ApprovalRecord,
     AttemptRecord,
+    ChildRecord,
     Event,
     EventData,
     RepairRecord,
     RunRecord,
     RunStarted,
+    ShapeRecord,
     TimerRecord,
 )
 from ..state import STEP_OPEN, TERMINAL, RunState
 from .approvals import evolve_approval
 from .attempts import evolve_attempt
+from .children import evolve_child
 from .copying import replace
 from .repairs import evolve_repair
 from .run import evolve_run, started
+from .shapes import evolve_shape
 from .timers import evolve_timer
 
 __all__ = ["evolve", "fold"]
@@ -69,6 +73,10 @@ def _apply(s: RunState, d: EventData, e: Event) -> RunState:
             return evolve_approval(s, d, e)
         case RepairRecord():
             return evolve_repair(s, d, e)
+        case ShapeRecord():
+            return evolve_shape(s, d, e)
+        case ChildRecord():
+            return evolve_child(s, d, e)
         case _:
             assert_never(d)
 
@@ -87,7 +95,8 @@ def _entered(before: RunState, s: RunState, step: str, e: Event) -> RunState:
 def _derive_status(s: RunState) -> str:
     if s.status in TERMINAL:
         return s.status
-    if s.attention is not None:
+    lanes = s.lanes.values() if s.lanes else ()
+    if s.attention is not None or any(ln.attention is not None for ln in lanes):
         return "needs_attention"
     if s.paused is not None:
         return "paused"
@@ -95,8 +104,8 @@ def _derive_status(s: RunState) -> str:
         return "compensating"
     if s.cancel is not None:
         return "cancelling"
-    if s.active is not None:
+    if s.active is not None or any(ln.active is not None for ln in lanes):
         return "running"
-    if s.timers or s.approval is not None:
+    if s.timers or s.approval is not None or s.children or any(ln.approval is not None for ln in lanes):
         return "waiting"
     return "running"

@@ -21,8 +21,11 @@ from ..events import (
     TransitionDeferred,
     WorkflowMigrated,
 )
+from ..lanes import last_output_of
+from ..paths import lane_of
 from ..state import RunState, StepState
-from .copying import replace, steps_with, steps_with_comp
+from .attempts import compensated
+from .copying import replace, steps_with, steps_with_comp, with_lane
 
 __all__ = ["evolve_repair"]
 
@@ -30,7 +33,7 @@ __all__ = ["evolve_repair"]
 def evolve_repair(s: RunState, d: RepairEvent, e: Event) -> RunState:
     match d:
         case StepRetried():
-            return replace(s, attention=None, paused=_superseded(s))
+            return with_lane(s, lane_of(d.step), {"paused": _superseded(s)}, attention=None)
         case RunPaused():
             return replace(s, paused={"reason": d.reason, "actor": d.actor, "at": e.at, "deferred": []})
         case TransitionDeferred():
@@ -61,40 +64,38 @@ def _deferred(s: RunState, d: TransitionDeferred, e: Event) -> RunState:
 
 
 def _skipped(s: RunState, d: StepSkipped, e: Event) -> RunState:
-    return replace(
-        s,
-        attention=None,
-        paused=_superseded(s),
-        last_output_step=d.step if d.output is not None else s.last_output_step,
-        steps=steps_with(s, d.step, status="skipped", output=d.output, error=None, finished_at=e.at),
-    )
+    lane = lane_of(d.step)
+    run = {
+        "paused": _superseded(s),
+        "steps": steps_with(s, d.step, status="skipped", output=d.output, error=None, finished_at=e.at),
+    }
+    last = d.step if d.output is not None else last_output_of(s, lane)
+    return with_lane(s, lane, run, attention=None, last_output_step=last)
 
 
 def _resolved(s: RunState, d: StepResolved, e: Event) -> RunState:
+    lane = lane_of(d.step)
     if d.compensation:
-        rest = s.compensating[1:] if s.compensating else ()
-        return replace(
-            s,
-            attention=None,
-            compensating=rest,
-            paused=_superseded(s),
-            steps=steps_with_comp(s, d.step, status="compensated", error=None),
-        )
+        run = {
+            "compensating": compensated(s.compensating, d.step),
+            "paused": _superseded(s),
+            "steps": steps_with_comp(s, d.step, status="compensated", error=None),
+        }
+        return with_lane(s, lane, run, attention=None)
     ok = d.outcome == "succeeded"
-    return replace(
-        s,
-        attention=None,
-        completed=(*s.completed, d.step) if d.compensable else s.completed,
-        paused=_superseded(s),
-        last_output_step=d.step if ok else s.last_output_step,
-        steps=steps_with(
+    run = {
+        "completed": (*s.completed, d.step) if d.compensable else s.completed,
+        "paused": _superseded(s),
+        "steps": steps_with(
             s,
             d.step,
             status="succeeded" if ok else "failed",
             output=d.output if ok else None,
             finished_at=e.at,
         ),
-    )
+    }
+    last = d.step if ok else last_output_of(s, lane)
+    return with_lane(s, lane, run, attention=None, last_output_step=last)
 
 
 def _proposed(s: RunState, d: RepairProposed, e: Event) -> RunState:
@@ -121,6 +122,11 @@ def _migrated(s: RunState, d: WorkflowMigrated) -> RunState:
     mapping = d.mapping
     inverse = {new: old for old, new in mapping.items()}
     steps = {sid: s.steps.get(inverse.get(sid, ""), StepState()) for sid in d.steps}
+    # Steps inside a shape step (keys with lanes) are kept while that step is carried as it was.
+    for key, st in s.steps.items():
+        top = key.split(".", 1)[0].split("[", 1)[0]
+        if key != top and mapping.get(top, top) in steps:
+            steps[key] = st
 
     def m(x: str | None) -> str | None:
         return mapping.get(x, x) if x is not None else None

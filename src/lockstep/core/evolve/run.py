@@ -17,8 +17,9 @@ from ..events import (
     RunStarted,
     StepFailed,
 )
+from ..paths import lane_of
 from ..state import RunState, StepState
-from .copying import replace, steps_with
+from .copying import replace, steps_with, with_lane
 
 __all__ = ["evolve_run", "started"]
 
@@ -39,6 +40,7 @@ def started(d: RunStarted, e: Event) -> RunState:
         steps={sid: StepState() for sid in d.steps},
         trace=d.trace if isinstance(d.trace, str) else None,
         trace_parent=d.trace_parent if isinstance(d.trace_parent, str) else None,
+        parent=d.parent if isinstance(d.parent, dict) else None,
     )
 
 
@@ -77,12 +79,14 @@ def evolve_run(s: RunState, d: RunEvent, e: Event) -> RunState:
                 s, status="cancelled", current_step=None, finished_at=e.at, compensating=None, timers={}
             )
         case NeedsAttention():
-            return replace(s, attention={"step": d.step, "code": d.code, "reason": d.reason, "since": e.at})
+            attention = {"step": d.step, "code": d.code, "reason": d.reason, "since": e.at}
+            return with_lane(s, lane_of(d.step), attention=attention)
         case CancelRequested():
-            # Cancelling a paused run resumes it for the cancellation (compensations must be able to run).
-            return replace(
-                s, cancel={"reason": d.reason, "actor": d.actor, "at": e.at}, attention=None, paused=None
-            )
+            # Cancelling a paused run resumes it for the cancellation (compensations must be able to run);
+            # what waited for an operator, in any lane, is cancelled with the run.
+            lanes = {k: replace(v, attention=None) if v.attention else v for k, v in s.lanes.items()}
+            cancel = {"reason": d.reason, "actor": d.actor, "at": e.at}
+            return replace(s, cancel=cancel, attention=None, paused=None, lanes=lanes)
         case RunStarted():
             raise ValueError("RunStarted on a run that already exists")
         case _:
@@ -90,34 +94,24 @@ def evolve_run(s: RunState, d: RunEvent, e: Event) -> RunState:
 
 
 def _chosen(s: RunState, d: ChoiceEvaluated, e: Event) -> RunState:
-    return replace(
-        s,
-        current_step=d.step,
-        steps=steps_with(
-            s,
-            d.step,
-            status="succeeded",
-            output={"next": d.next},
-            attempts=1,
-            started_at=e.at,
-            finished_at=e.at,
-        ),
+    steps = steps_with(
+        s, d.step, status="succeeded", output={"next": d.next}, attempts=1, started_at=e.at, finished_at=e.at
     )
+    return with_lane(s, lane_of(d.step), {"steps": steps}, current_step=d.step)
 
 
 def _step_failed(s: RunState, d: StepFailed, e: Event) -> RunState:
-    before = s.steps[d.step]
-    return replace(
+    before = s.steps.get(d.step, StepState())
+    steps = steps_with(
         s,
-        current_step=d.step,
+        d.step,
+        status="failed",
         error=d.error,
-        steps=steps_with(
-            s,
-            d.step,
-            status="failed",
-            error=d.error,
-            attempts=max(1, before.attempts),
-            started_at=before.started_at or e.at,
-            finished_at=e.at,
-        ),
+        attempts=max(1, before.attempts),
+        started_at=before.started_at or e.at,
+        finished_at=e.at,
     )
+    lane = lane_of(d.step)
+    if not lane:
+        return replace(s, current_step=d.step, error=d.error, steps=steps)
+    return with_lane(s, lane, {"steps": steps}, current_step=d.step, error=d.error)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import assert_never
 
 from ..events import Event, TimerCancelled, TimerEvent, TimerFired, TimerScheduled
+from ..paths import lane_of
 from ..state import RunState, Timer
-from .copying import replace, steps_with
+from .copying import replace, steps_with, with_lane
 
 __all__ = ["evolve_timer"]
 
@@ -25,12 +26,8 @@ def evolve_timer(s: RunState, d: TimerEvent, e: Event) -> RunState:
 def _timer_set(s: RunState, d: TimerScheduled, e: Event) -> RunState:
     timers = {**s.timers, d.key: Timer(d.key, d.generation, d.kind, d.step, d.fire_at, e.at)}
     if d.kind == "wait":
-        return replace(
-            s,
-            timers=timers,
-            current_step=d.step,
-            steps=steps_with(s, d.step, status="waiting", attempts=1, started_at=e.at),
-        )
+        steps = steps_with(s, d.step, status="waiting", attempts=1, started_at=e.at)
+        return with_lane(s, lane_of(d.step), {"timers": timers, "steps": steps}, current_step=d.step)
     return replace(s, timers=timers)
 
 

@@ -9,6 +9,7 @@ A `Store` opens transactions; a transaction, `Tx`, offers every aggregate's oper
     SchedulerTx      timers, expired leases, scheduler partitions, the next wake-up
     ApprovalsTx      approval requests, decisions, single-use links
     NotificationsTx  the outbox of approval notifications
+    ChildrenTx       the outbox between a parent run's `run` step and its child
     TenantsTx        tenants, their settings and rate buckets
     PrincipalsTx     users, sessions, login counters
     AuditTx          the audit log
@@ -35,6 +36,7 @@ own one):
     ClaimTx     TxControl + TaskTx: claims and workers' results (app/work.py, app/reports.py)
     TimerTx     CommandTx + SchedulerTx: firing a timer
     SweepTx     TxControl + TaskTx + SchedulerTx: the scheduler's passes (app/sweeps.py)
+    ChildTx     StartTx + TxControl + ChildrenTx: the children pass (app/children.py)
     PublishTx   DefinitionsTx + TenantsTx + PrincipalsTx: publishing (app/definitions.py)
     ObserveTx   DefinitionsTx + MetricsTx: the metrics endpoint (app/observability.py)
     ApproveTx   CommandTx + ApprovalsTx + PrincipalsTx: links and decisions (app/approvals/)
@@ -51,12 +53,14 @@ from __future__ import annotations
 from ..retention import EventPartition, HoldRow, RetentionTx, TombstoneRow
 from .approvals import ApprovalRequestRow, ApprovalsTx, DecisionRow, LinkRow, NewLink
 from .audit import AuditFilter, AuditRow, AuditTx
+from .children import ChildrenTx, ChildRow
 from .compose import (
     AccountsTx,
     ApplyTx,
     ApproveTx,
     AuthTx,
     BatchTx,
+    ChildTx,
     ClaimTx,
     CommandTx,
     ObserveTx,
@@ -95,6 +99,9 @@ __all__ = [
     "AuditTx",
     "AuthTx",
     "BatchTx",
+    "ChildRow",
+    "ChildTx",
+    "ChildrenTx",
     "ClaimTx",
     "CommandTx",
     "ConcurrencyError",

@@ -13,6 +13,7 @@ from typing import Protocol
 from ..retention import RetentionTx
 from .approvals import ApprovalsTx
 from .audit import AuditTx
+from .children import ChildrenTx
 from .definitions import DefinitionsTx
 from .keys import KeysTx, Sealer, SealTx
 from .metrics import MetricsTx
@@ -31,6 +32,7 @@ __all__ = [
     "ApproveTx",
     "AuthTx",
     "BatchTx",
+    "ChildTx",
     "ClaimTx",
     "CommandTx",
     "ObserveTx",
@@ -62,6 +64,7 @@ class Tx(
     RetentionTx,
     KeysTx,
     SchedulesTx,
+    ChildrenTx,
     Protocol,
 ):
     """Operations inside one transaction: every aggregate's."""
@@ -108,6 +111,11 @@ class SweepTx(TxControl, TaskTx, SchedulerTx, Protocol):
 
 class ScheduleTx(TxControl, StartTx, SchedulesTx, AuditTx, Protocol):
     """Schedules: their rows, the runs their slots start (and cancel), the audit of every change."""
+
+
+class ChildTx(StartTx, TxControl, ChildrenTx, Protocol):
+    """The children pass: a child's start (a start, with its parent's sealed input opened), the row,
+    the commands a row turns into on the parent (its child's end) and on the child (a cancel)."""
 
 
 class RepairTx(DefinitionsTx, AuditTx, Protocol):

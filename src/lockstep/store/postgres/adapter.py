@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...core.effects import CreateTask, CreateTimer, Effect, LeaseTask
+from ...core.effects import CancelChild, CreateTask, CreateTimer, Effect, EndChild, LeaseTask, StartChild
 from ...core.timeutil import iso
 from ..migrate import check_applied, migrations
 from ..port import ConcurrencyError, LoadedRun, RowLocked, SchemaError, Sealer, StoreUnavailable
@@ -78,8 +78,8 @@ class PgTx(PgPartitionsTx, SqlTx):
         leased = {fx.task_id for fx in effects if isinstance(fx, LeaseTask)}
         if any(isinstance(fx, CreateTask) and fx.task_id not in leased for fx in effects):
             self._notify("notify_tasks")
-        if any(isinstance(fx, CreateTimer) for fx in effects):
-            self._notify("notify_timers")
+        if any(isinstance(fx, CreateTimer | StartChild | CancelChild | EndChild) for fx in effects):
+            self._notify("notify_timers")  # a child run's row is the scheduler's work too
 
     def _notify(self, query: str) -> None:
         if self._pending is not None:

@@ -761,3 +761,44 @@ DELETE FROM schedule_slots WHERE schedule_id = %(schedule_id)s AND id <= (
 -- name: schedule_slots_of
 SELECT slot_at, outcome, started_run, reason, until_at, count, recorded_at, id FROM schedule_slots
 WHERE schedule_id = %(schedule_id)s ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: child_insert
+INSERT INTO child_runs (child_run_id, run_id, tenant, step, definition, version, input, start_key, depth,
+                        status, available_at, created_at, updated_at)
+VALUES (%(child_run_id)s, %(run_id)s, %(tenant)s, %(step)s, %(definition)s, %(version)s, %(input)s,
+        %(start_key)s, %(depth)s, 'requested', %(now)s, %(now)s, %(now)s)
+ON CONFLICT (child_run_id) DO NOTHING;
+
+-- name: child_cancel
+UPDATE child_runs SET cancel_reason = %(reason)s, available_at = %(now)s, updated_at = %(now)s
+WHERE child_run_id = %(child_run_id)s AND cancel_reason IS NULL;
+
+-- name: child_end
+UPDATE child_runs SET status = 'ended', child_status = %(child_status)s, result = %(result)s,
+                      available_at = %(now)s, updated_at = %(now)s
+WHERE child_run_id = %(child_run_id)s AND status IN ('requested', 'started');
+
+-- name: children_due
+SELECT child_run_id, run_id, tenant, step, definition, version, input, start_key, depth, status,
+       cancel_reason, cancel_sent, child_status, result, attempts FROM child_runs
+WHERE available_at <= %(now)s
+  AND (status IN ('requested', 'ended') OR (status = 'started' AND cancel_reason IS NOT NULL AND NOT cancel_sent))
+ORDER BY available_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
+
+-- name: child_row
+SELECT child_run_id, run_id, tenant, step, definition, version, input, start_key, depth, status,
+       cancel_reason, cancel_sent, child_status, result, attempts FROM child_runs
+WHERE child_run_id = %(child_run_id)s;
+
+-- name: child_mark
+UPDATE child_runs SET status = %(status)s, child_status = COALESCE(%(child_status)s, child_status),
+                      result = COALESCE(%(result)s, result), last_error = %(error)s,
+                      attempts = attempts + %(tried)s, available_at = %(available_at)s, updated_at = %(now)s
+WHERE child_run_id = %(child_run_id)s;
+
+-- name: child_cancel_sent
+UPDATE child_runs SET cancel_sent = TRUE, updated_at = %(now)s WHERE child_run_id = %(child_run_id)s;
+
+-- name: purge_child_runs
+DELETE FROM child_runs WHERE child_run_id IN (
+    SELECT child_run_id FROM child_runs WHERE run_id = %(run_id)s LIMIT %(limit)s);

@@ -680,3 +680,43 @@ DELETE FROM schedule_slots WHERE schedule_id = :schedule_id AND id <= (
 -- name: schedule_slots_of
 SELECT slot_at, outcome, started_run, reason, until_at, count, recorded_at, id FROM schedule_slots
 WHERE schedule_id = :schedule_id ORDER BY id DESC LIMIT :limit;
+
+-- name: child_insert
+INSERT INTO child_runs (child_run_id, run_id, tenant, step, definition, version, input, start_key, depth,
+                        status, available_at, created_at, updated_at)
+VALUES (:child_run_id, :run_id, :tenant, :step, :definition, :version, :input, :start_key, :depth,
+        'requested', :now, :now, :now)
+ON CONFLICT (child_run_id) DO NOTHING;
+
+-- name: child_cancel
+UPDATE child_runs SET cancel_reason = :reason, available_at = :now, updated_at = :now
+WHERE child_run_id = :child_run_id AND cancel_reason IS NULL;
+
+-- name: child_end
+UPDATE child_runs SET status = 'ended', child_status = :child_status, result = :result,
+                      available_at = :now, updated_at = :now
+WHERE child_run_id = :child_run_id AND status IN ('requested', 'started');
+
+-- name: children_due
+SELECT child_run_id, run_id, tenant, step, definition, version, input, start_key, depth, status,
+       cancel_reason, cancel_sent, child_status, result, attempts FROM child_runs
+WHERE available_at <= :now
+  AND (status IN ('requested', 'ended') OR (status = 'started' AND cancel_reason IS NOT NULL AND cancel_sent = 0))
+ORDER BY available_at LIMIT :limit;
+
+-- name: child_row
+SELECT child_run_id, run_id, tenant, step, definition, version, input, start_key, depth, status,
+       cancel_reason, cancel_sent, child_status, result, attempts FROM child_runs
+WHERE child_run_id = :child_run_id;
+
+-- name: child_mark
+UPDATE child_runs SET status = :status, child_status = COALESCE(:child_status, child_status),
+                      result = COALESCE(:result, result), last_error = :error,
+                      attempts = attempts + :tried, available_at = :available_at, updated_at = :now
+WHERE child_run_id = :child_run_id;
+
+-- name: child_cancel_sent
+UPDATE child_runs SET cancel_sent = 1, updated_at = :now WHERE child_run_id = :child_run_id;
+
+-- name: purge_child_runs
+DELETE FROM child_runs WHERE rowid IN (SELECT rowid FROM child_runs WHERE run_id = :run_id LIMIT :limit);

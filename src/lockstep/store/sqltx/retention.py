@@ -25,6 +25,7 @@ RUN_ROWS = (
     "approval_links",
     "approval_requests",
     "notifications",
+    "child_runs",  # the outbox between a parent and its children (the parent's rows)
     "holds",
     "run_keys",  # the run's data key (app/keys): its sealed values go with it
 )

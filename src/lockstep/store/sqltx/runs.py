@@ -11,23 +11,28 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ...core.canonical import compact_json, parse_json
 from ...core.effects import (
+    CancelChild,
     CloseTask,
     CloseTimer,
     CreateTask,
     CreateTimer,
     DeadLetterTask,
     Effect,
+    EndChild,
     LeaseTask,
     NotifyApprovers,
+    StartChild,
 )
 from ...core.events import Event, chain_link
 from ...core.evolve import fold
 from ...core.explain import wait_kind
+from ...core.lanes import attempts
 from ...core.sealed import maybe_sealed
 from ...core.state import OutdatedSnapshot, RunState
 from ..port import ConcurrencyError, LoadedRun
 from .approvals import SqlApprovalsTx
 from .base import GENESIS
+from .children import SqlChildrenTx
 from .keys import SqlKeysTx
 from .notifications import SqlNotificationsTx
 from .scheduler import SqlSchedulerTx
@@ -39,7 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["SqlRunsTx"]
 
 
-class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, SqlKeysTx):
+class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, SqlKeysTx, SqlChildrenTx):
     def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None:
         """The run's snapshot. Backends with row locks lock it for this transaction; with `skip_locked`
         they raise RowLocked instead of waiting when another transaction holds it."""
@@ -174,7 +179,10 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, S
             self._deferred.append((cur, 1, f"run {after.run_id} (seq {expected})"))
         elif cur.rowcount != 1:
             raise ConcurrencyError(f"run {after.run_id} moved past seq {expected}")
-        if self.states is not None and after.active is not None and after.active.worker is not None:
+        leased = after.active is not None and after.active.worker is not None
+        if not leased and after.lanes:  # a parallel or for-each step: any lane's attempt
+            leased = any(a.worker is not None for a in attempts(after))
+        if self.states is not None and leased:
             # An attempt is out: its result (this process's or another's) is the run's next command.
             # Runs that wait for days are not kept; the entry is used only while the head is still h.
             self.states.put(after.run_id, h, clear or after, after)
@@ -194,6 +202,8 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, S
                 self._write_timer_effect(run, fx)
             elif isinstance(fx, NotifyApprovers):
                 self._write_notification(run, fx, now_ms)
+            elif isinstance(fx, (StartChild, CancelChild, EndChild)):
+                self._write_child_effect(run, fx, now_ms)
             else:
                 self._write_approval_effect(run, fx)
 
