@@ -243,6 +243,14 @@ def test_unknown_variable_in_condition_is_reported() -> None:
     assert "run" in reason
 
 
+def test_a_dashed_step_id_read_with_a_dot_is_told_how_to_write_it() -> None:
+    """`steps.legal-ok.output` (a subtraction to CEL) is refused with the bracket form to write."""
+    doc = base()
+    doc["steps"].append({"id": "c", "choice": [{"if": "steps.legal-ok.output", "next": "a"}]})
+    _, reason = only(doc)
+    assert 'a step id with `-` is read as steps["legal-ok"]' in reason
+
+
 def test_unknown_variable_in_template_is_reported() -> None:
     """A template using an unknown root (inputs.x) is refused at the template's path."""
     doc = base()

@@ -38,6 +38,7 @@ __all__ = [
 ALLOWED_ROOTS = frozenset({"input", "steps", "run", "item", "index"})
 _PATH = re.compile(r"^(?:input|steps|run|item|index)(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _UNEXPECTED = re.compile(r"unexpected character (.+) at offset (\d+)")
+_DASHED = re.compile(r"\bsteps\.([A-Za-z_][A-Za-z0-9_]*(?:-[A-Za-z0-9_]+)+)")
 _MACRO_VAR = re.compile(r"\.(?:all|exists|exists_one|map|filter)\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
 
@@ -121,10 +122,17 @@ def compile_expr(source: str, limits: ExprLimits = DEFAULT_LIMITS) -> Expr:
     roots = roots - bound
     unknown = sorted(roots - ALLOWED_ROOTS)
     if unknown:
+        # `steps.legal-ok.output` is `steps.legal - ok.output` to CEL: name the fix, not just `ok`.
+        dashed = _DASHED.search(source)
+        hint = (
+            f' (`{dashed.group(0)}` subtracts; a step id with `-` is read as steps["{dashed.group(1)}"])'
+            if dashed is not None
+            else ""
+        )
         raise ExprError(
             f"unknown variable {', '.join(unknown)} in `{source}`: "
             f"expressions may use only input, steps.<id>.output and run (and item and index in a "
-            f"for_each body)"
+            f"for_each body){hint}"
         )
     path = tuple(source.strip().split(".")) if _PATH.match(source.strip()) else None
     return Expr(source, program, roots, path, shape)
