@@ -5,10 +5,12 @@ timers in branches, pause and resume, and every history folding to the same stat
 from __future__ import annotations
 
 import pytest
+import yaml
 from corekit import load, types
 from shapekit import LaneRun
 
 from lockstep.core.commands import PauseRun, Rejected, ReportSuccess, ResumeRun, SkipStep
+from lockstep.core.definition import Definition, DefinitionError, Limits, parse_definition
 from lockstep.core.explain import explain
 from lockstep.core.lanes import approvals, attempts
 
@@ -81,9 +83,15 @@ def test_join_all_runs_every_branch_at_once_and_maps_their_outputs() -> None:
 
 
 def test_a_branch_step_sees_its_own_steps_and_those_before_never_a_sibling_branch() -> None:
-    """Expressions in a branch read the steps of their own branch and of the lanes around it."""
-    d = load(
-        """
+    """Expressions in a branch read the steps of their own branch and of the lanes around it; a read of
+    a sibling branch is refused at publish and, in a version stored before that check, fails the step."""
+    d = load_stored(SCOPE)
+    with pytest.raises(DefinitionError, match="on another branch of `both`"):
+        parse_definition(yaml.safe_load(SCOPE))
+    _check_scope(d)
+
+
+SCOPE = """
 name: scope
 steps:
   - id: first
@@ -102,7 +110,14 @@ steps:
           - {id: r1, activity: a.r1, timeout: 5s}
           - {id: r2, activity: a.r2, timeout: 5s, input: {other: "${steps.l1.output}"}}
 """
-    )
+
+
+def load_stored(text: str) -> Definition:
+    """A definition as a stored version is loaded: without the publish-time reference checks."""
+    return parse_definition(yaml.safe_load(text), Limits(publish_checks=False))
+
+
+def _check_scope(d: Definition) -> None:
     r = LaneRun(d, {})
     r.ok("first", "F")
     r.ok("both.left.l1", "L1")
