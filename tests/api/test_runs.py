@@ -3,6 +3,7 @@ GET /v1/runs/{id}/events and POST /v1/runs/{id}/cancel."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -384,3 +385,20 @@ async def test_cancel_of_a_completed_run_is_409(api: Api, published: None, engin
     r = await api.c.post(f"/v1/runs/{run_id}/cancel", json={"reason": "late"}, headers=api.t.auth("operator"))
     assert_problem(r, 409)
     assert (await api.run(run_id))["status"] == "completed"
+
+
+async def test_a_json_body_sent_as_a_form_is_415_saying_which_header_to_add(
+    api: Api, published: None, db: Db
+):
+    """`curl -d '{...}'` (a form content type) is answered 415 naming Content-Type: application/json,
+    not "Input should be a valid dictionary"; nothing is written."""
+    before = db.totals()
+    r = await api.c.post(
+        "/v1/runs",
+        content=json.dumps({"definition": ORDER, "input": order_input()}),
+        headers={**api.t.auth("operator"), "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    body = assert_problem(r, 415)
+    assert "Content-Type: application/json" in body["detail"]
+    assert "application/x-www-form-urlencoded" in body["detail"]
+    assert db.totals() == before

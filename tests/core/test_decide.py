@@ -1203,4 +1203,5 @@ def test_explain_specific_texts() -> None:
     )
     assert "operator" in explain(STATES["needs attention"], T0)["next_action"]
     overdue = explain(STATES["running"], T0 + timedelta(hours=1))
-    assert "overdue" in overdue["next_action"]
+    assert "(overdue by " in overdue["next_action"]
+    assert "in now" not in overdue["next_action"]  # not "(in now (overdue by 1s))"

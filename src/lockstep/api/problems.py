@@ -124,6 +124,11 @@ def _count_refusal(request: Request, status: int, code: str) -> None:
     metrics.refused(getattr(principal, "tenant", None), status, code)
 
 
+def _body_refused(exc: RequestValidationError) -> bool:
+    """Whether validation refused the request body as a whole (no JSON object was read at all)."""
+    return any(tuple(e.get("loc", ())) == ("body",) for e in exc.errors())
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(LockstepError)
     async def _lockstep(request: Request, exc: LockstepError) -> JSONResponse:
@@ -134,6 +139,17 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media and media != "application/json" and not media.endswith("+json") and _body_refused(exc):
+            # `curl -d '{...}'` sends application/x-www-form-urlencoded: FastAPI then reads no JSON and
+            # says "Input should be a valid dictionary", which hides the one thing to fix.
+            return problem(
+                415,
+                "unsupported_media_type",
+                f"the request body must be JSON, sent with Content-Type: application/json (this request "
+                f"said {media}; with curl add -H 'Content-Type: application/json')",
+                request.url.path,
+            )
         parts = []
         for e in exc.errors()[:5]:
             where = ".".join(str(x) for x in e.get("loc", ()))

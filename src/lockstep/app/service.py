@@ -40,6 +40,7 @@ from .repair import Repairs
 from .reports import Reports, failure_report, success_report
 from .retention import Retention
 from .reveal import Reveal
+from .runrefs import RunRefs
 from .runs import Runs, new_run_id
 from .schedules import Firing, Schedules
 from .sweeps import Sweeps
@@ -124,6 +125,7 @@ class Service:
         self.describe = runs.describe
         self.events = runs.events
         self.runs = runs.runs
+        self.find_run = RunRefs(kernel).resolve
         self.dead_letters = runs.dead_letters
         self.verify = runs.verify
         self.verify_audit = self.audit.verify

@@ -34,6 +34,11 @@ class Ctx:
             self._engine = Engine.open(self.db, server_limits=self.limits, keys=self.key_file)
         return self._engine
 
+    @property
+    def opened(self) -> bool:
+        """Whether a command has opened the engine (the database and keys are then fixed)."""
+        return self._engine is not None
+
     def close(self) -> None:
         """Close the engine if a command opened it (the root group calls this when the command ends)."""
         if self._engine is not None:

@@ -33,6 +33,7 @@ from . import (
     trace,
 )
 from . import schedules as schedule_commands
+from .anywhere import accept_everywhere
 from .context import Ctx
 from .render import err, fail
 
@@ -89,11 +90,14 @@ def cli(
     """lockstep: durable workflows for tenant-defined processes.
 
     Publish a definition, start runs, run workers; every run survives crashes and explains its waits.
+    The options below may also follow the command (`lockstep runs --db URL`); a RUN may be given as
+    its id, the start of its id (6 or more characters) or its start key.
     """
     if failpoints.SPEC_ERROR:
         raise InvalidInput(f"{failpoints.SPEC_ERROR} (unset {failpoints.ENV} to run normally)")
     if failpoints.active_spec():
         err.print(f"warning: fail points are active ({failpoints.ENV}={failpoints.active_spec()})")
+    ctx.meta["lockstep.limits"] = _server_limits  # for --limit given after the command (anywhere.py)
     ctx.obj = Ctx(db, tenant, _server_limits(limit_settings), key_file)
     ctx.call_on_close(ctx.obj.close)
 
@@ -120,6 +124,7 @@ runs.runs.add_command(keys.runs_forget)
 principals.tenants.add_command(keys.tenants_shred)
 principals.users.add_command(keys.users_grant)
 principals.users.add_command(keys.users_revoke)
+accept_everywhere(cli)
 
 
 def main() -> None:

@@ -121,15 +121,34 @@ def events(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) ->
 )
 @click.option("--definition", help="Only runs of this definition.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
-@click.option("--after", default="", help="Cursor: list runs after this run id.")
+@click.option("--before", default="", help="Cursor: the next page, older than this run id.")
+@click.option("--after", default=None, help="Cursor: oldest first, from the run after this run id.")
+@click.option("--oldest-first", is_flag=True, help="Oldest first, from the first run.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
-def runs(c: Ctx, status: str | None, definition: str | None, limit: int, after: str, as_json: bool) -> None:
-    """List runs (oldest first), with filters and a cursor; `runs hold|release|purge RUN` for retention,
-    `runs forget RUN` destroys a run's key."""
+def runs(
+    c: Ctx,
+    status: str | None,
+    definition: str | None,
+    limit: int,
+    before: str,
+    after: str | None,
+    oldest_first: bool,
+    as_json: bool,
+) -> None:
+    """List runs, newest first (as the API and the UI do), with filters and cursors; `runs
+    hold|release|purge RUN` for retention, `runs forget RUN` destroys a run's key."""
     if click.get_current_context().invoked_subcommand is not None:
         return
-    rows = c.engine.service.runs(c.tenant, status=status, definition=definition, after=after, limit=limit)
+    ascending = after is not None or oldest_first
+    rows = c.engine.service.runs(
+        c.tenant,
+        status=status,
+        definition=definition,
+        limit=limit,
+        after=after or "",
+        before=None if ascending else before,
+    )
     if as_json:
         print_json([RunSummary.of(r) for r in rows])
         return

@@ -20,11 +20,12 @@ def _ago(at: str, now: datetime) -> str:
 
 
 def _in(at: str, now: datetime) -> str:
+    """`in 5m`, or `overdue by 1s` once the time has passed (the scheduler has not acted yet)."""
     delta = parse_iso(at) - now
     return (
-        "now (overdue by " + format_duration(-delta) + ")"
+        f"overdue by {format_duration(-delta)}"
         if delta.total_seconds() < 0
-        else format_duration(delta)
+        else f"in {format_duration(delta)}"
     )
 
 
@@ -194,7 +195,7 @@ def _explain(s: RunState, now: datetime) -> Waiting:
             "waiting_since": a.started_at,
             "waiting_until": a.deadline,
             "next_action": f"{nxt}; if no result by {a.deadline} "
-            f"(in {_in(a.deadline or '', now)}) the attempt times out",
+            f"({_in(a.deadline or '', now)}) the attempt times out",
         }
     if s.approval is not None:
         return _explain_approval(s.approval, now)
@@ -219,7 +220,7 @@ def _explain(s: RunState, now: datetime) -> Waiting:
         if t.kind == "wait":
             return {
                 "wait_reason": f"{prefix}step {t.step} waits on a durable timer until {t.fire_at} "
-                f"(in {_in(t.fire_at, now)})",
+                f"({_in(t.fire_at, now)})",
                 "waiting_since": t.scheduled_at,
                 "waiting_until": t.fire_at,
                 "next_action": f"when the timer fires, step {t.step} completes and the run moves on",
@@ -231,7 +232,7 @@ def _explain(s: RunState, now: datetime) -> Waiting:
         return {
             "wait_reason": f"{prefix}{'compensation of ' if comp else ''}step {t.step} attempt {n} failed "
             f"({err.get('code')}: {text_of(err.get('message'))}); backing off until {t.fire_at} "
-            f"(in {_in(t.fire_at, now)})",
+            f"({_in(t.fire_at, now)})",
             "waiting_since": t.scheduled_at,
             "waiting_until": t.fire_at,
             "next_action": f"attempt {n + 1} of step {t.step} is scheduled when the backoff ends",

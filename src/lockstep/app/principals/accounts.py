@@ -14,7 +14,7 @@ from ...core.canonical import JSONValue
 from ...core.limits import TENANT_LIMITS
 from ...core.timeutil import iso
 from ...errors import Conflict, InvalidInput, NotFound
-from ...store import AccountsTx, ConcurrencyError, UserRow
+from ...store import AccountsTx, ConcurrencyError, TenantRow, UserRow
 from ..audit import Audit, user_change
 from ..port import KernelPort
 from ..views import (
@@ -32,7 +32,10 @@ from ..views import (
 from .credentials import check_password_policy, hash_password, new_api_key, sha256_hex
 from .roles import GRANTS, ROLES, Principal, check_name, principal_of
 
-__all__ = ["TENANT_SETTINGS", "Accounts", "UserChanges"]
+__all__ = ["DEFAULT_TENANT", "TENANT_SETTINGS", "Accounts", "UserChanges"]
+
+# The tenant of every command that names none (the CLI's --tenant default, the example server).
+DEFAULT_TENANT = "default"
 
 TENANT_SETTINGS: dict[str, str] = {
     "max_active_runs": "non-terminal runs allowed at once (starts beyond it get 429)",
@@ -97,11 +100,7 @@ class Accounts:
                 ceiling = TENANT_LIMITS[k].ceiling
                 raise InvalidInput(f"{k} must be a whole number of at most {ceiling}, got {v!r}")
         with self.kernel.write() as tx:
-            row = tx.tenant(name)
-            if row is None:
-                raise NotFound(
-                    f"tenant {name} does not exist; create it with `lockstep tenants create {name}`"
-                )
+            row = self._existing(tx, name, actor)
             merged = {**row.settings, **changes}
             settings = {k: v for k, v in merged.items() if v is not None}
             tx.update_tenant_settings(name, settings)
@@ -111,6 +110,20 @@ class Accounts:
                 detail = {"before": row.settings.get("retention"), "after": settings.get("retention")}
                 tx.audit(iso(self.kernel.clock()), name, actor, "retention.set", name, "ok", detail)
         return TenantSettings(tenant=name, settings=settings)
+
+    def _existing(self, tx: AccountsTx, name: str, actor: str | None) -> TenantRow:
+        """The tenant's row. The `default` tenant exists before anyone creates it (definitions and runs
+        work on it from the start), so its row is made, and audited, the first time one is needed;
+        any other name must have been created (a typo must not make a tenant)."""
+        row = tx.tenant(name)
+        if row is None and name == DEFAULT_TENANT:
+            created = iso(self.kernel.clock())
+            tx.insert_tenant(name, {}, created)
+            self.log.record(name, actor, "tenant.create", name, "ok", tx=tx, implicit=True)
+            row = TenantRow(name, {}, None, None, created)
+        if row is None:
+            raise NotFound(f"tenant {name} does not exist; create it with `lockstep tenants create {name}`")
+        return row
 
     def tenants(self) -> list[TenantView]:
         with self.kernel.read() as tx:
@@ -132,10 +145,7 @@ class Accounts:
             check_name("group", g)
         key = new_api_key()
         with self.kernel.write() as tx:
-            if tx.tenant(tenant) is None:
-                raise NotFound(
-                    f"tenant {tenant} does not exist; create it with `lockstep tenants create {tenant}`"
-                )
+            self._existing(tx, tenant, actor)
             try:
                 tx.insert_user(
                     UserRow(

@@ -37,6 +37,11 @@ ORDER BY run_id FOR UPDATE SKIP LOCKED;
 -- name: run_by_key
 SELECT run_id, request_digest FROM runs WHERE tenant = %(tenant)s AND start_key = %(start_key)s;
 
+-- name: runs_with_prefix
+-- A range on the primary key (run ids are lowercase hex): the ids in [prefix, prefix + "g").
+SELECT run_id FROM runs WHERE run_id >= %(low)s AND run_id < %(high)s AND tenant = %(tenant)s
+ORDER BY run_id LIMIT %(limit)s;
+
 -- name: run_insert
 INSERT INTO runs (run_id, tenant, definition, version, status, seq, current_step, snapshot, last_hash,
                   start_key, request_digest, created_at, updated_at, wait_kind)

@@ -26,6 +26,11 @@ SELECT tenant, snapshot, last_hash, seq FROM runs WHERE run_id = :run_id;
 -- name: run_by_key
 SELECT run_id, request_digest FROM runs WHERE tenant = :tenant AND start_key = :start_key;
 
+-- name: runs_with_prefix
+-- A range on the primary key (run ids are lowercase hex): the ids in [prefix, prefix + "g").
+SELECT run_id FROM runs WHERE run_id >= :low AND run_id < :high AND tenant = :tenant
+ORDER BY run_id LIMIT :limit;
+
 -- name: run_insert
 INSERT INTO runs (run_id, tenant, definition, version, status, seq, current_step, snapshot, last_hash,
                   start_key, request_digest, created_at, updated_at, wait_kind)

@@ -100,6 +100,11 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, S
         row = self._one("run_by_key", tenant=tenant, start_key=start_key)
         return (row[0], row[1]) if row else None
 
+    def runs_with_prefix(self, tenant: str, prefix: str, limit: int) -> list[str]:
+        params = {"tenant": tenant, "low": prefix, "high": prefix + "g", "limit": limit}
+        rows = self.c.execute(self.q["runs_with_prefix"], params).fetchall()
+        return [str(r[0]) for r in rows]
+
     def append(
         self,
         before: LoadedRun | None,
