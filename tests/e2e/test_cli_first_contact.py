@@ -77,3 +77,15 @@ def test_users_of_the_default_tenant_need_no_tenants_create(cli: Cli) -> None:
     actions = [row["action"] for row in cli.json("audit", "--json")["items"]]
     assert "tenant.create" in actions
     assert "user.create" in actions
+
+
+def test_another_tenants_run_cannot_be_found_by_key_or_prefix(cli: Cli) -> None:
+    """An attack: naming a run of tenant default by its start key or id prefix from tenant acme finds
+    nothing (both lookups are scoped to the caller's tenant)."""
+    cli.json("publish", cli.write("nap.yaml", NAP))
+    run = start(cli, "--key", "secret-order")
+    cli.run("tenants", "create", "acme")
+    for ref in ("secret-order", run[:12]):
+        probe = cli.run("show", ref, "--tenant", "acme", expect=3)
+        assert probe.stderr.startswith(f"error: no run {ref} in tenant acme")
+        assert run not in probe.stderr
