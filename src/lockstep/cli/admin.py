@@ -69,6 +69,24 @@ def db_upgrade(c: Ctx) -> None:
     print_json({"applied": upgrade_store(c.db)})
 
 
+@db.command("backup")
+@click.argument("dest", type=click.Path(dir_okay=False))
+@pass_ctx
+def db_backup(c: Ctx, dest: str) -> None:
+    """Copy a SQLite database to the new file DEST while it is in use: one consistent moment of it,
+    checked with integrity_check. Restore: stop every process, put the copy in place, `lockstep verify`."""
+    from ..errors import LockstepError  # noqa: PLC0415
+    from ..store import SchemaError, StoreUnavailable, backup_store  # noqa: PLC0415
+
+    try:
+        report = backup_store(c.db, dest)
+    except (SchemaError, StoreUnavailable) as exc:
+        raise LockstepError(str(exc), code="database") from None
+    print_json(
+        {"backup": report.path, "pages": report.pages, "bytes": report.bytes, "schema": report.schema_version}
+    )
+
+
 @click.command()
 @click.option("--db", "db_url", default=None, help="Where to run the tour (default: a fresh temporary file).")
 @click.option("--keep", is_flag=True, help="Keep the temporary database afterwards.")

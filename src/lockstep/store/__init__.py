@@ -1,7 +1,7 @@
 """Storage: the port (what the application layer needs), its SQL adapters, and `open_store`, which picks
 the adapter for a URL. Only this package speaks SQL."""
 
-from .open import open_store, upgrade_store
+from .open import backup_store, open_store, upgrade_store
 from .port import (
     AccountsTx,
     ApplyTx,
@@ -133,6 +133,7 @@ __all__ = [
     "TxControl",
     "UserRow",
     "WorkTx",
+    "backup_store",
     "open_store",
     "upgrade_store",
 ]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from .port import SchemaError, Store
+from .sqlite.backup import BackupReport
 
-__all__ = ["open_store", "upgrade_store"]
+__all__ = ["backup_store", "open_store", "upgrade_store"]
 
 
 def open_store(
@@ -34,3 +35,18 @@ def upgrade_store(url: str) -> list[str]:
         return store.upgrade()
     finally:
         store.close()
+
+
+def backup_store(url: str, dest: str) -> BackupReport:
+    """An online, consistent copy of a SQLite database in the new file `dest` (sqlite/backup.py).
+    PostgreSQL has its own tools for this (pg_basebackup and WAL archiving, or pg_dump)."""
+    if url.startswith("sqlite:///"):
+        from .sqlite.backup import backup_sqlite  # noqa: PLC0415
+
+        return backup_sqlite(url[len("sqlite:///") :], dest)
+    if url.startswith(("postgresql://", "postgres://")):
+        raise SchemaError(
+            "lockstep db backup copies SQLite files; back up PostgreSQL with pg_basebackup and WAL "
+            "archiving (point-in-time recovery) or pg_dump: docs/operations.md, Database"
+        )
+    raise SchemaError(f"cannot back up {url!r}: give the sqlite:///path/to/file.db of a database file")
