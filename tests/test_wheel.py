@@ -9,6 +9,8 @@ neither writes into the working tree nor picks up what an earlier build left the
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -114,3 +116,76 @@ def test_the_wheel_declares_the_lockstep_command(built: Path) -> None:
     assert any(
         line.replace(" ", "").startswith("lockstep=lockstep.cli") for line in entry_points.splitlines()
     ), entry_points
+
+
+SHOW_VERSION = "import lockstep; print(lockstep.__file__, lockstep.__version__)"
+
+
+@pytest.fixture(scope="module")
+def installed(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtual environment with the wheel installed (no source tree on its path); the wheel's
+    dependencies come from this environment's site-packages through a .pth file, so no network is used."""
+    env = tmp_path_factory.mktemp("installed") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=120)
+    python = env / "bin" / "python"
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(built)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    # Appended after the venv's own site-packages: the installed wheel is found first, never src/.
+    (Path(site) / "_lockstep_test_deps.pth").write_text("\n".join(deps) + "\n")
+    return env
+
+
+def test_the_installed_wheel_runs_the_demo_outside_the_checkout(installed: Path, tmp_path: Path) -> None:
+    """From a directory with no source tree, the wheel's `lockstep demo` runs every example run to the
+    state it should and `lockstep --version` names the version in pyproject.toml; lockstep is imported
+    from the wheel, not from src/."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCKSTEP_", "PYTHONPATH"))}
+    where = subprocess.run(
+        [
+            str(installed / "bin" / "python"),
+            "-c",
+            "import lockstep; print(lockstep.__file__, lockstep.__version__)",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert where[0].startswith(str(installed)), where
+    version = re.search(r'^version = "([^"]+)"', (CHECKOUT / "pyproject.toml").read_text(), re.M)
+    assert version is not None
+    assert where[1] == version.group(1)
+    shown = subprocess.run(
+        [str(installed / "bin" / "lockstep"), "--version"],
+        check=True,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert version.group(1) in shown.stdout
+    demo = subprocess.run(
+        [str(installed / "bin" / "lockstep"), "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    assert "demo finished: every run reached the state it should." in demo.stdout
