@@ -625,8 +625,8 @@ SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i
 JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = 'events'::regclass ORDER BY c.relname;
 
--- name: partition_live_run
-SELECT run_id FROM runs WHERE run_id >= %(lo)s AND run_id < %(hi)s LIMIT 1;
+-- name: drop_event_partition
+SELECT lockstep_drop_event_partition(%(name)s);
 -- name: tenant_keys_of
 SELECT tenant, version, wrapped, provider, created_at, retired_at FROM tenant_keys
 WHERE tenant = %(tenant)s ORDER BY version;
