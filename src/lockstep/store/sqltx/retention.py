@@ -26,6 +26,8 @@ RUN_ROWS = (
     "approval_requests",
     "notifications",
     "child_runs",  # the outbox between a parent and its children (the parent's rows)
+    "event_waits",  # the run's open event waits and the callbacks minted for them
+    "event_callbacks",
     "holds",
     "run_keys",  # the run's data key (app/keys): its sealed values go with it
 )
