@@ -24,7 +24,7 @@ from ...core.definition import WaitEventStep
 from ...core.limits import tenant_limit
 from ...core.timeutil import iso
 from ...core.waitstart import MAX_KEY_LENGTH, payload_problems
-from ...errors import Conflict, InvalidInput, RateLimited
+from ...errors import Conflict, InvalidInput, LockstepError, RateLimited
 from ...store import ConcurrencyError, EventTx, InboxRow, WaitRow
 from ..audit import Audit
 from ..kernel import epoch_ms
@@ -97,12 +97,20 @@ class EventDeliveries:
         """The first answer for a replay; None when this call delivers (a new id, or one whose first
         delivery was cut off). A payload some waiting run's schema refuses is refused here: nothing is
         written but the audit row."""
+        try:
+            return self._begin_tx(p, name, key, payload, event_id, now, detail)
+        except LockstepError as exc:  # the refusal's audit row: in a transaction of its own
+            self.audit.refused(p.tenant, p.name, "event.publish", event_id, exc.code, **detail)
+            raise
+
+    def _begin_tx(
+        self, p: Principal, name: str, key: str, payload: Any, event_id: str, now: datetime, detail: Any
+    ) -> EventDelivery | None:
         tenant, who = p.tenant, p.name
         with self.kernel.write() as tx:
             row = tx.inbox_get(tenant, event_id)
             if row is not None:
                 if (row["name"], row["key"], row["payload"]) != (name, key, payload):
-                    self.audit.refused(tenant, who, "event.publish", event_id, "id_reused", tx=tx, **detail)
                     raise Conflict(
                         f"event id {event_id} was sent before with another name, key or payload: an id names "
                         "one event; use a new id for a new event",
@@ -116,7 +124,6 @@ class EventDeliveries:
             waits = tx.waits_for(tenant, name, key)
             problems = self._problems(tx, waits, payload)
             if problems:
-                self.audit.refused(tenant, who, "event.publish", event_id, "payload_invalid", tx=tx, **detail)
                 raise InvalidInput(
                     f"the payload of event {name} does not match the schema of a run waiting for it: "
                     + "; ".join(problems[:5]),
@@ -124,7 +131,6 @@ class EventDeliveries:
                 )
             most = tenant_limit(self.kernel.settings_of(tenant, tx), "max_buffered_events")
             if not waits and tx.inbox_buffered_count(tenant, epoch_ms(now)) >= most:
-                self.audit.refused(tenant, who, "event.publish", event_id, "buffer_full", tx=tx, **detail)
                 raise RateLimited(
                     f"tenant {tenant} already keeps {most} events nobody waits for (max_buffered_events): "
                     "send it again later, or once a run waits for it",

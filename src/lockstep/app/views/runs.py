@@ -56,6 +56,7 @@ WaitKind = Literal[
     "retry",
     "approval",
     "child",
+    "event",
     "attention",
     "paused",
     "cancelling",
