@@ -110,6 +110,7 @@ class Callbacks:
         row: CallbackRow | None = None
         try:
             row = self._row(token)
+            self._usable(row)
             payload = self._checked(row, body, headers)
             return self._deliver(row, payload)
         except LockstepError as exc:
@@ -126,7 +127,6 @@ class Callbacks:
             row = tx.callback_get(callback_hash(token))
         if row is None:
             raise NotFound(_UNKNOWN, code="unknown_callback")
-        self._usable(row)
         return row
 
     def _usable(self, row: CallbackRow) -> None:
