@@ -885,3 +885,8 @@ DELETE FROM event_waits WHERE (run_id, step) IN (
 -- name: purge_event_callbacks
 DELETE FROM event_callbacks WHERE token_hash IN (
     SELECT token_hash FROM event_callbacks WHERE run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: purge_event_inbox
+-- The events a purged run received stay (their ids answer replays), without naming the run.
+UPDATE event_inbox SET delivered_to = REPLACE(delivered_to, '"' || %(run_id)s || '"', '"purged"')
+WHERE delivered_to LIKE '%%' || %(run_id)s || '%%';

@@ -802,3 +802,8 @@ DELETE FROM event_waits WHERE rowid IN (SELECT rowid FROM event_waits WHERE run_
 -- name: purge_event_callbacks
 DELETE FROM event_callbacks WHERE rowid IN (
     SELECT rowid FROM event_callbacks WHERE run_id = :run_id LIMIT :limit);
+
+-- name: purge_event_inbox
+-- The events a purged run received stay (their ids answer replays), without naming the run.
+UPDATE event_inbox SET delivered_to = REPLACE(delivered_to, '"' || :run_id || '"', '"purged"')
+WHERE delivered_to LIKE '%' || :run_id || '%';
