@@ -49,6 +49,9 @@ def test_an_event_after_the_wait_completes_the_step_with_its_payload(
     """The answer lists the run; the run completes with the payload as the step's output."""
     run = start(engine, "acme", "ABC")
     assert engine.service.show("acme", run).status == "waiting"
+    seen = client.get(f"/v1/runs/{run}", headers=acme.auth("viewer")).json()
+    assert seen["event_waits"]["delivered"]["key"] == "ABC"
+    assert seen["wait_kind"] == "event"
     r = send(client, acme, "ABC", "evt-1", {"at": "10:00"})
     assert r.status_code == 200, r.text
     assert r.json()["delivered_to"] == [run]
