@@ -246,3 +246,27 @@ def test_waits_in_a_parallel_branch_and_a_for_each_body(engine: Engine, client: 
     assert engine.service.show("acme", run).status == "waiting"
     assert send(client, acme, "P2", "p2", {"n": 2}).json()["delivered_to"] == [run]
     assert engine.service.show("acme", run).status == "completed"
+
+
+def test_a_delivery_cut_off_is_finished_by_the_scheduler_without_a_resend(
+    engine: Engine, client: Client, acme: Tenant, clock: FakeClock
+) -> None:
+    """An inbox row left `delivering` (its process died between two runs) is finished by the pass after
+    30 s: the runs not reached yet get the event, the ones that had it do not get it again."""
+    from lockstep.app.principals import Principal
+
+    runs = [start(engine, "acme", "CUT") for _ in range(3)]
+    d = engine.service.event_deliveries
+    publisher = Principal("acme", "publisher", ("publisher",), ())
+    now = clock()
+    assert d._begin(publisher, "parcel-delivered", "CUT", {"at": "x"}, "evt-cut", now, {}) is None
+    (first, *_rest) = d._waiting("acme", "parcel-delivered", "CUT")
+    assert d._deliver_one("acme", "publisher", "evt-cut", first, {"at": "x"}, now)  # then the "crash"
+    engine.service.deliver_buffered_events()
+    assert sum(1 for r in runs if received(engine, r)) == 1  # too early: it may still be under way
+    clock.advance(seconds=31)
+    engine.service.deliver_buffered_events()
+    assert all(received(engine, r) == ["evt-cut"] for r in runs)
+    again = send(client, acme, "CUT", "evt-cut", {"at": "x"}).json()
+    assert again["replay"] is True
+    assert sorted(again["delivered_to"]) == sorted(runs)

@@ -37,6 +37,8 @@ __all__ = ["EVENT_ID_RE", "EventDeliveries", "check_event"]
 log = logging.getLogger("lockstep.app.events")
 EVENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+# A delivery still under way after this long was cut off (its process died): the scheduler finishes it.
+STALLED = timedelta(seconds=30)
 
 
 def check_event(name: str, key: str, event_id: str) -> None:
@@ -86,9 +88,13 @@ class EventDeliveries:
         first = self._begin(p, name, key, payload, event_id, now, detail)
         if first is not None:
             return first
-        waits = self._waiting(tenant, name, key)
-        for wait in waits:
-            self._deliver_one(tenant, p.name, event_id, wait, payload, now)
+        return self._deliver_all(tenant, p.name, event_id, name, key, payload, now)
+
+    def _deliver_all(
+        self, tenant: str, actor: str | None, event_id: str, name: str, key: str, payload: Any, now: datetime
+    ) -> EventDelivery:
+        for wait in self._waiting(tenant, name, key):
+            self._deliver_one(tenant, actor, event_id, wait, payload, now)
         return self._finish(tenant, event_id, now)
 
     def _begin(
@@ -216,11 +222,18 @@ class EventDeliveries:
     # --- the scheduler's pass: buffered events to the runs that started waiting ----------------
     def deliver_buffered(self, limit: int = 100) -> int:
         """Hand buffered events to the runs now waiting for them (each event to one run, the first),
-        expire the ones past their window; how many were delivered."""
+        expire the ones past their window, finish deliveries cut off by a crash; how many buffered
+        events were delivered."""
         now = self.kernel.clock()
         with self.kernel.write() as tx:
             tx.inbox_expire(epoch_ms(now))
             pairs = tx.waits_buffered(epoch_ms(now), limit)
+            stalled = tx.inbox_stalled(epoch_ms(now - STALLED), limit)
+        for row in stalled:  # its sender's request died with its process: finish it for them
+            self.audit.record(row["tenant"], None, "event.resume", row["event_id"], "ok", name=row["name"])
+            self._deliver_all(
+                row["tenant"], None, row["event_id"], row["name"], row["key"], row["payload"], now
+            )
         done = 0
         for wait, event_id in pairs:
             try:

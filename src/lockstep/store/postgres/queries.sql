@@ -890,3 +890,7 @@ DELETE FROM event_callbacks WHERE token_hash IN (
 -- The events a purged run received stay (their ids answer replays), without naming the run.
 UPDATE event_inbox SET delivered_to = REPLACE(delivered_to, '"' || %(run_id)s || '"', '"purged"')
 WHERE delivered_to LIKE '%%' || %(run_id)s || '%%';
+
+-- name: inbox_stalled
+SELECT tenant, event_id, name, key, payload, status, delivered_to, received_at, buffer_until
+FROM event_inbox WHERE status = 'delivering' AND updated_at <= %(before)s ORDER BY updated_at LIMIT %(limit)s;

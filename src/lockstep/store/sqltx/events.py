@@ -94,6 +94,10 @@ class SqlEventsTx(SqlBase):
     def inbox_buffered_count(self, tenant: str, now_ms: int) -> int:
         return int(self._one("inbox_buffered_count", tenant=tenant, now=now_ms)[0])
 
+    def inbox_stalled(self, before_ms: int, limit: int) -> list[InboxRow]:
+        rows = self.c.execute(self.q["inbox_stalled"], {"before": before_ms, "limit": limit}).fetchall()
+        return [_inbox(r) for r in rows]
+
     def inbox_expire(self, now_ms: int) -> int:
         return max(int(self.c.execute(self.q["inbox_expire"], {"now": now_ms}).rowcount), 0)
 
