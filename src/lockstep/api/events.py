@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -99,7 +99,12 @@ def waits(run_id: str, c: Cbs, p: Annotated[Principal, Depends(need("read"))]) -
     responses=CALLBACK_ERRORS,
     summary="A partner's callback: the body is the event's payload (signed if the wait says so)",
 )
-async def callback(token: str, request: Request, c: Cbs) -> CallbackAccepted:
+async def callback(
+    # Any length up to this: a malformed token gets the same 404 as an unknown one (no hint at the format).
+    token: Annotated[str, Path(max_length=10_000)],
+    request: Request,
+    c: Cbs,
+) -> CallbackAccepted:
     body = await request.body()
     headers = {k.lower(): v for k, v in request.headers.items()}
-    return await run_in_threadpool(c.receive, token[:100], body, headers)  # the database is blocking
+    return await run_in_threadpool(c.receive, token, body, headers)  # the database is blocking
