@@ -1,4 +1,5 @@
-"""External events (operators and tests): `events send`, `events waits RUN`, `callbacks mint RUN STEP`
+"""External events (operators and tests): `event send`, `event waits RUN` (`event`, singular: `lockstep
+events RUN` is a run's history), `callbacks mint RUN STEP`
 and the signing secrets of integrations, `integrations set|list` (the secret read from stdin, never
 an argument: the command line is in the shell history and in `ps`)."""
 
@@ -18,7 +19,7 @@ from .render import print_json
 __all__ = ["COMMANDS"]
 
 
-@click.group()
+@click.group("event")
 def events() -> None:
     """External events: send one, see a run's event waits."""
 

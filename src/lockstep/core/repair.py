@@ -192,7 +192,7 @@ def skip(tx: Tx, c: SkipStep) -> None:
         raise Rejected(
             "event_waiting",
             f"step {c.step} waits for event {w['name']} (key {w['key']}); deliver it "
-            "(`lockstep events send`), let its timeout apply, or cancel the run",
+            "(`lockstep event send`), let its timeout apply, or cancel the run",
         )
     roles = tx.d.skip_roles.get(step_id(c.step))
     if roles is None:
