@@ -19,6 +19,8 @@ Violations (each must be 0):
 - stale_results_accepted: a success recorded for attempt N with a result attempt M produced (the
   suite's activities put their attempt number in their result): a late report that fencing must stop;
 - tokens_consumed_twice: an approval link used for two decisions, or an approver counted twice;
+- events_consumed_twice (see eventcheck.py): one event id received twice by a run, a wait that got two
+  events, a callback used twice;
 - joins_repeated: a parallel or for-each step whose visit decided its join twice, ended twice, ended
   before its join was decided, or started or finished one of its lanes twice;
 - wrong_version: a task run by a worker that did not declare the run's definition version;
@@ -80,6 +82,7 @@ from lockstep.core.evolve import fold
 from lockstep.core.state import TERMINAL, RunState
 from lockstep.engine import Engine
 
+from .eventcheck import check_events
 from .ledger import LedgerReader
 
 __all__ = ["CHECKS", "PURGE_CHECKS", "SCHEDULE_CHECKS", "Expect", "Monitor", "Verdict", "check"]
@@ -111,6 +114,7 @@ CHECKS = (
     "effects_lost",
     "stale_results_accepted",
     "tokens_consumed_twice",
+    "events_consumed_twice",
     "joins_repeated",
     "wrong_version",
     "limit_exceeded",
@@ -311,6 +315,7 @@ def _transitions(rid: str, events: list[Event], v: Verdict) -> None:
             v.flag("duplicate_transitions", f"{rid}: timer {timer} generation {gen} fired {n} times")
     _approvals(rid, events, v)
     _joins(rid, events, v)
+    check_events(rid, events, v)
 
 
 def _joins(rid: str, events: list[Event], v: Verdict) -> None:

@@ -26,6 +26,7 @@ from .base import Ctx, Outcome, Scenario
 from .checker import CHECKS
 from .faultfleet import FaultFleet
 from .scenarios import crash_after_commit, duplicate_delivery, duplicate_timer, lease_expiry, lost_response
+from .scenarios_events import event_replay
 from .scenarios_keys import rotate_under_load
 from .scenarios_ops import (
     approval_replay,
@@ -49,6 +50,13 @@ SCENARIOS = [
     Scenario("lost_response", "lost_response", lost_response),
     Scenario("approval_replay", "approval_replay", approval_replay),
     Scenario("duplicate_timer", "duplicate_timer", duplicate_timer),
+    Scenario(
+        "event_replay",
+        "event_replay",
+        event_replay,
+        about="external events sent twice at once and out of order (some buffered), replayed, sent by "
+        "another tenant's publisher, and callbacks posted twice and replayed, across a server SIGKILL",
+    ),
     Scenario("db_outage", "db_outage", db_outage),
     Scenario(
         "db_partition",

@@ -1,5 +1,6 @@
-"""docs/definitions.md stays true for the shape steps: its parallel, for_each and run examples publish as
-they are written (wrapped in a definition), with the names and outputs the text describes."""
+"""docs/definitions.md stays true for the shape steps: its parallel, for_each, run (and wait_event)
+examples publish as they are written (wrapped in a definition), with the names and outputs the text
+describes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import yaml
 from corekit import load
 from shapekit import LaneRun
 
-from lockstep.core.commands import ChildEnded
+from lockstep.core.commands import ChildEnded, DeliverEvent
 
 DOC = Path(__file__).parents[2] / "docs" / "definitions.md"
 
@@ -61,3 +62,23 @@ def test_the_run_example_runs_as_documented() -> None:
     r.send(ChildEnded(asked.child_run_id, "kyc", "completed", {"score": 88}))
     welcome = next(e.data for e in r.events if e.type == "ActivityScheduled" and e.data.step == "welcome")
     assert welcome.input == {"score": 88}
+
+
+def test_the_wait_event_example_runs_as_documented() -> None:
+    """The example publishes; the event's payload reaches the next step; no event in time goes to chase."""
+    d = load(yaml.safe_dump({"name": "doc-wait-event", "steps": yaml.safe_load(_example("wait_event"))}))
+    r = LaneRun(d, {"parcel": "P-1", "tracking_no": "ABC"})
+    r.ok("book", {"booked": True})
+    w = r.s.event_waits["delivered"]
+    assert (w["name"], w["key"], w["integration"]) == ("parcel-delivered", "ABC", "carrier")
+    r.send(
+        DeliverEvent("delivered", w["generation"], "carrier-evt-81723", w["name"], w["key"], {"at": "10:00"})
+    )
+    notify = next(e.data for e in r.events if e.type == "ActivityScheduled" and e.data.step == "notify")
+    assert notify.input == {"at": "10:00"}
+    late = LaneRun(d, {"parcel": "P-2", "tracking_no": "XYZ"})
+    late.ok("book")
+    late.fire()
+    assert late.s.status == "failed"
+    assert late.s.error is not None
+    assert late.s.error["code"] == "NotDelivered"

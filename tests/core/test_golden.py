@@ -51,6 +51,8 @@ EXPECTED_STATUS = {
     "parallel_any_with_cancel": "cancelled",
     "child_run_parent": "completed",
     "child_run_child": "completed",
+    "events_received_by_callback": "completed",
+    "events_wait_timed_out": "failed",
 }
 # The scenarios recorded by the build of snapshot version 4 (golden/v4/), and of version 5 (golden/v5/).
 V4_SCENARIOS = {*OLD_SCENARIOS, "four_eyes_skip"}
@@ -288,3 +290,17 @@ def test_recorded_definition_keeps_its_digest(path: Path) -> None:
     d = parse_definition(record["definition"])
     assert d.digest == started["data"]["definition"]["digest"]
     assert [s.id for s in d.steps] == started["data"]["steps"]
+
+
+def test_the_event_histories_say_what_they_mean() -> None:
+    """The wait's name, key and expiry, the callback's hash (never a token) and the payload are in the
+    events themselves: the histories replay alone to the step's output or its timeout."""
+    got = fold(_events(_load(GOLDEN / "events_received_by_callback.json")))
+    late = fold(_events(_load(GOLDEN / "events_wait_timed_out.json")))
+    assert got is not None
+    assert late is not None
+    assert got.output == {"at": "2026-01-01T01:00:00Z"}
+    assert got.event_waits == {}
+    assert late.steps["delivered"].status == "failed"
+    assert late.error is not None
+    assert late.error["code"] == "NotDelivered"

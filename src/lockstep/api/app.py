@@ -10,6 +10,7 @@ from fastapi import FastAPI, Response
 from .. import __version__
 from ..app.service import Service
 from . import approvals, audit, html, limits, metrics, pages, problems, repair, retention, routes, tasks
+from . import events as event_routes
 from . import schedules as schedule_routes
 
 __all__ = ["create_app"]
@@ -41,6 +42,7 @@ def create_app(
     app.state.service = service
     app.state.principals = service.principals
     app.state.approvals = service.approvals.linking_to(public_url)
+    app.state.callbacks = service.callbacks.linking_to(public_url)
     app.state.metrics = service.metrics
     app.state.secure_cookies = secure_cookies
     problems.install(app)
@@ -54,6 +56,7 @@ def create_app(
     app.include_router(retention.router)
     app.include_router(audit.router)
     app.include_router(schedule_routes.router)
+    app.include_router(event_routes.router)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, bool]:

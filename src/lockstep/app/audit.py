@@ -52,6 +52,15 @@ ACTIONS: dict[str, str] = {
     "approval.link_mint": "an approval link minted for an approver (the token itself is never recorded)",
     "approval.link_revoke": "an approval link revoked",
     "approval.reassign": "an approver replaced by another",
+    "event.publish": "an external event sent by a publisher (POST /v1/events): accepted, or refused with "
+    "its code (payload_invalid, id_reused, buffer_full, invalid_input); target is the event id",
+    "event.replay": "an event id sent again: answered with the first result, delivered to nobody again",
+    "event.resume": "an event id sent again whose first delivery was cut off: the delivery is finished",
+    "event.deliver": "an event delivered to one waiting run (target), or refused by it (stale_wait)",
+    "event.callback_mint": "a callback URL minted for a waiting step (the token itself is never recorded)",
+    "event.callback": "a callback posted: accepted, or refused with its code (unknown_callback, "
+    "already_used, expired, replaced, stale, bad_signature, payload_invalid)",
+    "integration.set": "an integration's signing secret stored or replaced (never the secret)",
     "run.cancel": "a run cancelled by a user",
     "run.retry": "a step waiting for an operator run again",
     "repair.pause": "a run paused",

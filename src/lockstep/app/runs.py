@@ -30,6 +30,7 @@ from .views import (
     DeadLetter,
     DefinitionRef,
     EventView,
+    EventWaitRef,
     LaneView,
     ParentRef,
     RetryResult,
@@ -379,6 +380,17 @@ class Runs:
                     cancel=c.get("cancel"),
                 )
                 for k, c in sorted(s.children.items())
+            },
+            event_waits={
+                k: EventWaitRef(
+                    name=w["name"],
+                    key=w["key"],
+                    since=w["at"],
+                    expires_at=w["expires_at"],
+                    callback=bool(w.get("callback")),
+                    integration=w.get("integration"),
+                )
+                for k, w in sorted(s.event_waits.items())
             },
             started_at=s.started_at,
             updated_at=s.updated_at,

@@ -8,6 +8,7 @@ Each call is the feature service's own bound method, so its signature and docstr
     work.py         claims, eager dispatch, leases   reports.py  workers' results (+ the next leases)
     sweeps.py       timers, lease expiry, dead letters, scheduler partitions
     children.py     the outbox between a `run` step and its child run (the scheduler's pass)
+    events/         external events (delivery, buffering) and per-wait signed callbacks
     principals/     tenants, users, keys, sessions   approvals/  links, decisions, inboxes
     repair.py       operator repair, migrations      quotas.py   tenant limits (values, starts)
     retention.py    legal holds, status, tombstones  purge.py    the purge pass (scheduler)
@@ -32,6 +33,7 @@ from .approvers import approval_notes
 from .audit import Audit
 from .children import Children
 from .definitions import Definitions
+from .events import Callbacks, EventDeliveries
 from .kernel import Kernel, utcnow
 from .keys import KeyProvider, KeyRing, Keys
 from .observability import Metrics
@@ -94,6 +96,9 @@ class Service:
         self.reveal = Reveal(kernel, runs, self.principals, self.approvals)
         self.audit = Audit(kernel)
         self.schedules = Schedules(kernel, runs, ring)
+        # External events (app/events): POST /v1/events, the buffered events' pass, callbacks.
+        self.event_deliveries = EventDeliveries(kernel)
+        self.callbacks = Callbacks(kernel, ring, "http://127.0.0.1:8080")
 
         # The kernel: what runtime/ and the tests reach below the feature calls.
         self.store = kernel.store
@@ -155,3 +160,4 @@ class Service:
         self.rewrap_keys = self.keys.rewrap
         self.fire_due_schedules = Firing(kernel, runs, self.schedules.seal).fire_due
         self.run_children = children.run_children
+        self.deliver_buffered_events = self.event_deliveries.deliver_buffered

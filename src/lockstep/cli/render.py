@@ -73,6 +73,9 @@ def print_run(s: RunView) -> None:
         out.print(f"child of run {s.parent.run_id} (its step {s.parent.step})")
     for key, child in s.children.items():
         out.print(f"step {key} waits for child run {child.child_run_id} ({child.definition})")
+    for key, w in s.event_waits.items():
+        cb = " (callback: `lockstep callbacks mint RUN STEP`)" if w.callback else ""
+        out.print(escape(f"step {key} waits for event {w.name} (key {w.key}) until {w.expires_at}{cb}"))
     if s.wait_reason:
         out.print(f"[bold]why:[/bold]  {escape(s.wait_reason or '')}", markup=True)
         out.print(f"[bold]next:[/bold] {escape(s.next_action or '')}", markup=True)

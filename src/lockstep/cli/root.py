@@ -24,6 +24,7 @@ from . import (
     approvals,
     audit,
     definitions,
+    events,
     keys,
     principals,
     processes,
@@ -114,6 +115,7 @@ for _group in (
     admin,
     keys,
     audit,
+    events,
 ):
     for _command in _group.COMMANDS:
         cli.add_command(_command)

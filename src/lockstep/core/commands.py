@@ -15,10 +15,12 @@ __all__ = [
     "ConfirmRepair",
     "DeadLetter",
     "DecideApproval",
+    "DeliverEvent",
     "EditInput",
     "ExpireLease",
     "FireTimer",
     "IssueApprovalLink",
+    "IssueCallback",
     "MigrateRun",
     "PauseRun",
     "RejectRepair",
@@ -70,6 +72,34 @@ class ChildEnded:
     status: str  # "completed" | "failed" | "cancelled"
     output: JSONValue = None
     error: JSONValue = None
+
+
+@dataclass(frozen=True)
+class DeliverEvent:
+    """An external event for the `wait_event` step `step` (its wait generation `generation`): through
+    POST /v1/events (via "api") or its signed callback (via "callback", naming the callback)."""
+
+    step: str
+    generation: int
+    event_id: str
+    name: str
+    key: str
+    payload: JSONValue
+    via: str = "api"
+    callback_id: str | None = None
+    token_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class IssueCallback:
+    """Record a callback minted for a waiting `wait_event` step: only its token's sha256 (the token is
+    drawn by the application layer, never by the core)."""
+
+    step: str
+    generation: int
+    callback_id: str
+    token_hash: str
+    by: str
 
 
 @dataclass(frozen=True)
@@ -283,4 +313,6 @@ Command = (
     | ConfirmRepair
     | RejectRepair
     | ChildEnded
+    | DeliverEvent
+    | IssueCallback
 )

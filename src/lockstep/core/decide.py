@@ -28,10 +28,12 @@ from .commands import (
     ConfirmRepair,
     DeadLetter,
     DecideApproval,
+    DeliverEvent,
     EditInput,
     ExpireLease,
     FireTimer,
     IssueApprovalLink,
+    IssueCallback,
     MigrateRun,
     PauseRun,
     Rejected,
@@ -76,6 +78,7 @@ from .paths import ROOT
 from .repair import dead_letter, edit_input, pause, resolve, resume, retry_step, skip
 from .state import RunState
 from .timeutil import format_duration, parse_iso
+from .waitevent import deliver, issue_callback, timed_out
 
 __all__ = ["decide", "expression_context", "task_id"]
 
@@ -163,6 +166,10 @@ def _dispatch(tx: Tx, c: Command) -> None:
             reject_repair(tx, c)
         case ChildEnded():
             child_ended(tx, c)
+        case DeliverEvent():
+            deliver(tx, c)
+        case IssueCallback():
+            issue_callback(tx, c)
         case _:
             assert_never(c)
 
@@ -212,6 +219,9 @@ def _fire(tx: Tx, c: FireTimer) -> None:
         return
     if t.kind == "approval":
         on_approval_timeout(tx, t.step)
+        return
+    if t.kind == "event":
+        timed_out(tx, t.step)
         return
     if t.kind == "deadline":
         if tx.s.cancel is None and tx.s.compensating is None:

@@ -21,10 +21,15 @@ from .events import (
     ApprovalRequested,
     ApprovalTimedOut,
     ApproverReplaced,
+    CallbackIssued,
     ChildRunCancelRequested,
     ChildRunRequested,
     CompensationScheduled,
     Event,
+    EventReceived,
+    EventWaitCancelled,
+    EventWaitStarted,
+    EventWaitTimedOut,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -36,6 +41,7 @@ from .events import (
 __all__ = [
     "CancelChild",
     "CloseApprovalRequest",
+    "CloseEventWait",
     "CloseTask",
     "CloseTimer",
     "CreateTask",
@@ -46,9 +52,11 @@ __all__ = [
     "LeaseTask",
     "NotifyApprovers",
     "OpenApprovalRequest",
+    "OpenEventWait",
     "RecordApprovalDecision",
     "RevokeLinks",
     "StartChild",
+    "StoreCallback",
     "UpdateApprovers",
     "effects_of",
 ]
@@ -183,6 +191,39 @@ class EndChild:
     error: JSONValue
 
 
+@dataclass(frozen=True)
+class OpenEventWait:
+    """The waits index gets the run's wait (tenant, name, key -> run, step, generation): deliveries
+    find the runs waiting for an event by it."""
+
+    step: str
+    name: str
+    key: str
+    generation: int
+    expires_at: str
+
+
+@dataclass(frozen=True)
+class CloseEventWait:
+    """The wait ended (received, timed out, cancelled): its index row goes, its callbacks close."""
+
+    step: str
+    generation: int | None  # None: the step's wait, whichever (the index holds one per run and step)
+    outcome: str  # "received" | "timed_out" | "cancelled"
+
+
+@dataclass(frozen=True)
+class StoreCallback:
+    """A callback minted for a wait: its token's hash, bound to the run, step and generation (the
+    callback minted before it for the same wait is replaced)."""
+
+    callback_id: str
+    step: str
+    generation: int
+    token_hash: str
+    expires_at: str
+
+
 Effect = (
     CreateTask
     | LeaseTask
@@ -199,6 +240,9 @@ Effect = (
     | StartChild
     | CancelChild
     | EndChild
+    | OpenEventWait
+    | CloseEventWait
+    | StoreCallback
 )
 CLOSING: dict[type[ApprovalGranted | ApprovalRejected | ApprovalTimedOut | ApprovalCancelled], str] = {
     ApprovalGranted: "approved",
@@ -284,6 +328,16 @@ def effects_of(events: list[Event], child: bool = False) -> list[Effect]:
                 out.append(EndChild("failed", None, d.error))
             case RunCancelled() if child:
                 out.append(EndChild("cancelled", None, {"code": "Cancelled", "message": d.reason}))
+            case EventWaitStarted():
+                out.append(OpenEventWait(d.step, d.name, d.key, d.generation, d.expires_at))
+            case CallbackIssued():
+                out.append(StoreCallback(d.callback_id, d.step, d.generation, d.token_hash, d.expires_at))
+            case EventReceived():
+                out.append(CloseEventWait(d.step, d.generation, "received"))
+            case EventWaitTimedOut():
+                out.append(CloseEventWait(d.step, None, "timed_out"))
+            case EventWaitCancelled():
+                out.append(CloseEventWait(d.step, None, "cancelled"))
             case _:
                 pass  # the other events ask nothing of the outside world
     return out

@@ -36,6 +36,7 @@ WAIT_KINDS = (
     "retry",
     "approval",
     "child",
+    "event",
     "attention",
     "paused",
     "cancelling",
@@ -81,6 +82,8 @@ def wait_kind(s: RunState) -> str | None:
         return "approval"
     if s.children:
         return "child"
+    if s.event_waits:
+        return "event"
     timers = [t for t in s.timers.values() if t.kind != "deadline"]
     if timers:
         return "timer" if any(t.kind == "wait" for t in timers) else "retry"
@@ -214,6 +217,17 @@ def _explain(s: RunState, now: datetime) -> Waiting:
             "next_action": f"when the child run ends, step {key} takes its output (or its failure) and the "
             "run moves on; cancelling this run cancels the child first",
         }
+    if s.event_waits:
+        key, w = next(iter(sorted(s.event_waits.items())))
+        others = f" (and {len(s.event_waits) - 1} more)" if len(s.event_waits) > 1 else ""
+        back = " or its callback" if w.get("callback") else ""
+        return {
+            "wait_reason": f"{prefix}{_event_wait_text(key, w)} (in {_in(w['expires_at'], now)}){others}",
+            "waiting_since": w["at"],
+            "waiting_until": w["expires_at"],
+            "next_action": f"when POST /v1/events{back} delivers {w['name']} with key {w['key']}, step {key} "
+            "takes its payload and the run moves on; if none arrives in time, its on_timeout applies",
+        }
     timers = [t for t in s.timers.values() if t.kind != "deadline"]
     if timers:
         t = min(timers, key=lambda t: t.fire_at)
@@ -292,3 +306,8 @@ def _attention_next(att: JSONObject) -> str:
         att.get("code") or "",
         "an operator decides: retry, resolve, skip or cancel the run (each needs --reason)",
     )
+
+
+def _event_wait_text(key: str, w: JSONObject) -> str:
+    """E.g. "step delivered waits for event parcel-delivered (key ABC) until 2026-12-08T10:00:00Z"."""
+    return f"step {key} is waiting for event {w['name']} (key {w['key']}) until {w['expires_at']}"

@@ -45,6 +45,11 @@ def _lane_now(s: RunState, lid: str, ln: Lane, now: datetime, depth: int) -> str
     for key, child in sorted(s.children.items()):
         if lane_of(key) == lid:
             return f"child run {child['child_run_id']} of {child['definition']} (step {key}){tail}"
+    for key, w in sorted(s.event_waits.items()):
+        if lane_of(key) == lid:
+            return (
+                f"step {key} is waiting for event {w['name']} (key {w['key']}) until {w['expires_at']}{tail}"
+            )
     for t in sorted(s.timers.values(), key=lambda t: t.fire_at):
         if t.kind != "deadline" and lane_of(t.step) == lid:
             kind = "waits" if t.kind == "wait" else "retries"

@@ -26,6 +26,7 @@ from .definition import (
     ParallelStep,
     RunStep,
     SucceedStep,
+    WaitEventStep,
     WaitStep,
 )
 from .events import (
@@ -60,6 +61,7 @@ from .tx import (
     timer,
     withdraw,
 )
+from .waitstart import start_wait
 
 __all__ = [
     "Tx",
@@ -168,6 +170,11 @@ def enter(tx: Tx, key: str | None, lane: str = ROOT) -> None:
             return
         if isinstance(step, RunStep):
             error = starts.child(tx, key, step, ctx)
+            if error is not None:
+                step_failed(tx, key, error)
+            return
+        if isinstance(step, WaitEventStep):
+            error = start_wait(tx, key, step, ctx)
             if error is not None:
                 step_failed(tx, key, error)
             return

@@ -26,6 +26,7 @@ from .lanes import attempts, children_in, open_lanes, open_lanes_of
 from .paths import ROOT, branch_lane, item_lane, lane_name, lane_of, lane_step, within
 from .state import Group, Lane, RunState
 from .tx import Tx, cancel_timers, withdraw
+from .waitstart import cancel_waits
 
 __all__ = [
     "Verdict",
@@ -177,6 +178,7 @@ def cancel_work(tx: Tx, inside: str, reason: str) -> None:
     for key, child in children_in(tx.s, inside):  # a child run is cancelled too, and reports its end
         if child.get("cancel") is None:
             tx.emit(ChildRunCancelRequested(step=key, child_run_id=child["child_run_id"], reason=reason))
+    cancel_waits(tx, inside, reason)  # an event wait ends at once: nothing of it is in flight
 
 
 def settled_lanes(s: RunState) -> list[str]:

@@ -115,6 +115,22 @@ TENANT_LIMITS: dict[str, Limit] = {
             "(publish-time worst case)",
             10_000,
         ),
+        # External events (app/events): one sent before any run waits for it is kept this long for the
+        # first run that starts waiting; at most this many are kept per tenant (more are refused, 429).
+        Limit(
+            "event_buffer_ttl",
+            3600,
+            "seconds",
+            "how long an event nobody waits for yet is kept for the first run that starts waiting for it",
+            30 * 86_400,
+        ),
+        Limit(
+            "max_buffered_events",
+            1000,
+            "events",
+            "events kept per tenant for runs that do not wait for them yet",
+            100_000,
+        ),
         Limit(
             "max_child_depth",
             3,

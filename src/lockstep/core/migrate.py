@@ -128,6 +128,12 @@ def _shape_problems(
             f"step {key} waits for child run {child['child_run_id']}, started by the current version: "
             "migrate once it has ended"
         ]
+    if s.event_waits and not s.terminal:
+        key, w = next(iter(sorted(s.event_waits.items())))
+        return [
+            f"step {key} waits for event {w['name']} (key {w['key']}), started by the current version: "
+            "migrate once it has arrived or timed out"
+        ]
     cur = s.current_step
     if s.terminal or cur is None or cur not in s.groups or s.steps[cur].status != "running":
         return []

@@ -25,6 +25,7 @@ from .events import (
     ApprovalRequested,
     ApprovalTimedOut,
     ApproverReplaced,
+    CallbackIssued,
     CancelRequested,
     ChildRunCancelRequested,
     ChildRunEnded,
@@ -33,6 +34,12 @@ from .events import (
     CompensationScheduled,
     CompensationStarted,
     EventData,
+    EventReceived,
+    EventWaitCancelled,
+    EventWaitEvent,
+    EventWaitRecord,
+    EventWaitStarted,
+    EventWaitTimedOut,
     ForEachStarted,
     InputEdited,
     JoinDecided,
@@ -166,8 +173,29 @@ def sentence(d: EventData, at: str | None = None) -> str:
         case ChildRunEnded():
             why = f" ({_err(d.error)})" if d.error else ""
             return f"child run {d.child_run_id} of step {d.step} ended {d.status}{why}"
+        case EventWaitRecord():
+            return _event_waits(d)
         case _:
             return _approvals_and_repairs(d)
+
+
+def _event_waits(d: EventWaitEvent) -> str:
+    match d:
+        case EventWaitStarted():
+            signed = f", signed by integration {d.integration}" if d.integration else ""
+            via = f" (callback allowed{signed})" if d.callback else ""
+            return f"step {d.step} waits for event {d.name} (key {d.key}) until {d.expires_at}{via}"
+        case CallbackIssued():
+            return f"callback {d.callback_id} minted for step {d.step} by {d.by}, expires {d.expires_at}"
+        case EventReceived():
+            how = f"callback {d.callback_id}" if d.via == "callback" else "the events API"
+            return f"step {d.step} received event {d.name} (key {d.key}, id {d.event_id}) through {how}"
+        case EventWaitTimedOut():
+            return f"step {d.step}: no event {d.name} (key {d.key}) arrived before {d.expires_at}"
+        case EventWaitCancelled():
+            return f"step {d.step} stopped waiting for its event: {d.reason}"
+        case _:
+            assert_never(d)
 
 
 def _lane(lane: str) -> str:

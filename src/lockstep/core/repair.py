@@ -187,6 +187,13 @@ def skip(tx: Tx, c: SkipStep) -> None:
             f"step {c.step} waits for child run {child}; cancel this run (the child is cancelled with it), "
             "or cancel the child run: its end reaches this step",
         )
+    if c.step in s.event_waits:
+        w = s.event_waits[c.step]
+        raise Rejected(
+            "event_waiting",
+            f"step {c.step} waits for event {w['name']} (key {w['key']}); deliver it "
+            "(`lockstep event send`), let its timeout apply, or cancel the run",
+        )
     roles = tx.d.skip_roles.get(step_id(c.step))
     if roles is None:
         raise Rejected(

@@ -35,6 +35,7 @@ from .events import (
     CompensationScheduled,
     CompensationStarted,
     EventData,
+    EventReceived,
     ForEachStarted,
     InputEdited,
     JoinDecided,
@@ -406,6 +407,9 @@ _HANDLERS: dict[type[Any], Callable[[Any, Sensitivity], list[str]]] = {
     StepJoined: _joined,
     ChildRunRequested: _child_requested,
     ChildRunEnded: _child_ended,
+    # An external event's payload: what a partner sent, which no definition classifies (yet): stored
+    # as received, like an approver's comment.
+    EventReceived: _nothing,
 }
 
 # The event types whose data may hold tenant values, each with its handler above; CLEAR: the types
@@ -436,5 +440,9 @@ CLEAR = frozenset(
         "ParallelStarted",  # lane ids and the join rule
         "LaneStarted",
         "ChildRunCancelRequested",  # the parent's cancel reason (CancelRequested's, also clear)
+        "EventWaitStarted",  # the event's name, its correlation key (refused if sensitive), the expiry
+        "CallbackIssued",  # the sha256 of the token, never the token
+        "EventWaitTimedOut",
+        "EventWaitCancelled",
     }
 )

@@ -186,6 +186,9 @@ class RunState:
     # for, by the key of their `run` step ({child_run_id, definition, version, start_key, at, cancel}).
     parent: JSONObject | None = None
     children: dict[str, JSONObject] = field(default_factory=dict)
+    # The external events this run waits for, by the key of their `wait_event` step ({name, key,
+    # expires_at, generation, at, callback, integration, issued: callback ids minted, token_hash}).
+    event_waits: dict[str, JSONObject] = field(default_factory=dict)
 
     @property
     def terminal(self) -> bool:
@@ -195,7 +198,7 @@ class RunState:
         """The snapshot document. `copy_values=False` shares nested values with this (immutable) state:
         for serialising at once, never for handing out."""
         deep = copy_values
-        return {
+        out: JSONObject = {
             "snapshot_version": SNAPSHOT_VERSION,
             "run_id": self.run_id,
             "tenant": self.tenant,
@@ -235,6 +238,9 @@ class RunState:
             "parent": self.parent,
             "children": copy.deepcopy(self.children) if deep else self.children,
         }
+        if self.event_waits:  # written only when there are some: every stored snapshot reads back as is
+            out["event_waits"] = copy.deepcopy(self.event_waits) if deep else self.event_waits
+        return out
 
     @staticmethod
     def from_json(o: JSONObject) -> RunState:
@@ -278,6 +284,7 @@ class RunState:
             groups={k: _group_of(v) for k, v in o["groups"].items()},
             parent=o["parent"],
             children=dict(o["children"]),
+            event_waits=dict(o.get("event_waits") or {}),
         )
 
 

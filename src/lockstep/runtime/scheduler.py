@@ -21,7 +21,7 @@ from ..errors import LockstepError
 __all__ = ["Scheduler"]
 
 # Events after which this process's scheduler has work at once (a child run's end wakes it too).
-_WAKE = frozenset({"TimerScheduled", "ChildRunRequested", "ChildRunCancelRequested"})
+_WAKE = frozenset({"TimerScheduled", "ChildRunRequested", "ChildRunCancelRequested", "EventWaitStarted"})
 
 log = logging.getLogger("lockstep.scheduler")
 # Purge transactions per tick (tombstones, and as many of deletes): a backlog is worked through between
@@ -72,6 +72,7 @@ class Scheduler:
         done += self.service.fire_due_schedules(self.batch, self.partitions)  # app/schedules/fire.py
         done += self.service.expire_leases(self.batch, self.partitions)
         done += self.service.run_children(self.batch)
+        done += self.service.deliver_buffered_events(self.batch)  # a buffered event for a new wait
         if time.monotonic() - self._swept_at >= 1.0:
             self._swept_at = time.monotonic()
             done += self.service.dead_letter_unserved()

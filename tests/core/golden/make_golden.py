@@ -36,8 +36,10 @@ from lockstep.core.commands import (
     Command,
     ConfirmRepair,
     DecideApproval,
+    DeliverEvent,
     ExpireLease,
     FireTimer,
+    IssueCallback,
     RejectRepair,
     ReportFailure,
     ReportSuccess,
@@ -263,6 +265,27 @@ steps:
 """
 
 
+PARCELS = """
+name: parcels
+steps:
+  - id: book
+    activity: carrier.book
+    timeout: 30s
+  - id: delivered
+    wait_event:
+      name: parcel-delivered
+      key: "${input.tracking_no}"
+      timeout: 7d
+      on_timeout: chase
+      schema: {type: object, required: [at]}
+      callback: {integration: carrier}
+  - id: done
+    succeed: {output: {at: "${steps.delivered.output.at}"}}
+  - id: chase
+    fail: {error: NotDelivered, message: "parcel ${input.tracking_no} not delivered"}
+"""
+
+
 class Recorder:
     """Drives one run with a fixed clock and records its events."""
 
@@ -484,6 +507,37 @@ def child_run_child() -> Recorder:
     return r
 
 
+def events_received_by_callback() -> Recorder:
+    """A wait_event step: a callback minted (only its hash), then the event through it."""
+    r = Recorder(PARCELS, {"tracking_no": "ABC"})
+    r.ok({"booked": True})
+    w = r.s.event_waits["delivered"]
+    r.wait(60)
+    r.send(IssueCallback("delivered", w["generation"], "cb_0123456789abcdef", "ab" * 32, "ops"))
+    r.wait(3600)
+    event = DeliverEvent(
+        "delivered",
+        w["generation"],
+        "callback:cb_0123456789abcdef",
+        w["name"],
+        w["key"],
+        {"at": "2026-01-01T01:00:00Z"},
+        via="callback",
+        callback_id="cb_0123456789abcdef",
+        token_hash="ab" * 32,
+    )
+    r.send(event)
+    return r
+
+
+def events_wait_timed_out() -> Recorder:
+    """A wait_event step whose event never came: timed out, on_timeout went to a fail step."""
+    r = Recorder(PARCELS, {"tracking_no": "XYZ"})
+    r.ok({"booked": True})
+    r.fire()
+    return r
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
     "happy_path_with_retry": (
         "one failed attempt retried on a durable timer, a late duplicate result ignored, a wait, completed",
@@ -530,6 +584,15 @@ SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
     "child_run_child": (
         "a child run: RunStarted names its parent and the parent's step; it completes",
         child_run_child,
+    ),
+    "events_received_by_callback": (
+        "a wait_event step (EventWaitStarted), a callback minted (CallbackIssued: the hash), the event "
+        "received through it (EventReceived), completed",
+        events_received_by_callback,
+    ),
+    "events_wait_timed_out": (
+        "a wait_event step whose event never came: EventWaitTimedOut, then its on_timeout fail step",
+        events_wait_timed_out,
     ),
 }
 

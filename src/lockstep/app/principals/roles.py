@@ -10,11 +10,12 @@ from ...store import UserRow
 
 __all__ = ["GRANTS", "NAME_RE", "PERMISSIONS", "ROLES", "Principal", "check_name", "principal_of"]
 
-ROLES = ("admin", "operator", "approver", "viewer", "worker")
+ROLES = ("admin", "operator", "approver", "viewer", "worker", "publisher")
 # Permissions given to one user, never by a role: read_sensitive may reveal sealed values (app/reveal.py).
 GRANTS = ("read_sensitive",)
 NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_.-]{0,62}[a-z0-9])?$")
-# Permissions by role. `approver` and `worker` see no runs: they act only through their own endpoints.
+# Permissions by role. `approver`, `worker` and `publisher` see no runs: they act only through their own
+# endpoints.
 # `schedule` (create, change, pause, resume, delete, trigger schedules) is a standing start: whoever holds
 # it starts runs in the future, unattended, so it goes with `start` and `cancel`, never to a viewer.
 PERMISSIONS: dict[str, frozenset[str]] = {
@@ -23,6 +24,9 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "viewer": frozenset({"read"}),
     "approver": frozenset({"approve"}),
     "worker": frozenset({"work"}),
+    # A partner system's key: it sends external events (POST /v1/events) to its tenant and nothing
+    # else: it sees no run, not even the ones its events reached (the answer lists their ids).
+    "publisher": frozenset({"publish_events"}),
 }
 
 

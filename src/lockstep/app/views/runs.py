@@ -23,6 +23,7 @@ __all__ = [
     "DeadLetter",
     "DefinitionRef",
     "EventView",
+    "EventWaitRef",
     "LaneView",
     "ParentRef",
     "RetryResult",
@@ -56,6 +57,7 @@ WaitKind = Literal[
     "retry",
     "approval",
     "child",
+    "event",
     "attention",
     "paused",
     "cancelling",
@@ -182,6 +184,17 @@ class ChildRef(View):
     cancel: str | None = Field(description="why its cancellation was asked for, if it was")
 
 
+class EventWaitRef(View):
+    """An external event a `wait_event` step waits for (its callbacks: GET /v1/runs/{id}/event-waits)."""
+
+    name: str
+    key: str
+    since: str
+    expires_at: str
+    callback: bool = Field(description="whether an operator may mint a callback URL for it")
+    integration: str | None = Field(default=None, description="the integration that must sign the callback")
+
+
 class RunView(View):
     """A run: where it is, why it waits and what happens next (exactly what `lockstep show RUN --json`
     prints)."""
@@ -216,6 +229,12 @@ class RunView(View):
         default_factory=dict,
         exclude_if=_is_empty,
         description="the child runs it waits for, by the key of their `run` step (only when it has some)",
+    )
+    event_waits: dict[str, EventWaitRef] = Field(
+        default_factory=dict,
+        exclude_if=_is_empty,
+        description="the external events it waits for, by the key of their `wait_event` step (only when "
+        "it has some; never a callback token)",
     )
     started_at: str
     updated_at: str

@@ -21,6 +21,7 @@ from .model import (
     RunStep,
     Step,
     SucceedStep,
+    WaitEventStep,
     WaitStep,
 )
 from .parse import parse_definition
@@ -41,6 +42,7 @@ __all__ = [
     "RunStep",
     "Step",
     "SucceedStep",
+    "WaitEventStep",
     "WaitStep",
     "parse_definition",
 ]

@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from ..expr import Expr, ExprError, ExprLimits, Template, compile_expr, compile_template
 from ..timeutil import format_duration, parse_duration
-from .model import ApprovalStep, ChoiceStep, Step
+from .model import ApprovalStep, ChoiceStep, Step, WaitEventStep
 
 __all__ = [
     "ACTIVITY_RE",
@@ -132,6 +132,8 @@ def check_graph(c: Checker, steps: list[Step]) -> None:
                 targets.append(("approval.on_timeout", s.on_timeout))
             if s.on_reject != "fail":
                 targets.append(("approval.on_reject", s.on_reject))
+        if isinstance(s, WaitEventStep) and s.on_timeout != "fail":
+            targets.append(("wait_event.on_timeout", s.on_timeout))
         for where, t in targets:
             if t != "end" and t not in ids:
                 hint = difflib.get_close_matches(t, sorted(ids), n=1)

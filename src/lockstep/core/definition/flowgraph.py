@@ -26,6 +26,7 @@ from .model import (
     RunStep,
     Step,
     SucceedStep,
+    WaitEventStep,
     WaitStep,
 )
 
@@ -62,6 +63,11 @@ def edges_of(step: Step, in_order: str) -> list[Edge]:
                 out.append(to(rejected, "approval.on_timeout"))
             elif step.on_timeout not in ("reject", "fail"):
                 out.append(to(step.on_timeout, "approval.on_timeout"))
+            return out
+        case WaitEventStep():
+            out = [following]
+            if step.on_timeout != "fail":
+                out.append(to(step.on_timeout, "wait_event.on_timeout"))
             return out
         case ChoiceStep():
             out = [to(target, f"choice[{j}]") for j, (_, target) in enumerate(step.branches)]

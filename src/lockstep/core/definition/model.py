@@ -41,13 +41,25 @@ __all__ = [
     "RunStep",
     "Step",
     "SucceedStep",
+    "WaitEventStep",
     "WaitStep",
 ]
 
 DELIVERIES = ("idempotent", "at_most_once")
 # Problems a DefinitionError's text lists (all of them stay in `.problems`).
 SHOWN_PROBLEMS = 100
-STEP_KINDS = ("activity", "choice", "wait", "fail", "succeed", "approval", "parallel", "for_each", "run")
+STEP_KINDS = (
+    "activity",
+    "choice",
+    "wait",
+    "fail",
+    "succeed",
+    "approval",
+    "parallel",
+    "for_each",
+    "run",
+    "wait_event",
+)
 # How a parallel or for-each step ends: every lane, the first success, or K successes.
 JOINS = ("all", "any", "n_of")
 # The repairs a definition may put behind a second operator's confirmation (`four_eyes:`).
@@ -251,6 +263,24 @@ class RunStep:
     kind: str = "run"
 
 
+@dataclass(frozen=True)
+class WaitEventStep:
+    """Wait, holding nothing, for an external event `name` whose correlation key is the rendered `key`
+    (core/waitevent.py); its payload (valid against `schema`, if given) is the step's output."""
+
+    id: str
+    next: str | None
+    name: str
+    key: Template
+    timeout: timedelta
+    on_timeout: str  # "fail" | <step id>
+    schema: JSONObject | None = None
+    callback: bool = False
+    # The tenant integration whose Standard Webhooks secret signs the callback's body (None: unsigned).
+    integration: str | None = None
+    kind: str = "wait_event"
+
+
 Step = (
     ActivityStep
     | ChoiceStep
@@ -261,6 +291,7 @@ Step = (
     | ParallelStep
     | ForEachStep
     | RunStep
+    | WaitEventStep
 )
 # A nested step's place: the list it is in (a branch's, a body's) and its position there.
 Place = tuple[tuple[Step, ...], int]

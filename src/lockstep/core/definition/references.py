@@ -38,6 +38,7 @@ from .model import (
     RunStep,
     Step,
     SucceedStep,
+    WaitEventStep,
     WaitStep,
 )
 from .sensitive_schema import Place, lookup
@@ -89,6 +90,8 @@ def sites(step: Step) -> list[tuple[str, Template | Expr | None, Point]]:
             return [(".for_each.items", step.items, enter)]
         case RunStep():
             return [(".run.input", step.input, enter)]
+        case WaitEventStep():
+            return [(".wait_event.key", step.key, enter)]
         case ParallelStep():
             return []  # its branches' steps have their own
     return []  # pragma: no cover - every kind of step is matched above

@@ -35,6 +35,7 @@ from .model import (
     RunStep,
     Step,
     SucceedStep,
+    WaitEventStep,
     WaitStep,
 )
 from .sensitive_schema import annotated, check_pointer, mentions
@@ -233,6 +234,13 @@ class _Taint:
                     s.until,
                     "the time a wait fires is stored in clear (the scheduler reads it): wait on a field "
                     "that is not sensitive",
+                )
+            elif isinstance(s, WaitEventStep):
+                self.refuse(
+                    f"steps({s.id}).wait_event.key",
+                    s.key,
+                    "the correlation key is stored in clear (the waits index matches events by it): "
+                    "correlate on a field that is not sensitive",
                 )
             elif isinstance(s, FailStep):
                 per_step[s.id] = StepSensitivity(messages=bool(self.pointers(s.message)))

@@ -37,10 +37,12 @@ from .model import (
     RunStep,
     Step,
     SucceedStep,
+    WaitEventStep,
     WaitStep,
 )
 from .parse_run import parse_run_step
 from .parse_steps import parse_step
+from .parse_wait_event import parse_wait_event_step
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -70,6 +72,8 @@ def parse_any(
             return _parse_shape(c, i, raw, lim, at, kinds[0], skips), None
         if len(kinds) == 1 and kinds[0] == "run":
             return parse_run_step(c, i, raw, lim, at), None
+        if len(kinds) == 1 and kinds[0] == "wait_event":
+            return parse_wait_event_step(c, i, raw, lim, at), None
     return parse_step(c, i, raw, lim, at)
 
 
@@ -336,6 +340,8 @@ def _step_targets(s: Step) -> list[tuple[str, str]]:
             out.append(("approval.on_timeout", s.on_timeout))
         if s.on_reject != "fail":
             out.append(("approval.on_reject", s.on_reject))
+    if isinstance(s, WaitEventStep) and s.on_timeout != "fail":
+        out.append(("wait_event.on_timeout", s.on_timeout))
     return out
 
 
@@ -381,6 +387,8 @@ def _expressions(s: Step) -> list[Expr]:
         templates.append(s.items)
     elif isinstance(s, RunStep):
         templates.append(s.input)
+    elif isinstance(s, WaitEventStep):
+        templates.append(s.key)
     out = [e for t in templates if t is not None for e in t.expressions()]
     if isinstance(s, ChoiceStep):
         out += [e for e, _ in s.branches]

@@ -87,6 +87,15 @@ from .shapes import (
 )
 from .timers import TimerCancelled, TimerEvent, TimerFired, TimerRecord, TimerScheduled
 from .union import AUDIT_ONLY, EVENT_TYPES, KEEPS_PROPOSAL, RECORDS, EventData
+from .waits import (
+    CallbackIssued,
+    EventReceived,
+    EventWaitCancelled,
+    EventWaitEvent,
+    EventWaitRecord,
+    EventWaitStarted,
+    EventWaitTimedOut,
+)
 
 __all__ = [
     "AUDIT_ONLY",
@@ -115,6 +124,7 @@ __all__ = [
     "ApproverReplaced",
     "AttemptEvent",
     "AttemptRecord",
+    "CallbackIssued",
     "CancelRequested",
     "ChildEvent",
     "ChildRecord",
@@ -126,6 +136,12 @@ __all__ = [
     "CompensationStarted",
     "Event",
     "EventData",
+    "EventReceived",
+    "EventWaitCancelled",
+    "EventWaitEvent",
+    "EventWaitRecord",
+    "EventWaitStarted",
+    "EventWaitTimedOut",
     "ForEachStarted",
     "InputEdited",
     "JoinDecided",

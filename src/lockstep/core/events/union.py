@@ -12,11 +12,19 @@ from .repairs import RepairEvent, RepairProposed, RepairRejected
 from .run import RunEvent
 from .shapes import ShapeEvent
 from .timers import TimerEvent
+from .waits import EventWaitEvent
 
 __all__ = ["AUDIT_ONLY", "EVENT_TYPES", "KEEPS_PROPOSAL", "RECORDS", "EventData"]
 
 EventData: TypeAlias = (
-    RunEvent | AttemptEvent | TimerEvent | ApprovalEvent | RepairEvent | ShapeEvent | ChildEvent
+    RunEvent
+    | AttemptEvent
+    | TimerEvent
+    | ApprovalEvent
+    | RepairEvent
+    | ShapeEvent
+    | ChildEvent
+    | EventWaitEvent
 )
 
 RECORDS: dict[str, type[EventData]] = {cls.type: cls for cls in get_args(EventData)}

@@ -12,6 +12,7 @@ from ..events import (
     ChildRecord,
     Event,
     EventData,
+    EventWaitRecord,
     RepairRecord,
     RunRecord,
     RunStarted,
@@ -27,6 +28,7 @@ from .repairs import evolve_repair
 from .run import evolve_run, started
 from .shapes import evolve_shape
 from .timers import evolve_timer
+from .waits import evolve_event_wait
 
 __all__ = ["evolve", "fold"]
 
@@ -77,6 +79,8 @@ def _apply(s: RunState, d: EventData, e: Event) -> RunState:
             return evolve_shape(s, d, e)
         case ChildRecord():
             return evolve_child(s, d, e)
+        case EventWaitRecord():
+            return evolve_event_wait(s, d, e)
         case _:
             assert_never(d)
 

@@ -10,6 +10,7 @@ A `Store` opens transactions; a transaction, `Tx`, offers every aggregate's oper
     ApprovalsTx      approval requests, decisions, single-use links
     NotificationsTx  the outbox of approval notifications
     ChildrenTx       the outbox between a parent run's `run` step and its child
+    EventsTx         external events: the inbox, the waits index, callbacks, integration secrets
     TenantsTx        tenants, their settings and rate buckets
     PrincipalsTx     users, sessions, login counters
     AuditTx          the audit log
@@ -63,6 +64,7 @@ from .compose import (
     ChildTx,
     ClaimTx,
     CommandTx,
+    EventTx,
     ObserveTx,
     PublishTx,
     QuotaTx,
@@ -77,6 +79,7 @@ from .compose import (
 )
 from .definitions import DefinitionRow, DefinitionsTx, DefinitionVersionRow
 from .errors import ConcurrencyError, RowLocked, SchemaError, StoreUnavailable
+from .events import CallbackRow, EventsTx, InboxRow, WaitRow
 from .keys import KeysTx, RunKeyRow, Sealer, SealTx, TenantKeyRow
 from .metrics import MetricsTx, StoreStats
 from .notifications import NotificationRow, NotificationsTx
@@ -99,6 +102,7 @@ __all__ = [
     "AuditTx",
     "AuthTx",
     "BatchTx",
+    "CallbackRow",
     "ChildRow",
     "ChildTx",
     "ChildrenTx",
@@ -112,8 +116,11 @@ __all__ = [
     "DefinitionsTx",
     "DueTimer",
     "EventPartition",
+    "EventTx",
+    "EventsTx",
     "ExpiredLease",
     "HoldRow",
+    "InboxRow",
     "KeysTx",
     "LinkRow",
     "LoadedRun",
@@ -153,5 +160,6 @@ __all__ = [
     "Tx",
     "TxControl",
     "UserRow",
+    "WaitRow",
     "WorkTx",
 ]

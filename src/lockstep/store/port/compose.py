@@ -15,6 +15,7 @@ from .approvals import ApprovalsTx
 from .audit import AuditTx
 from .children import ChildrenTx
 from .definitions import DefinitionsTx
+from .events import EventsTx
 from .keys import KeysTx, Sealer, SealTx
 from .metrics import MetricsTx
 from .notifications import NotificationsTx
@@ -35,6 +36,7 @@ __all__ = [
     "ChildTx",
     "ClaimTx",
     "CommandTx",
+    "EventTx",
     "ObserveTx",
     "PublishTx",
     "QuotaTx",
@@ -65,6 +67,7 @@ class Tx(
     KeysTx,
     SchedulesTx,
     ChildrenTx,
+    EventsTx,
     Protocol,
 ):
     """Operations inside one transaction: every aggregate's."""
@@ -116,6 +119,11 @@ class ScheduleTx(TxControl, StartTx, SchedulesTx, AuditTx, Protocol):
 class ChildTx(StartTx, TxControl, ChildrenTx, Protocol):
     """The children pass: a child's start (a start, with its parent's sealed input opened), the row,
     the commands a row turns into on the parent (its child's end) and on the child (a cancel)."""
+
+
+class EventTx(TxControl, CommandTx, EventsTx, AuditTx, Protocol):
+    """External events: the inbox, the waits index and callbacks, the command on each waiting run, the
+    audit row of every delivery and refusal, and the integrations' sealed secrets (SealTx)."""
 
 
 class RepairTx(DefinitionsTx, AuditTx, Protocol):

@@ -807,3 +807,95 @@ UPDATE child_runs SET cancel_sent = TRUE, updated_at = %(now)s WHERE child_run_i
 -- name: purge_child_runs
 DELETE FROM child_runs WHERE child_run_id IN (
     SELECT child_run_id FROM child_runs WHERE run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: inbox_get
+SELECT tenant, event_id, name, key, payload, status, delivered_to, received_at, buffer_until
+FROM event_inbox WHERE tenant = %(tenant)s AND event_id = %(event_id)s FOR UPDATE;
+
+-- name: inbox_insert
+INSERT INTO event_inbox (tenant, event_id, name, key, payload, status, delivered_to, received_at,
+                         buffer_until, updated_at)
+VALUES (%(tenant)s, %(event_id)s, %(name)s, %(key)s, %(payload)s, 'delivering', '[]', %(now)s, NULL, %(now)s)
+ON CONFLICT (tenant, event_id) DO NOTHING;
+
+-- name: inbox_delivered_to
+UPDATE event_inbox SET delivered_to = %(delivered_to)s, updated_at = %(now)s
+WHERE tenant = %(tenant)s AND event_id = %(event_id)s;
+
+-- name: inbox_status
+UPDATE event_inbox SET status = %(status)s, buffer_until = %(buffer_until)s, updated_at = %(now)s
+WHERE tenant = %(tenant)s AND event_id = %(event_id)s AND status = %(was)s;
+
+-- name: inbox_buffered_count
+SELECT COUNT(*) FROM event_inbox WHERE tenant = %(tenant)s AND status = 'buffered' AND buffer_until > %(now)s;
+
+-- name: inbox_expire
+UPDATE event_inbox SET status = 'expired', updated_at = %(now)s
+WHERE status = 'buffered' AND buffer_until <= %(now)s;
+
+-- name: waits_for
+SELECT run_id, step, tenant, name, key, generation, expires_at FROM event_waits
+WHERE tenant = %(tenant)s AND name = %(name)s AND key = %(key)s ORDER BY created_at, run_id, step;
+
+-- name: waits_buffered
+SELECT w.run_id, w.step, w.tenant, w.name, w.key, w.generation, w.expires_at, i.event_id
+FROM event_waits w JOIN event_inbox i
+  ON i.tenant = w.tenant AND i.name = w.name AND i.key = w.key
+WHERE i.status = 'buffered' AND i.buffer_until > %(now)s
+ORDER BY i.received_at, i.event_id, w.created_at, w.run_id LIMIT %(limit)s;
+
+-- name: wait_insert
+INSERT INTO event_waits (run_id, step, tenant, name, key, generation, expires_at, created_at)
+VALUES (%(run_id)s, %(step)s, %(tenant)s, %(name)s, %(key)s, %(generation)s, %(expires_at)s, %(now)s)
+ON CONFLICT (run_id, step) DO UPDATE SET name = excluded.name, key = excluded.key,
+    generation = excluded.generation, expires_at = excluded.expires_at, created_at = excluded.created_at;
+
+-- name: wait_delete
+DELETE FROM event_waits WHERE run_id = %(run_id)s AND step = %(step)s;
+
+-- name: callbacks_set_status
+UPDATE event_callbacks SET status = %(status)s WHERE run_id = %(run_id)s AND step = %(step)s AND status = 'open';
+
+-- name: callback_insert
+INSERT INTO event_callbacks (token_hash, callback_id, tenant, run_id, step, generation, expires_at, status,
+                             used_at, created_at)
+VALUES (%(token_hash)s, %(callback_id)s, %(tenant)s, %(run_id)s, %(step)s, %(generation)s, %(expires_at)s, 'open', NULL, %(now)s);
+
+-- name: callback_get
+SELECT token_hash, callback_id, tenant, run_id, step, generation, expires_at, status, used_at
+FROM event_callbacks WHERE token_hash = %(token_hash)s;
+
+-- name: callbacks_of_run
+SELECT token_hash, callback_id, tenant, run_id, step, generation, expires_at, status, used_at
+FROM event_callbacks WHERE run_id = %(run_id)s ORDER BY created_at, callback_id;
+
+-- name: callback_use
+UPDATE event_callbacks SET status = 'used', used_at = %(now)s WHERE token_hash = %(token_hash)s AND status = 'open';
+
+-- name: integration_get
+SELECT secret FROM integrations WHERE tenant = %(tenant)s AND name = %(name)s;
+
+-- name: integration_put
+INSERT INTO integrations (tenant, name, secret, created_at, updated_at)
+VALUES (%(tenant)s, %(name)s, %(secret)s, %(now)s, %(now)s)
+ON CONFLICT (tenant, name) DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at;
+
+-- name: integration_names
+SELECT name, created_at, updated_at FROM integrations WHERE tenant = %(tenant)s ORDER BY name;
+
+-- name: purge_event_waits
+DELETE FROM event_waits WHERE (run_id, step) IN (
+    SELECT run_id, step FROM event_waits WHERE run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: purge_event_callbacks
+DELETE FROM event_callbacks WHERE token_hash IN (
+    SELECT token_hash FROM event_callbacks WHERE run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: purge_event_inbox
+-- The events a purged run received stay (their ids answer replays), without naming the run.
+UPDATE event_inbox SET delivered_to = REPLACE(delivered_to, '"' || %(run_id)s || '"', '"purged"')
+WHERE delivered_to LIKE '%%' || %(run_id)s || '%%';
+
+-- name: inbox_stalled
+SELECT tenant, event_id, name, key, payload, status, delivered_to, received_at, buffer_until
+FROM event_inbox WHERE status = 'delivering' AND updated_at <= %(before)s ORDER BY updated_at LIMIT %(limit)s;

@@ -725,3 +725,94 @@ UPDATE child_runs SET cancel_sent = 1, updated_at = :now WHERE child_run_id = :c
 
 -- name: purge_child_runs
 DELETE FROM child_runs WHERE rowid IN (SELECT rowid FROM child_runs WHERE run_id = :run_id LIMIT :limit);
+
+-- name: inbox_get
+SELECT tenant, event_id, name, key, payload, status, delivered_to, received_at, buffer_until
+FROM event_inbox WHERE tenant = :tenant AND event_id = :event_id;
+
+-- name: inbox_insert
+INSERT INTO event_inbox (tenant, event_id, name, key, payload, status, delivered_to, received_at,
+                         buffer_until, updated_at)
+VALUES (:tenant, :event_id, :name, :key, :payload, 'delivering', '[]', :now, NULL, :now)
+ON CONFLICT (tenant, event_id) DO NOTHING;
+
+-- name: inbox_delivered_to
+UPDATE event_inbox SET delivered_to = :delivered_to, updated_at = :now
+WHERE tenant = :tenant AND event_id = :event_id;
+
+-- name: inbox_status
+UPDATE event_inbox SET status = :status, buffer_until = :buffer_until, updated_at = :now
+WHERE tenant = :tenant AND event_id = :event_id AND status = :was;
+
+-- name: inbox_buffered_count
+SELECT COUNT(*) FROM event_inbox WHERE tenant = :tenant AND status = 'buffered' AND buffer_until > :now;
+
+-- name: inbox_expire
+UPDATE event_inbox SET status = 'expired', updated_at = :now
+WHERE status = 'buffered' AND buffer_until <= :now;
+
+-- name: waits_for
+SELECT run_id, step, tenant, name, key, generation, expires_at FROM event_waits
+WHERE tenant = :tenant AND name = :name AND key = :key ORDER BY created_at, run_id, step;
+
+-- name: waits_buffered
+SELECT w.run_id, w.step, w.tenant, w.name, w.key, w.generation, w.expires_at, i.event_id
+FROM event_waits w JOIN event_inbox i
+  ON i.tenant = w.tenant AND i.name = w.name AND i.key = w.key
+WHERE i.status = 'buffered' AND i.buffer_until > :now
+ORDER BY i.received_at, i.event_id, w.created_at, w.run_id LIMIT :limit;
+
+-- name: wait_insert
+INSERT INTO event_waits (run_id, step, tenant, name, key, generation, expires_at, created_at)
+VALUES (:run_id, :step, :tenant, :name, :key, :generation, :expires_at, :now)
+ON CONFLICT (run_id, step) DO UPDATE SET name = excluded.name, key = excluded.key,
+    generation = excluded.generation, expires_at = excluded.expires_at, created_at = excluded.created_at;
+
+-- name: wait_delete
+DELETE FROM event_waits WHERE run_id = :run_id AND step = :step;
+
+-- name: callbacks_set_status
+UPDATE event_callbacks SET status = :status WHERE run_id = :run_id AND step = :step AND status = 'open';
+
+-- name: callback_insert
+INSERT INTO event_callbacks (token_hash, callback_id, tenant, run_id, step, generation, expires_at, status,
+                             used_at, created_at)
+VALUES (:token_hash, :callback_id, :tenant, :run_id, :step, :generation, :expires_at, 'open', NULL, :now);
+
+-- name: callback_get
+SELECT token_hash, callback_id, tenant, run_id, step, generation, expires_at, status, used_at
+FROM event_callbacks WHERE token_hash = :token_hash;
+
+-- name: callbacks_of_run
+SELECT token_hash, callback_id, tenant, run_id, step, generation, expires_at, status, used_at
+FROM event_callbacks WHERE run_id = :run_id ORDER BY created_at, callback_id;
+
+-- name: callback_use
+UPDATE event_callbacks SET status = 'used', used_at = :now WHERE token_hash = :token_hash AND status = 'open';
+
+-- name: integration_get
+SELECT secret FROM integrations WHERE tenant = :tenant AND name = :name;
+
+-- name: integration_put
+INSERT INTO integrations (tenant, name, secret, created_at, updated_at)
+VALUES (:tenant, :name, :secret, :now, :now)
+ON CONFLICT (tenant, name) DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at;
+
+-- name: integration_names
+SELECT name, created_at, updated_at FROM integrations WHERE tenant = :tenant ORDER BY name;
+
+-- name: purge_event_waits
+DELETE FROM event_waits WHERE rowid IN (SELECT rowid FROM event_waits WHERE run_id = :run_id LIMIT :limit);
+
+-- name: purge_event_callbacks
+DELETE FROM event_callbacks WHERE rowid IN (
+    SELECT rowid FROM event_callbacks WHERE run_id = :run_id LIMIT :limit);
+
+-- name: purge_event_inbox
+-- The events a purged run received stay (their ids answer replays), without naming the run.
+UPDATE event_inbox SET delivered_to = REPLACE(delivered_to, '"' || :run_id || '"', '"purged"')
+WHERE delivered_to LIKE '%' || :run_id || '%';
+
+-- name: inbox_stalled
+SELECT tenant, event_id, name, key, payload, status, delivered_to, received_at, buffer_until
+FROM event_inbox WHERE status = 'delivering' AND updated_at <= :before ORDER BY updated_at LIMIT :limit;

@@ -26,6 +26,9 @@ RUN_ROWS = (
     "approval_requests",
     "notifications",
     "child_runs",  # the outbox between a parent and its children (the parent's rows)
+    "event_waits",  # the run's open event waits and the callbacks minted for them
+    "event_callbacks",
+    "event_inbox",  # not deleted (the tenant's event ids stay idempotent): the run's id is blanked
     "holds",
     "run_keys",  # the run's data key (app/keys): its sealed values go with it
 )

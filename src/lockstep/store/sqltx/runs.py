@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ...core.canonical import compact_json, parse_json
 from ...core.effects import (
     CancelChild,
+    CloseEventWait,
     CloseTask,
     CloseTimer,
     CreateTask,
@@ -21,7 +22,9 @@ from ...core.effects import (
     EndChild,
     LeaseTask,
     NotifyApprovers,
+    OpenEventWait,
     StartChild,
+    StoreCallback,
 )
 from ...core.events import Event, chain_link
 from ...core.evolve import fold
@@ -33,6 +36,7 @@ from ..port import ConcurrencyError, LoadedRun
 from .approvals import SqlApprovalsTx
 from .base import GENESIS
 from .children import SqlChildrenTx
+from .events import SqlEventsTx
 from .keys import SqlKeysTx
 from .notifications import SqlNotificationsTx
 from .scheduler import SqlSchedulerTx
@@ -44,7 +48,9 @@ if TYPE_CHECKING:
 __all__ = ["SqlRunsTx"]
 
 
-class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, SqlKeysTx, SqlChildrenTx):
+class SqlRunsTx(
+    SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, SqlKeysTx, SqlChildrenTx, SqlEventsTx
+):
     def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None:
         """The run's snapshot. Backends with row locks lock it for this transaction; with `skip_locked`
         they raise RowLocked instead of waiting when another transaction holds it."""
@@ -209,6 +215,8 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, S
                 self._write_notification(run, fx, now_ms)
             elif isinstance(fx, (StartChild, CancelChild, EndChild)):
                 self._write_child_effect(run, fx, now_ms)
+            elif isinstance(fx, (OpenEventWait, CloseEventWait, StoreCallback)):
+                self._write_event_effect(run, fx, now_ms)
             else:
                 self._write_approval_effect(run, fx)
 
