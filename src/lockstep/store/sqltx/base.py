@@ -35,6 +35,9 @@ _FLUSH_ORDER = (
     "task_close",
     "timer_insert",
     "timer_close",
+    "child_insert",  # sqltx/children.py: the outbox rows of `run` steps
+    "child_cancel",
+    "child_end",
     "notify_tasks",
     "notify_timers",
 )
