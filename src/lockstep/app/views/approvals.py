@@ -93,6 +93,9 @@ class InboxItem(View):
     decisions: list[Recorded[Decision]]
     requested_at: str
     expires_at: str
+    form: list[dict[str, TenantJson]] | None = Field(
+        default=None, description="the fields to send as `values` when deciding (null: no form)"
+    )
 
 
 class LinkRef(View):

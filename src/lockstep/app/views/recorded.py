@@ -116,6 +116,7 @@ class Decision(TypedDict):
     roles: list[str]
     groups: list[str]
     link_id: str | None
+    values: NotRequired[dict[str, TenantJson]]  # the form's values (a request with a form only)
 
 
 @_OPEN
@@ -130,6 +131,7 @@ class ApprovalPolicy(TypedDict):
     on_timeout: str
     on_reject: str
     allow_initiator: bool
+    form: NotRequired[list[dict[str, TenantJson]]]  # the fields approvers fill in (core/form.py)
 
 
 class IssuedLink(TypedDict):
