@@ -78,7 +78,7 @@ Posted = Annotated[dict[str, str], Depends(_posted)]
 def _form_of(view: ApprovalPage) -> list[JSONObject]:
     a = view.approval
     form = a.get("policy", {}).get("form") if isinstance(a, dict) else None
-    return list(form) if isinstance(form, list) else []
+    return [dict(f) for f in form] if isinstance(form, list) else []
 
 
 def _values(
