@@ -130,8 +130,8 @@ class FormField(TypedDict):
     required: NotRequired[bool]
     sensitive: NotRequired[bool]
     enum: NotRequired[list[str]]
-    minLength: NotRequired[int]  # noqa: N815 - the JSON Schema keyword
-    maxLength: NotRequired[int]  # noqa: N815 - the JSON Schema keyword
+    minLength: NotRequired[int]
+    maxLength: NotRequired[int]
     minimum: NotRequired[float]
     maximum: NotRequired[float]
 
