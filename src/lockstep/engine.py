@@ -111,6 +111,8 @@ class Engine:
         service = Service(
             store, clock=clock, limits=limits, server_limits=configured, keys=provider, tracing=sink
         )
+        # A test-only server setting: run webhooks to receivers on loopback (docs/webhooks.md).
+        service.webhooks.allow_loopback = os.environ.get("LOCKSTEP_WEBHOOK_ALLOW_LOOPBACK") == "1"
         return cls(service, owns_tracing=owned)
 
     def close(self) -> None:

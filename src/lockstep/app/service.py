@@ -44,6 +44,7 @@ from .runs import Runs, new_run_id
 from .schedules import Firing, Schedules
 from .sweeps import Sweeps
 from .tracing import TraceSink
+from .webhooks import Webhooks
 from .work import TaskLease, Work
 
 __all__ = ["Service", "TaskLease", "new_run_id", "utcnow"]
@@ -93,6 +94,7 @@ class Service:
         self.reveal = Reveal(kernel, runs, self.principals, self.approvals)
         self.audit = Audit(kernel)
         self.schedules = Schedules(kernel, runs, ring)
+        self.webhooks = Webhooks(kernel, ring)  # run webhooks (app/webhooks.py); delivered by runtime/
 
         # The kernel: what runtime/ and the tests reach below the feature calls.
         self.store = kernel.store

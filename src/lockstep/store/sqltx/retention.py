@@ -26,6 +26,7 @@ RUN_ROWS = (
     "approval_requests",
     "notifications",
     "child_runs",  # the outbox between a parent and its children (the parent's rows)
+    "webhook_deliveries",  # the outbox of the run's webhook deliveries (sqltx/webhooks.py)
     "holds",
     "run_keys",  # the run's data key (app/keys): its sealed values go with it
 )

@@ -18,6 +18,7 @@ from ...core.effects import (
     CreateTimer,
     DeadLetterTask,
     Effect,
+    EmitWebhook,
     EndChild,
     LeaseTask,
     NotifyApprovers,
@@ -36,6 +37,7 @@ from .children import SqlChildrenTx
 from .keys import SqlKeysTx
 from .notifications import SqlNotificationsTx
 from .scheduler import SqlSchedulerTx
+from .webhooks import SqlWebhooksTx
 from .work import SqlWorkTx
 
 if TYPE_CHECKING:
@@ -44,7 +46,9 @@ if TYPE_CHECKING:
 __all__ = ["SqlRunsTx"]
 
 
-class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, SqlKeysTx, SqlChildrenTx):
+class SqlRunsTx(
+    SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, SqlKeysTx, SqlChildrenTx, SqlWebhooksTx
+):
     def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None:
         """The run's snapshot. Backends with row locks lock it for this transaction; with `skip_locked`
         they raise RowLocked instead of waiting when another transaction holds it."""
@@ -204,6 +208,8 @@ class SqlRunsTx(SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, S
                 self._write_notification(run, fx, now_ms)
             elif isinstance(fx, (StartChild, CancelChild, EndChild)):
                 self._write_child_effect(run, fx, now_ms)
+            elif isinstance(fx, EmitWebhook):
+                self._write_webhook_effect(run, fx, now_ms)
             else:
                 self._write_approval_effect(run, fx)
 
