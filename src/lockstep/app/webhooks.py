@@ -24,6 +24,7 @@ from ..core.sealed import label_of
 from ..core.timeutil import iso
 from ..errors import InvalidInput, NotFound, Refused
 from ..store import DeliveryRow, Sealer, SubscriptionRow, WebhookTx
+from . import failpoints
 from .port import KernelPort
 
 __all__ = ["Claimed", "Subscribed", "Webhooks", "new_secret", "webhook_url_allowed"]
@@ -236,6 +237,8 @@ class Webhooks:
         """The outcome of one attempt: delivered (2xx), or retried after a backoff, or failed for good."""
         now = self._now_ms()
         ok = status is not None and 200 <= status < 300 and error is None
+        if not ok and failpoints.enabled("unsafe.webhook_drop_failed", delivery=c.id):
+            ok = True  # the deliberately broken build: a failed attempt counts as delivered
         if ok:
             outcome, at = "delivered", now
         elif c.attempt >= self.max_attempts:

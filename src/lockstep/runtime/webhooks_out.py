@@ -15,6 +15,7 @@ from datetime import datetime
 import httpx
 from standardwebhooks.webhooks import Webhook
 
+from ..app import failpoints
 from ..app.webhooks import Claimed, Webhooks
 
 __all__ = ["WebhookSender"]
@@ -51,6 +52,9 @@ class WebhookSender:
             r = self.client.post(c.url, content=c.body.encode(), headers=self.headers(c, now))
         except httpx.HTTPError as exc:
             return None, f"{type(exc).__name__}: {exc}"[:500]
+        # The receiver has it, the outcome is not recorded yet: a crash here must cost a second copy
+        # under the same webhook-id, never a lost delivery (the fault suite kills here).
+        failpoints.hit("webhooks.post", delivery=c.id, attempt=c.attempt)
         if 300 <= r.status_code < 400:
             return r.status_code, f"answered {r.status_code}: redirects are not followed; use the final URL"
         return r.status_code, None if r.status_code < 300 else f"answered {r.status_code}"
