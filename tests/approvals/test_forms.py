@@ -258,3 +258,52 @@ def test_the_review_page_shows_errors_next_to_fields_and_records_nothing(fworld:
         "due": "2025-03-01",
         "checked": True,
     }
+
+
+def test_a_form_inside_a_parallel_branch_and_a_for_each_body(world: World) -> None:
+    """An approval with a form in a branch, and in a for-each body: decided by request id with values,
+    which are the outputs of the steps inside (addressed by key); a bad value is refused there too."""
+    form = [{"name": "amount", "type": "number", "required": True}]
+    ask = {"approvers": {"users": ["alice"]}, "quorum": 1, "timeout": "1h", "form": form}
+    world.publish(
+        {
+            "name": "shaped",
+            "steps": [
+                {
+                    "id": "both",
+                    "parallel": {
+                        "branches": {
+                            "left": [{"id": "ask", "approval": ask}],
+                            "right": [{"id": "nap", "wait": "1s"}],
+                        }
+                    },
+                },
+                {
+                    "id": "each",
+                    "for_each": {"items": "${[1, 2]}", "body": [{"id": "ask-item", "approval": ask}]},
+                },
+            ],
+        }
+    )
+    run = world.engine.start("shaped", input={}, tenant=TENANT)
+    alice = world.principal("alice")
+    (item,) = world.approvals.inbox(alice)
+    assert item.step == "both.left.ask"
+    assert item.form is not None
+    assert item.form[0]["name"] == "amount"
+    world.approvals.decide_by_request(alice, item.request_id, "approve", values={"amount": 7})
+    world.clock.advance(seconds=2)
+    world.service.fire_due_timers()
+    shown = world.show(run)
+    assert shown["steps"]["both.left.ask"]["output"]["values"] == {"amount": 7}
+    assert shown["steps"]["both"]["status"] == "succeeded"
+    for n, it in enumerate(sorted(world.approvals.inbox(alice), key=lambda i: i.step)):
+        bad = by_request(world, it.request_id, "alice", values={"amount": "x"})
+        assert_problem(bad, 422, "invalid_values")
+        world.approvals.decide_by_request(alice, it.request_id, "approve", values={"amount": n})
+    steps = world.show(run)["steps"]
+    assert [steps[f"each[{i}].ask-item"]["output"]["values"] for i in (0, 1)] == [
+        {"amount": 0},
+        {"amount": 1},
+    ]
+    assert world.show(run)["status"] == "completed"

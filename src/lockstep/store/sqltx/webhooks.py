@@ -149,4 +149,5 @@ class SqlWebhooksTx(SqlBase):
             "tenant": run.tenant,
             "pattern": f"%,{fx.event},%",
         }
-        self._write("webhook_deliveries_insert", params)
+        # Sent at once, not buffered by batch(): an INSERT ... SELECT over the tenant's subscriptions.
+        self.c.execute(self.q["webhook_deliveries_insert"], params)
