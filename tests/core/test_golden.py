@@ -51,6 +51,7 @@ EXPECTED_STATUS = {
     "parallel_any_with_cancel": "cancelled",
     "child_run_parent": "completed",
     "child_run_child": "completed",
+    "forms_two_approvers_with_values": "completed",
 }
 # The scenarios recorded by the build of snapshot version 4 (golden/v4/), and of version 5 (golden/v5/).
 V4_SCENARIOS = {*OLD_SCENARIOS, "four_eyes_skip"}
