@@ -35,6 +35,7 @@ _FLUSH_ORDER = (
     "task_close",
     "timer_insert",
     "timer_close",
+    "webhook_deliveries_insert",  # sqltx/webhooks.py: an INSERT ... SELECT over the subscriptions
     "notify_tasks",
     "notify_timers",
 )

@@ -149,5 +149,4 @@ class SqlWebhooksTx(SqlBase):
             "tenant": run.tenant,
             "pattern": f"%,{fx.event},%",
         }
-        # Sent at once, not buffered by batch(): an INSERT ... SELECT over the tenant's subscriptions.
-        self.c.execute(self.q["webhook_deliveries_insert"], params)
+        self._write("webhook_deliveries_insert", params)
