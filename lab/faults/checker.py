@@ -43,6 +43,8 @@ Violations (each must be 0):
   killed).
 - slots_duplicated, slots_early, slots_missed, slots_unknown (schedules, scenario
   `schedules_under_faults`: see schedcheck.py).
+- webhooks_lost, webhooks_out_of_order, webhooks_forged (run webhooks, scenario `webhook_receiver_down`:
+  see hookcheck.py).
 """
 
 from __future__ import annotations
@@ -103,6 +105,9 @@ PURGE_CHECKS = (
 # Schedules' checks (schedcheck.py flags them after `schedules_under_faults`).
 SCHEDULE_CHECKS = ("slots_duplicated", "slots_early", "slots_missed", "slots_unknown")
 
+# Run webhooks' checks (hookcheck.py flags them after `webhook_receiver_down`).
+WEBHOOK_CHECKS = ("webhooks_lost", "webhooks_out_of_order", "webhooks_forged")
+
 CHECKS = (
     "stuck",
     "state_went_back",
@@ -128,6 +133,7 @@ CHECKS = (
     "spans_lost",
     "metrics_mismatch",
     *SCHEDULE_CHECKS,
+    *WEBHOOK_CHECKS,
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
 EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.pack": "pack", "pay.refund": "refund"}

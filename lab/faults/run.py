@@ -40,6 +40,7 @@ from .scenarios_retention import purge_under_load
 from .scenarios_schedules import schedules_under_faults
 from .scenarios_tenants import hostile_tenant
 from .scenarios_traces import traced_crashes
+from .scenarios_webhooks import webhook_receiver_down
 
 __all__ = ["SCENARIOS", "run_matrix", "write_reports"]
 
@@ -119,6 +120,13 @@ SCENARIOS = [
         "database outage: each due slot one run, none early, none missed beyond its policies",
     ),
     Scenario(
+        "webhook_receiver_down",
+        "webhook_receiver_down",
+        webhook_receiver_down,
+        about="a run-webhook receiver down for 6 s while runs proceed, a delivering scheduler SIGKILLed "
+        "mid-POST: every subscribed event delivered at least once, in order per run, no run held up",
+    ),
+    Scenario(
         "broken_no_fencing",
         "lease_expiry",
         functools.partial(lease_expiry, unsafe=True),
@@ -133,6 +141,14 @@ SCENARIOS = [
         expect_violations=True,
         backends=("sqlite",),
         about="a fire that does not move its schedule on (unsafe.schedule_no_advance): slots fire again",
+    ),
+    Scenario(
+        "broken_webhook_drop_failed",
+        "webhook_receiver_down",
+        functools.partial(webhook_receiver_down, unsafe=True),
+        expect_violations=True,
+        backends=("sqlite",),
+        about="a failed webhook attempt marked delivered (unsafe.webhook_drop_failed): events are lost",
     ),
     Scenario(
         "broken_key_per_attempt",

@@ -111,6 +111,17 @@ class Engine:
         service = Service(
             store, clock=clock, limits=limits, server_limits=configured, keys=provider, tracing=sink
         )
+        # Server settings of run webhooks (docs/webhooks.md): receivers on loopback (tests only), the
+        # claim's lease and the first retry's delay, in milliseconds.
+        hooks = service.webhooks
+        hooks.allow_loopback = os.environ.get("LOCKSTEP_WEBHOOK_ALLOW_LOOPBACK") == "1"
+        for name, attr in (
+            ("LOCKSTEP_WEBHOOK_LEASE_MS", "lease_ms"),
+            ("LOCKSTEP_WEBHOOK_RETRY_MS", "retry_base_ms"),
+        ):
+            value = os.environ.get(name, "")
+            if value.isdigit() and int(value) > 0:
+                setattr(hooks, attr, int(value))
         return cls(service, owns_tracing=owned)
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ ARBITRARY = {
     "LaneView.output": "what a branch or an item of a parallel or for-each step gave: a step's output",
     "TaskView.input": "the activity's input, rendered from the run's tenant JSON",
     "InboxItem.details": "what the approver is asked, rendered from the run's tenant JSON",
+    "Decision.values": "an approver's form values (tenant JSON, checked against the request's form)",
     "EventView.data": "an event's data as recorded: its fields depend on the event's type (core/events/)",
     "DefinitionDocument.document": "the definition as the tenant wrote it (docs/definitions.md)",
     "SkipCommand.output": "the output an operator proposes for a skipped step (tenant JSON)",

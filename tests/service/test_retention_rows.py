@@ -71,6 +71,8 @@ def sealed(store: Store, clock: FakeClock, tmp_path: Path) -> Service:
     svc.publish("acme", QUICK)
     svc.publish("acme", EVERYTHING)
     svc.principals.set_tenant("acme", retention=7 * 86400, actor="ops")
+    svc.webhooks.allow_loopback = True  # the run's end writes a webhook delivery (its outbox row)
+    svc.webhooks.subscribe("acme", "http://127.0.0.1:9/hook", ["run.completed"], "ops")
     return svc
 
 

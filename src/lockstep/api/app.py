@@ -12,6 +12,7 @@ from ..app.service import Service
 from . import approvals, audit, html, limits, metrics, pages, problems, repair, retention, routes, tasks
 from . import events as event_routes
 from . import schedules as schedule_routes
+from . import webhooks as webhook_routes
 
 __all__ = ["create_app"]
 
@@ -57,6 +58,7 @@ def create_app(
     app.include_router(audit.router)
     app.include_router(schedule_routes.router)
     app.include_router(event_routes.router)
+    app.include_router(webhook_routes.router)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, bool]:

@@ -46,6 +46,18 @@ class DecideRequest(BaseModel):
     token: str = Field(max_length=10_000)
     decision: str = Field(pattern="^(approve|reject)$")
     comment: str | None = Field(default=None, max_length=2000)
+    values: dict[str, Any] | None = Field(
+        default=None, description="the approval form's values by field name (a step with a form only)"
+    )
+
+
+class RequestDecision(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    decision: str = Field(pattern="^(approve|reject)$")
+    comment: str | None = Field(default=None, max_length=2000)
+    values: dict[str, Any] | None = Field(
+        default=None, description="the approval form's values by field name (a step with a form only)"
+    )
 
 
 class LinkRequest(BaseModel):
@@ -74,7 +86,30 @@ class RevokeRequest(BaseModel):
 def decide(
     body: DecideRequest, appr: Appr, p: Annotated[Principal, Depends(audited("approve", "approval.decide"))]
 ) -> DecisionResult:
-    return appr.decide(p, body.token, body.decision, body.comment, channel="api")
+    return appr.decide(p, body.token, body.decision, body.comment, channel="api", values=body.values)
+
+
+BY_REQUEST_ERRORS: dict[int | str, dict[str, Any]] = {
+    422: error_response("The form's values were not accepted (`fields` says what is wrong with each)"),
+    403: error_response("The caller may not decide this request (not an approver, the initiator)"),
+    404: error_response("No such request in the caller's tenant"),
+    409: error_response("Already decided by the caller, or the request is closed"),
+    410: error_response("The request expired"),
+}
+
+
+@router.post(
+    "/approvals/{request_id:path}/decide",
+    responses=BY_REQUEST_ERRORS,
+    summary="Approve or reject a request by its id (from the inbox) with your own key, no link",
+)
+def decide_request(
+    request_id: str,
+    body: RequestDecision,
+    appr: Appr,
+    p: Annotated[Principal, Depends(audited("approve", "approval.decide"))],
+) -> DecisionResult:
+    return appr.decide_by_request(p, request_id, body.decision, body.comment, values=body.values)
 
 
 @router.get("/approvals/inbox", summary="Pending requests the caller may decide")

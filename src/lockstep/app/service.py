@@ -47,6 +47,7 @@ from .runs import Runs, new_run_id
 from .schedules import Firing, Schedules
 from .sweeps import Sweeps
 from .tracing import TraceSink
+from .webhooks import Webhooks
 from .work import TaskLease, Work
 
 __all__ = ["Service", "TaskLease", "new_run_id", "utcnow"]
@@ -99,6 +100,7 @@ class Service:
         # External events (app/events): POST /v1/events, the buffered events' pass, callbacks.
         self.event_deliveries = EventDeliveries(kernel)
         self.callbacks = Callbacks(kernel, ring, "http://127.0.0.1:8080")
+        self.webhooks = Webhooks(kernel, ring)  # run webhooks (app/webhooks.py); delivered by runtime/
 
         # The kernel: what runtime/ and the tests reach below the feature calls.
         self.store = kernel.store

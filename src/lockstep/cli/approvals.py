@@ -8,6 +8,7 @@ from ..app.approvals import Approvals
 from .context import Ctx, cli_user, pass_ctx
 from .inputs import duration
 from .render import print_json
+from .webhooks import SUBSCRIPTION_COMMANDS
 
 __all__ = ["COMMANDS"]
 
@@ -91,4 +92,7 @@ def approvals_reassign(c: Ctx, run_id: str, step: str, old: str, new: str, reaso
 
 
 # The commands of this group, attached to the root group in root.py.
+for _command in SUBSCRIPTION_COMMANDS:  # run webhooks (cli/webhooks.py)
+    webhooks.add_command(_command)
+
 COMMANDS: tuple[click.Command, ...] = (webhooks, approvals)

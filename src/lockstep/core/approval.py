@@ -7,6 +7,8 @@ per-approver rule, then settle the request when the quorum (or a rejection) is r
 
 from __future__ import annotations
 
+from msgspec import UNSET
+
 from .canonical import JSONObject
 from .commands import DecideApproval, IssueApprovalLink, Rejected, ReplaceApprover, RevokeApprovalLink
 from .definition import ApprovalStep
@@ -20,6 +22,7 @@ from .events import (
     ApproverReplaced,
 )
 from .flow import Tx, advance_after, cancel_timers, enter, fail, winding_down
+from .form import check_values
 from .lanes import approval_by_request, approval_of
 from .paths import lane_of, qualify
 
@@ -78,6 +81,7 @@ def decide_approval(tx: Tx, c: DecideApproval) -> None:
             f"{earlier[0]['at']}; one decision per approver",
         )
     _check_identity(a, c.approver, c.groups)
+    values = _values(a, c)
     tx.emit(
         ApprovalDecisionRecorded(
             step=a["step"],
@@ -88,6 +92,7 @@ def decide_approval(tx: Tx, c: DecideApproval) -> None:
             roles=list(c.roles),
             groups=list(c.groups),
             link_id=c.link_id,
+            values=UNSET if values is None else values,
         )
     )
     decisions = (approval_by_request(tx.s, c.request_id) or {}).get("decisions", [])
@@ -109,6 +114,20 @@ def decide_approval(tx: Tx, c: DecideApproval) -> None:
         _close_timer(tx, a["step"], "approval granted")
         tx.emit(ApprovalGranted(step=a["step"], request_id=c.request_id, approvers=approvals))
         advance_after(tx, a["step"])
+
+
+def _values(a: JSONObject, c: DecideApproval) -> JSONObject | None:
+    """The values to record with the decision: checked against the form the request was made with."""
+    form = a["policy"].get("form")
+    if not form:
+        if c.values:
+            raise Rejected("no_form", "this approval step has no form: decide without values")
+        return None
+    values, errors = check_values(form, c.values or {}, c.decision)
+    if errors:
+        listed = "; ".join(f"{k}: {v}" if k else v for k, v in errors.items())
+        raise Rejected("invalid_values", f"the form's values were not accepted: {listed}")
+    return values
 
 
 def _close_timer(tx: Tx, step: str, reason: str) -> None:

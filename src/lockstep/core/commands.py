@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .canonical import JSONValue
+from .canonical import JSONObject, JSONValue
 from .definition import Definition
 
 __all__ = [
@@ -161,6 +161,7 @@ class DecideApproval:
     roles: tuple[str, ...]
     groups: tuple[str, ...]
     link_id: str | None = None
+    values: JSONObject | None = None  # the approval form's values (core/form.py); None: none sent
 
 
 @dataclass(frozen=True)

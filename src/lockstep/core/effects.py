@@ -30,6 +30,7 @@ from .events import (
     EventWaitCancelled,
     EventWaitStarted,
     EventWaitTimedOut,
+    NeedsAttention,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -39,6 +40,7 @@ from .events import (
 )
 
 __all__ = [
+    "WEBHOOK_EVENTS",
     "CancelChild",
     "CloseApprovalRequest",
     "CloseEventWait",
@@ -48,6 +50,7 @@ __all__ = [
     "CreateTimer",
     "DeadLetterTask",
     "Effect",
+    "EmitWebhook",
     "EndChild",
     "LeaseTask",
     "NotifyApprovers",
@@ -224,6 +227,21 @@ class StoreCallback:
     expires_at: str
 
 
+@dataclass(frozen=True)
+class EmitWebhook:
+    """Outbox row: a run event tenants may subscribe to (docs/webhooks.md), one delivery per matching
+    subscription, written in the same transaction. `data` holds ids, names and codes only, never the
+    run's values (a receiver reads those over the API, with its own key)."""
+
+    event: str  # one of WEBHOOK_EVENTS
+    seq: int
+    at: str
+    data: JSONValue
+
+
+# The run events a subscription may name, and the event records they stand for.
+WEBHOOK_EVENTS = ("run.completed", "run.failed", "run.cancelled", "run.needs_attention", "approval.requested")
+
 Effect = (
     CreateTask
     | LeaseTask
@@ -243,6 +261,7 @@ Effect = (
     | OpenEventWait
     | CloseEventWait
     | StoreCallback
+    | EmitWebhook
 )
 CLOSING: dict[type[ApprovalGranted | ApprovalRejected | ApprovalTimedOut | ApprovalCancelled], str] = {
     ApprovalGranted: "approved",
@@ -340,4 +359,26 @@ def effects_of(events: list[Event], child: bool = False) -> list[Effect]:
                 out.append(CloseEventWait(d.step, None, "cancelled"))
             case _:
                 pass  # the other events ask nothing of the outside world
+        hook = _webhook(e)
+        if hook is not None:
+            out.append(hook)
     return out
+
+
+def _webhook(e: Event) -> EmitWebhook | None:
+    match d := e.data:
+        case RunCompleted():
+            return EmitWebhook("run.completed", e.seq, e.at, {"status": "completed"})
+        case RunFailed():
+            code = d.error.get("code") if isinstance(d.error, dict) else None
+            return EmitWebhook("run.failed", e.seq, e.at, {"status": "failed", "error_code": code})
+        case RunCancelled():
+            return EmitWebhook("run.cancelled", e.seq, e.at, {"status": "cancelled"})
+        case NeedsAttention():
+            data = {"status": "needs_attention", "step": d.step, "code": d.code}
+            return EmitWebhook("run.needs_attention", e.seq, e.at, data)
+        case ApprovalRequested():
+            data = {"step": d.step, "request_id": d.request_id, "expires_at": d.expires_at}
+            return EmitWebhook("approval.requested", e.seq, e.at, data)
+        case _:
+            return None

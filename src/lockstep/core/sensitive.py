@@ -108,6 +108,7 @@ class StepSensitivity:
     compensation_output: bool = False  # the compensation's own result, all of it
     items: Pointers = ()  # a for-each's list (ForEachStarted.items)
     details: bool = False  # ApprovalRequested.details (one string: all or nothing)
+    values: Pointers = ()  # the approval form's sensitive fields (ApprovalDecisionRecorded.values)
     # Failure messages and attention reasons of the step: the activity may echo its input, and an
     # expression's error may quote the value it failed on.
     messages: bool = False
@@ -370,6 +371,13 @@ def _child_ended(d: ChildRunEnded, s: Sensitivity) -> list[str]:
     return _under("/output", d.output, s.outputs(d.step)) + _error("/error", d.error, s, d.step)
 
 
+def _decision(d: ApprovalDecisionRecorded, s: Sensitivity) -> list[str]:
+    """The form values an approver gave in the fields declared `sensitive: true`."""
+    if not isinstance(d.values, dict):
+        return []
+    return _under("/values", d.values, s.step(d.step).values)
+
+
 def _nothing(d: EventData, s: Sensitivity) -> list[str]:
     """Reviewed: the fields named like data hold none of the tenant's (ActivityTimedOut's error is the
     engine's own text about the lease; ApproverReplaced.new is a user name; an approver's comment is
@@ -399,7 +407,7 @@ _HANDLERS: dict[type[Any], Callable[[Any, Sensitivity], list[str]]] = {
     TransitionDeferred: _deferred,
     WorkflowMigrated: _migrated,
     RepairProposed: _proposed,
-    ApprovalDecisionRecorded: _nothing,
+    ApprovalDecisionRecorded: _decision,
     ApproverReplaced: _nothing,
     ForEachStarted: _for_each,
     LaneFinished: _lane_finished,

@@ -17,6 +17,7 @@ from ..app.service import Service
 from ..core.events import Event
 from ..core.state import RunState
 from ..errors import LockstepError
+from .webhooks_out import WebhookSender
 
 __all__ = ["Scheduler"]
 
@@ -119,6 +120,10 @@ class Scheduler:
 
     def run(self, stop: threading.Event) -> None:
         self.service.listeners.append(self._on_events)
+        # Run webhooks (runtime/webhooks_out.py): on a thread of their own, so a slow receiver never
+        # holds up timers and leases.
+        sender = WebhookSender(self.service.webhooks)
+        threading.Thread(target=sender.run, args=(stop,), name="lockstep-webhooks", daemon=True).start()
         try:
             self._run(stop)
         finally:

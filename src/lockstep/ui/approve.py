@@ -8,18 +8,24 @@ caches.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, Response
 
 from ..api import html
 from ..app.approvals import Approvals
 from ..app.principals import Principal
 from ..app.views import ApprovalPage
-from ..errors import Conflict, Forbidden, Gone, LockstepError, NotFound
+from ..core.canonical import JSONObject
+from ..core.form import check_values, from_text
+from ..errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound
 from .pages import CsrfRejected, Session, check_csrf, page, service_of
+
+# The approval form's inputs are named with this prefix, so no field can shadow csrf, decision or comment.
+FIELD = "field_"
 
 __all__ = ["router"]
 
@@ -58,6 +64,53 @@ def _refused(request: Request, session: tuple[Principal, str], exc: LockstepErro
         },
         _status(exc),
     )
+
+
+async def _posted(request: Request) -> dict[str, str]:
+    """The form's fields as posted (text by field name); FastAPI parses the body once for Form() too."""
+    data = await request.form()
+    return {k[len(FIELD) :]: v for k, v in data.items() if k.startswith(FIELD) and isinstance(v, str)}
+
+
+Posted = Annotated[dict[str, str], Depends(_posted)]
+
+
+def _form_of(view: ApprovalPage) -> list[JSONObject]:
+    a = view.approval
+    form = a.get("policy", {}).get("form") if isinstance(a, dict) else None
+    return [dict(f) for f in form] if isinstance(form, list) else []
+
+
+def _values(
+    view: ApprovalPage, posted: dict[str, str], decision: str
+) -> tuple[JSONObject | None, dict[str, str]]:
+    """The values to decide with (None: the step has no form) and, by field, what is wrong: every field
+    at once (text that is not of its type, then the form's rules), so one round trip shows them all."""
+    form = _form_of(view)
+    if not form:
+        return None, {}
+    values, unreadable = from_text(form, posted)
+    _clean, wrong = check_values(form, values, decision)
+    return values, {**wrong, **unreadable}
+
+
+def _view_or_none(load: Callable[[], ApprovalPage]) -> ApprovalPage | None:
+    """The page of the request (for its form), or None when the caller may not see it: the decision
+    itself then answers, with its own refusal and audit row."""
+    try:
+        return load()
+    except LockstepError:
+        return None
+
+
+def _with_errors(
+    request: Request, session: tuple[Principal, str], view: ApprovalPage, ctx: dict[str, Any]
+) -> Response:
+    """The approval page again, the errors next to their fields and what was typed kept (nothing was
+    recorded)."""
+    me, csrf = session
+    context = {"me": me, "csrf": csrf, "link": view.link, "run": view.run, "approval": view.approval, **ctx}
+    return page(request, "approve.html", context, 422)
 
 
 @router.get("/approve/{token}", response_class=HTMLResponse)
@@ -102,15 +155,27 @@ def approve_submit(
     request: Request,
     token: str,
     session: Session,
+    posted: Posted,
     csrf: Annotated[str, Form()] = "",
     decision: Annotated[str, Form()] = "",
     comment: Annotated[str, Form()] = "",
 ) -> Response:
     me, expected = _decision_csrf(request, session, csrf, "ui")
+    appr = _approvals(request)
+    view = _view_or_none(lambda: appr.inspect(me, token))
     try:
-        result = _approvals(request).decide(me, token, decision, comment or None, channel="ui")
+        values, errors = _values(view, posted, decision) if view is not None else (None, {})
+        if not errors:
+            result = appr.decide(me, token, decision, comment or None, channel="ui", values=values)
+    except InvalidInput as exc:
+        if view is None:
+            return _refused(request, session, exc)
+        errors = dict(exc.extra.get("fields") or {"": str(exc)})  # type: ignore[call-overload]
     except LockstepError as exc:
         return _refused(request, session, exc)
+    if errors and view is not None:
+        ctx = {"token": token, "errors": errors, "posted": posted, "comment": comment}
+        return _with_errors(request, session, view, ctx)
     return page(request, "decided.html", {"me": me, "csrf": expected, "result": result})
 
 
@@ -188,13 +253,25 @@ def review_submit(
     run_id: str,
     step: str,
     session: Session,
+    posted: Posted,
     csrf: Annotated[str, Form()] = "",
     decision: Annotated[str, Form()] = "",
     comment: Annotated[str, Form()] = "",
 ) -> Response:
     me, expected = _decision_csrf(request, session, csrf, "inbox")
+    appr = _approvals(request)
+    view = _view_or_none(lambda: appr.request_view(me, run_id, step))
     try:
-        result = _approvals(request).decide_in_session(me, run_id, step, decision, comment or None)
+        values, errors = _values(view, posted, decision) if view is not None else (None, {})
+        if not errors:
+            result = appr.decide_in_session(me, run_id, step, decision, comment or None, values=values)
+    except InvalidInput as exc:
+        if view is None:
+            return _refused(request, session, exc)
+        errors = dict(exc.extra.get("fields") or {"": str(exc)})  # type: ignore[call-overload]
     except LockstepError as exc:
         return _refused(request, session, exc)
+    if errors and view is not None:
+        ctx = {"token": None, "action": _review_path(run_id, step), "errors": errors, "posted": posted}
+        return _with_errors(request, session, view, {**ctx, "comment": comment})
     return page(request, "decided.html", {"me": me, "csrf": expected, "result": result})

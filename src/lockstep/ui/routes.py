@@ -34,6 +34,7 @@ from .pages import (
 )
 from .reveal import router as reveal_router
 from .schedules import router as schedules_router
+from .webhooks import router as webhooks_router
 
 __all__ = ["mount"]
 
@@ -375,6 +376,7 @@ def mount(app: FastAPI) -> None:
     app.include_router(reveal_router)
     app.include_router(audit_router)
     app.include_router(schedules_router)
+    app.include_router(webhooks_router)
     app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
 
     @app.exception_handler(LoginRequired)

@@ -489,6 +489,40 @@ def parallel_any_with_cancel() -> Recorder:
     return r
 
 
+FORMS = """
+name: po-form
+steps:
+  - id: approve
+    approval:
+      approvers: {users: [ana, ben]}
+      quorum: 2
+      timeout: 1d
+      form:
+        - {name: amount, type: number, required: true, minimum: 0}
+        - {name: centre, type: string, enum: [ops, sales]}
+        - {name: note, type: string, maxLength: 100}
+  - id: pay
+    activity: payments.pay
+    timeout: 30s
+    input: {amount: "${steps.approve.output.values.amount}"}
+"""
+
+
+def forms_two_approvers_with_values() -> Recorder:
+    """An approval form: two approvers with values (the second's amount wins in the merged values)."""
+    r = Recorder(FORMS, {})
+    pending = r.s.approval
+    assert pending is not None
+    r.wait(60)
+    values = {"amount": 900, "centre": "ops"}
+    r.send(DecideApproval(pending["request_id"], "ana", "approve", None, ("approver",), (), values=values))
+    r.wait(60)
+    values = {"amount": 850, "note": "rounded down"}
+    r.send(DecideApproval(pending["request_id"], "ben", "approve", "ok", ("approver",), (), values=values))
+    r.ok({"paid": 850})
+    return r
+
+
 def child_run_parent() -> Recorder:
     """A parent whose `run` step waits for a child (pinned version 2) and takes its output."""
     r = Recorder(ONBOARDING, {"customer": "c-82"})
@@ -593,6 +627,10 @@ SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
     "events_wait_timed_out": (
         "a wait_event step whose event never came: EventWaitTimedOut, then its on_timeout fail step",
         events_wait_timed_out,
+    ),
+    "forms_two_approvers_with_values": (
+        "an approval form: the policy records the form, each decision its values, the output merges them",
+        forms_two_approvers_with_values,
     ),
 }
 

@@ -46,6 +46,7 @@ class Approvals:
         self.inspect = decisions.inspect
         self.decide = decisions.decide
         self.decide_in_session = decisions.decide_in_session
+        self.decide_by_request = decisions.decide_by_request
 
         # The inbox.
         self.inbox = inbox.inbox

@@ -14,9 +14,10 @@ from typing import Literal, cast
 from ...core.canonical import JSONObject
 from ...core.commands import DecideApproval, Rejected
 from ...core.definition import Definition
+from ...core.form import check_values
 from ...core.lanes import approval_at, approval_by_request
 from ...core.shape import for_view
-from ...core.state import RunState
+from ...core.state import RunState, StepState
 from ...core.timeutil import iso
 from ...errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound, Refused
 from ...store import ApplyTx, ApproveTx, DecisionRow, LinkRow, LoadedRun
@@ -27,7 +28,7 @@ from ..views import ApprovalPage, DecisionResult, LinkRef, RunStatus
 from ..views.recorded import Decision
 from .links import TOKEN_RE, token_hash
 
-__all__ = ["UNKNOWN", "ApprovalDecisions", "check_seat"]
+__all__ = ["UNKNOWN", "ApprovalDecisions", "check_form", "check_seat", "settled"]
 
 UNKNOWN = "unknown approval link (it does not exist, or it was mistyped)"
 
@@ -102,13 +103,14 @@ class ApprovalDecisions:
         comment: str | None = None,
         *,
         channel: str = "api",
+        values: JSONObject | None = None,
     ) -> DecisionResult:
         """Record one decision; every attempt, refused or not, is written to the audit log."""
         link_id = None
         try:
             if decision not in ("approve", "reject"):
                 raise InvalidInput(f"decision must be approve or reject, not {decision!r}")
-            result = self._decide(principal, token, decision, comment)
+            result = self._decide(principal, token, decision, comment, values)
             link_id = result.link_id
         except LockstepError as exc:
             self.principals.audit(
@@ -135,8 +137,11 @@ class ApprovalDecisions:
         )
         return result
 
-    def _decide(self, principal: Principal, token: str, decision: str, comment: str | None) -> DecisionResult:
+    def _decide(
+        self, principal: Principal, token: str, decision: str, comment: str | None, values: JSONObject | None
+    ) -> DecisionResult:
         self.kernel.check_value(principal.tenant, comment, "max_payload_bytes", "the comment")
+        self.kernel.check_value(principal.tenant, values, "max_payload_bytes", "the form's values")
         well_formed = TOKEN_RE.match(token) is not None
         h = token_hash(token[:200])
         now = self.kernel.clock()
@@ -161,7 +166,9 @@ class ApprovalDecisions:
                 user.roles,
                 user.groups,
                 link["link_id"],
+                values,
             )
+            check_form(approval_by_request(s, link["request_id"]), values, decision)
             # Consume first: settling the request revokes its other pending links in the same transaction.
             # If the decision is refused below, the whole transaction (and this update) rolls back.
             if not tx.consume_link(h, decision, iso(now)):
@@ -182,13 +189,20 @@ class ApprovalDecisions:
         return after
 
     def decide_in_session(
-        self, principal: Principal, run_id: str, step: str, decision: str, comment: str | None = None
+        self,
+        principal: Principal,
+        run_id: str,
+        step: str,
+        decision: str,
+        comment: str | None = None,
+        *,
+        values: JSONObject | None = None,
     ) -> DecisionResult:
         """Decide from the inbox, as the logged-in approver, without a link (audited like decide)."""
         try:
             if decision not in ("approve", "reject"):
                 raise InvalidInput(f"decision must be approve or reject, not {decision!r}")
-            result = self._decide_in_session(principal, run_id, step, decision, comment)
+            result = self._decide_in_session(principal, run_id, step, decision, comment, values)
         except LockstepError as exc:
             self.principals.audit(
                 principal.tenant,
@@ -215,30 +229,127 @@ class ApprovalDecisions:
         )
         return result
 
-    def _decide_in_session(
-        self, principal: Principal, run_id: str, step: str, decision: str, comment: str | None
+    def decide_by_request(
+        self,
+        principal: Principal,
+        request_id: str,
+        decision: str,
+        comment: str | None = None,
+        *,
+        values: JSONObject | None = None,
     ) -> DecisionResult:
+        """Decide request `request_id` over the API with the approver's own key, no link: the checks of
+        the inbox (the approver re-read, the recorded policy, not the initiator unless it allows, one
+        decision each) and an expired or settled request answered as such. Audited like decide."""
+        run_id, step = _parts(request_id)
+        try:
+            if decision not in ("approve", "reject"):
+                raise InvalidInput(f"decision must be approve or reject, not {decision!r}")
+            if not run_id:
+                raise NotFound(f"unknown approval request {request_id[:200]!r}", code="unknown_request")
+            result = self._decide_in_session(
+                principal, run_id, step, decision, comment, values, request_id=request_id
+            )
+        except LockstepError as exc:
+            self.principals.audit(
+                principal.tenant,
+                principal.name,
+                "approval.decide",
+                None,
+                "refused",
+                code=exc.code,
+                channel="api",
+                decision=decision,
+                request_id=request_id[:200],
+            )
+            raise
+        self.principals.audit(
+            principal.tenant,
+            principal.name,
+            "approval.decide",
+            None,
+            "ok",
+            channel="api",
+            decision=decision,
+            request_id=result.request_id,
+        )
+        return result
+
+    def _decide_in_session(
+        self,
+        principal: Principal,
+        run_id: str,
+        step: str,
+        decision: str,
+        comment: str | None,
+        values: JSONObject | None,
+        request_id: str | None = None,
+    ) -> DecisionResult:
+        """Decide the request pending at `step` (from the inbox) or, over the API, the request
+        `request_id` itself (then `step` is the one the id names)."""
+        self.kernel.check_value(principal.tenant, comment, "max_payload_bytes", "the comment")
+        self.kernel.check_value(principal.tenant, values, "max_payload_bytes", "the form's values")
         now = self.kernel.clock()
         with self.kernel.write() as tx:
             loaded = tx.load_run(run_id)
             if loaded is None or loaded.state.tenant != principal.tenant:
                 raise self.kernel.missing(tx, run_id, principal.tenant)  # Gone if purged
             s = loaded.state
-            a = approval_at(s, step)
+            a = approval_at(s, step) if request_id is None else approval_by_request(s, request_id)
             if a is None:
+                if request_id is not None:
+                    raise settled(s, step, request_id)
                 raise Conflict(
                     f"run {run_id} is not waiting for an approval at step {step}", code="not_waiting"
                 )
+            if request_id is not None and a["expires_at"] <= iso(now):
+                raise Gone(f"approval request {request_id} expired at {a['expires_at']}", code="expired")
             check_seat(principal, a)
             user = tx.user(principal.tenant, principal.name)
             if user is None or user.disabled:
                 raise Forbidden(f"{principal.name} is disabled", code="disabled")
             d = self.kernel.definition_of(tx, s)
             cmd = DecideApproval(
-                a["request_id"], user.name, decision, (comment or "")[:2000] or None, user.roles, user.groups
+                a["request_id"],
+                user.name,
+                decision,
+                (comment or "")[:2000] or None,
+                user.roles,
+                user.groups,
+                values=values,
             )
+            check_form(a, values, decision)
             after = self._record(tx, loaded, cmd, now, d)
         return _decided(after, a["request_id"], step, None, decision)
+
+
+def check_form(a: JSONObject | None, values: JSONObject | None, decision: str) -> None:
+    """Refuse values the request's form does not accept, naming each field and what is wrong (the core
+    checks them again; this gives the caller the errors field by field)."""
+    form = (a or {}).get("policy", {}).get("form")
+    if not form:
+        if values:
+            raise InvalidInput("this approval step has no form: decide without values", code="no_form")
+        return
+    _clean, errors = check_values(form, values or {}, decision)
+    if errors:
+        listed = "; ".join(f"{k}: {v}" if k else v for k, v in errors.items())
+        raise InvalidInput(
+            f"the form's values were not accepted: {listed}", code="invalid_values", extra={"fields": errors}
+        )
+
+
+def settled(s: RunState, step: str, request_id: str) -> LockstepError:
+    """Why request `request_id` of run `s` cannot be decided: it settled (timed out: Gone), or the run
+    has no such pending request."""
+    out = (s.steps.get(step) or StepState()).output if step else None
+    if isinstance(out, dict) and out.get("request_id") == request_id:
+        if out.get("outcome") == "timed_out":
+            return Gone(f"approval request {request_id} expired before it was decided", code="expired")
+        return Conflict(
+            f"approval request {request_id} is closed: it was {out.get('outcome')}", code="not_waiting"
+        )
+    return Conflict(f"run {s.run_id} is not waiting for approval request {request_id}", code="not_waiting")
 
 
 def check_seat(principal: Principal, a: JSONObject) -> None:
@@ -273,7 +384,17 @@ def _decided(
     )
 
 
+def _parts(request_id: str) -> tuple[str, str]:
+    """(run id, step key) of a request id `<run id>/<step key>/r<n>`; ("", "") when it is not one."""
+    parts = request_id.split("/")
+    if len(parts) != 3 or not all(parts) or not parts[2].startswith("r") or len(request_id) > 400:
+        return "", ""
+    return parts[0], parts[1]
+
+
 def _refusal(r: Rejected) -> LockstepError:
+    if r.code in ("invalid_values", "no_form"):
+        return InvalidInput(r.reason, code=r.code)
     if r.code == "already_decided":
         return Conflict(r.reason, code="already_decided")
     if r.code in ("not_an_approver", "initiator"):

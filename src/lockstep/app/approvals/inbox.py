@@ -58,6 +58,7 @@ class Inbox:
                     decisions=a["decisions"],
                     requested_at=a["requested_at"],
                     expires_at=a["expires_at"],
+                    form=a["policy"].get("form"),
                 )
             )
         return out

@@ -19,7 +19,7 @@ NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_.-]{0,62}[a-z0-9])?$")
 # `schedule` (create, change, pause, resume, delete, trigger schedules) is a standing start: whoever holds
 # it starts runs in the future, unattended, so it goes with `start` and `cancel`, never to a viewer.
 PERMISSIONS: dict[str, frozenset[str]] = {
-    "admin": frozenset({"read", "start", "cancel", "publish", "operate", "audit", "schedule"}),
+    "admin": frozenset({"read", "start", "cancel", "publish", "operate", "audit", "schedule", "webhooks"}),
     "operator": frozenset({"read", "start", "cancel", "operate", "schedule"}),
     "viewer": frozenset({"read"}),
     "approver": frozenset({"approve"}),

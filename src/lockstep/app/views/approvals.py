@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from .base import Marker, Recorded, TenantJson, View
-from .recorded import ApprovalRequest, Decision
+from .recorded import ApprovalRequest, Decision, FormField
 from .runs import DefinitionRef, RunStatus, RunView
 
 __all__ = [
@@ -93,6 +93,9 @@ class InboxItem(View):
     decisions: list[Recorded[Decision]]
     requested_at: str
     expires_at: str
+    form: list[FormField] | None = Field(
+        default=None, description="the fields to send as `values` when deciding (null: no form)"
+    )
 
 
 class LinkRef(View):

@@ -19,6 +19,7 @@ __all__ = [
     "Compensation",
     "Decision",
     "ErrorInfo",
+    "FormField",
     "IssuedLink",
     "MigrateCommand",
     "Proposal",
@@ -116,6 +117,23 @@ class Decision(TypedDict):
     roles: list[str]
     groups: list[str]
     link_id: str | None
+    values: NotRequired[TenantJson]  # the form's values by field name (a request with a form only)
+
+
+class FormField(TypedDict):
+    """One field of an approval form, as compiled at publish (core/form.py)."""
+
+    name: str
+    type: Literal["string", "number", "integer", "boolean", "date"]
+    label: NotRequired[str]
+    description: NotRequired[str]
+    required: NotRequired[bool]
+    sensitive: NotRequired[bool]
+    enum: NotRequired[list[str]]
+    minLength: NotRequired[int]
+    maxLength: NotRequired[int]
+    minimum: NotRequired[float]
+    maximum: NotRequired[float]
 
 
 @_OPEN
@@ -130,6 +148,7 @@ class ApprovalPolicy(TypedDict):
     on_timeout: str
     on_reject: str
     allow_initiator: bool
+    form: NotRequired[list[FormField]]  # the fields approvers fill in (core/form.py)
 
 
 class IssuedLink(TypedDict):

@@ -190,6 +190,9 @@ class ApprovalStep:
     allow_initiator: bool
     details: Template
     kind: str = "approval"
+    # The fields approvers fill in (core/form.py), compiled; recorded in the policy only when declared,
+    # so the policy (and digest) of a step without a form is what it always was.
+    form: tuple[JSONObject, ...] = ()
 
     def policy(self) -> JSONObject:
         """The policy as recorded in ApprovalRequested (and hashed into its policy digest)."""
@@ -202,7 +205,7 @@ class ApprovalStep:
             "on_timeout": self.on_timeout,
             "on_reject": self.on_reject,
             "allow_initiator": self.allow_initiator,
-        }
+        } | ({"form": [dict(f) for f in self.form]} if self.form else {})
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ import difflib
 from collections.abc import Mapping
 from datetime import timedelta
 
+from ..canonical import JSONObject
 from ..expr import Expr, compile_template
+from ..form import parse_form
 from .checks import ACTIVITY_RE, NAME_RE, STEP_ID_RE, Checker
 from .model import (
     COMPENSATION_RETRY,
@@ -335,8 +337,14 @@ def _parse_approval(
             "on_reject",
             "allow_initiator",
             "details",
+            "form",
         ),
     )
+    form: list[JSONObject] = []
+    if "form" in a:
+        form, problems = parse_form(a["form"], f"{ap}.form")
+        for where, why in problems:
+            c.add(where, why)
     who = a.get("approvers")
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
@@ -388,6 +396,7 @@ def _parse_approval(
         on_reject=on_reject,
         allow_initiator=allow,
         details=details,
+        form=tuple(form),
     )
 
 

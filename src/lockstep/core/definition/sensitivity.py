@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from ..canonical import JSONValue
 from ..expr import Expr, Template
 from ..exprreads import reads
-from ..pointer import PointerError, format_pointer, minimal, parse_pointer
+from ..pointer import PointerError, escape, format_pointer, minimal, parse_pointer
 from ..sensitive import NOT_SENSITIVE, Sensitivity, StepSensitivity
 from .checks import Checker
 from .model import (
@@ -118,6 +118,9 @@ def classify(
         for s in steps
         if isinstance(s, ActivityStep | RunStep) and s.output_sensitive
     }
+    forms = {s.id: form_pointers(s) for s in steps if isinstance(s, ApprovalStep) and form_pointers(s)}
+    # A sensitive form field is a source: its merged value and every decision (which holds it).
+    outputs |= {sid: (*(f"/values{p}" for p in ps), "/decisions") for sid, ps in forms.items()}
     total = len(declared) + len(set(marked)) + sum(len(v) for v in outputs.values())
     if total > lim.max_sensitive_pointers:
         c.add(
@@ -246,7 +249,12 @@ class _Taint:
                 per_step[s.id] = StepSensitivity(messages=bool(self.pointers(s.message)))
             elif isinstance(s, ApprovalStep):
                 details = bool(self.pointers(s.details))
-                per_step[s.id] = StepSensitivity(details=details, messages=details)
+                per_step[s.id] = StepSensitivity(
+                    details=details,
+                    messages=details,
+                    values=form_pointers(s),
+                    output=self.outputs.get(s.id, ()),
+                )
             elif isinstance(s, SucceedStep) and s.output is not None:
                 mine = self.pointers(s.output)
                 run_out += mine
@@ -269,6 +277,11 @@ class _Taint:
             run_messages=run_messages,
             step_ids=frozenset(s.id for s in steps),
         )
+
+
+def form_pointers(s: ApprovalStep) -> tuple[str, ...]:
+    """The pointers (into a decision's values) of the step's form fields declared `sensitive: true`."""
+    return tuple("/" + escape(f["name"]) for f in s.form if f.get("sensitive"))
 
 
 def _inside(s: Step) -> list[Step]:

@@ -62,6 +62,9 @@ class ApprovalDecisionRecorded(ApprovalRecord, frozen=True, kw_only=True):
     roles: list[str]
     groups: list[str]
     link_id: str | None
+    # The approver's form values (core/form.py), written only for a request with a form: every older
+    # decision is stored, and hashed, exactly as before.
+    values: Doc | UnsetType = UNSET
 
 
 class ApprovalGranted(ApprovalRecord, frozen=True, kw_only=True):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any, TypeAlias, assert_never
 
+from msgspec import UNSET
+
 from ..events import (
     ApprovalCancelled,
     ApprovalDecisionRecorded,
@@ -19,6 +21,7 @@ from ..events import (
     ApproverReplaced,
     Event,
 )
+from ..form import merged
 from ..lanes import approval_of
 from ..paths import lane_of
 from ..state import RunState, StepState
@@ -103,17 +106,18 @@ def _link_revoked(s: RunState, d: ApprovalLinkRevoked, e: Event) -> RunState:
 
 def _decision(s: RunState, d: ApprovalDecisionRecorded, e: Event) -> RunState:
     a = _pending(s, d, e)
-    a["decisions"].append(
-        {
-            "approver": d.approver,
-            "decision": d.decision,
-            "comment": d.comment,
-            "at": e.at,
-            "roles": d.roles,
-            "groups": d.groups,
-            "link_id": d.link_id,
-        }
-    )
+    decision: dict[str, Any] = {
+        "approver": d.approver,
+        "decision": d.decision,
+        "comment": d.comment,
+        "at": e.at,
+        "roles": d.roles,
+        "groups": d.groups,
+        "link_id": d.link_id,
+    }
+    if d.values is not UNSET:  # a request with a form (older decisions fold as they always did)
+        decision["values"] = d.values
+    a["decisions"].append(decision)
     return with_lane(s, lane_of(d.step), approval=a)
 
 
@@ -142,5 +146,7 @@ def _approval_settled(s: RunState, d: Settled, e: Event) -> RunState:
     status = SETTLED_STATUS[type(d)]
     outcome = "approved" if isinstance(d, ApprovalGranted) else status
     output = {"request_id": a["request_id"], "outcome": outcome, "decisions": a["decisions"]}
+    if a["policy"].get("form"):  # the merged values for later steps; absent for a step without a form
+        output["values"] = merged(a["decisions"])
     steps = steps_with(s, a["step"], status=status, output=output, finished_at=e.at)
     return with_lane(s, lane_of(d.step), {"steps": steps}, approval=None)

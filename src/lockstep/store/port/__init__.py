@@ -11,6 +11,7 @@ A `Store` opens transactions; a transaction, `Tx`, offers every aggregate's oper
     NotificationsTx  the outbox of approval notifications
     ChildrenTx       the outbox between a parent run's `run` step and its child
     EventsTx         external events: the inbox, the waits index, callbacks, integration secrets
+    WebhooksTx       run-webhook subscriptions and the outbox of their deliveries
     TenantsTx        tenants, their settings and rate buckets
     PrincipalsTx     users, sessions, login counters
     AuditTx          the audit log
@@ -38,6 +39,7 @@ own one):
     TimerTx     CommandTx + SchedulerTx: firing a timer
     SweepTx     TxControl + TaskTx + SchedulerTx: the scheduler's passes (app/sweeps.py)
     ChildTx     StartTx + TxControl + ChildrenTx: the children pass (app/children.py)
+    WebhookTx   TxControl + WebhooksTx + SealTx + AuditTx: run webhooks (app/webhooks.py)
     PublishTx   DefinitionsTx + TenantsTx + PrincipalsTx: publishing (app/definitions.py)
     ObserveTx   DefinitionsTx + MetricsTx: the metrics endpoint (app/observability.py)
     ApproveTx   CommandTx + ApprovalsTx + PrincipalsTx: links and decisions (app/approvals/)
@@ -76,6 +78,7 @@ from .compose import (
     TaskTx,
     TimerTx,
     Tx,
+    WebhookTx,
 )
 from .definitions import DefinitionRow, DefinitionsTx, DefinitionVersionRow
 from .errors import ConcurrencyError, RowLocked, SchemaError, StoreUnavailable
@@ -89,6 +92,7 @@ from .scheduler import DueTimer, ExpiredLease, SchedulerTx
 from .schedules import ScheduleRow, SchedulesTx, SlotRow
 from .tenants import TenantRow, TenantsTx
 from .tx import TxControl
+from .webhooks import DeliveryRow, DueDelivery, SubscriptionRow, WebhooksTx
 from .work import DeadTaskRow, TaskRow, WorkTx
 
 __all__ = [
@@ -114,6 +118,8 @@ __all__ = [
     "DefinitionRow",
     "DefinitionVersionRow",
     "DefinitionsTx",
+    "DeliveryRow",
+    "DueDelivery",
     "DueTimer",
     "EventPartition",
     "EventTx",
@@ -149,6 +155,7 @@ __all__ = [
     "Store",
     "StoreStats",
     "StoreUnavailable",
+    "SubscriptionRow",
     "SweepTx",
     "TaskRow",
     "TaskTx",
@@ -161,5 +168,7 @@ __all__ = [
     "TxControl",
     "UserRow",
     "WaitRow",
+    "WebhookTx",
+    "WebhooksTx",
     "WorkTx",
 ]

@@ -25,6 +25,7 @@ from .scheduler import SchedulerTx
 from .schedules import SchedulesTx
 from .tenants import TenantsTx
 from .tx import TxControl
+from .webhooks import WebhooksTx
 from .work import WorkTx
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "TaskTx",
     "TimerTx",
     "Tx",
+    "WebhookTx",
 ]
 
 
@@ -68,6 +70,7 @@ class Tx(
     SchedulesTx,
     ChildrenTx,
     EventsTx,
+    WebhooksTx,
     Protocol,
 ):
     """Operations inside one transaction: every aggregate's."""
@@ -167,3 +170,7 @@ class Store(Protocol):
     def ensure_partitions(self) -> None:
         """Create the coming months' event partitions (idempotent); a no-op without partitions."""
         ...
+
+
+class WebhookTx(TxControl, WebhooksTx, TenantsTx, SealTx, AuditTx, Protocol):
+    """Run webhooks (app/webhooks.py): subscriptions, their sealed secrets, the deliveries, the audit."""

@@ -899,3 +899,64 @@ WHERE delivered_to LIKE '%%' || %(run_id)s || '%%';
 -- name: inbox_stalled
 SELECT tenant, event_id, name, key, payload, status, delivered_to, received_at, buffer_until
 FROM event_inbox WHERE status = 'delivering' AND updated_at <= %(before)s ORDER BY updated_at LIMIT %(limit)s;
+
+-- --- run webhooks (sqltx/webhooks.py) ----------------------------------------------------------------
+
+-- name: webhook_sub_insert
+INSERT INTO webhook_subscriptions (id, tenant, url, events, secret, enabled, created_by, created_at)
+VALUES (%(id)s, %(tenant)s, %(url)s, %(events)s, %(secret)s, TRUE, %(created_by)s, %(now)s);
+
+-- name: webhook_subs_list
+SELECT id, tenant, url, events, secret, enabled, created_by, created_at FROM webhook_subscriptions
+WHERE tenant = %(tenant)s ORDER BY created_at, id;
+
+-- name: webhook_sub_get
+SELECT id, tenant, url, events, secret, enabled, created_by, created_at FROM webhook_subscriptions
+WHERE tenant = %(tenant)s AND id = %(id)s;
+
+-- name: webhook_sub_enable
+UPDATE webhook_subscriptions SET enabled = (%(enabled)s = 1) WHERE tenant = %(tenant)s AND id = %(id)s;
+
+-- name: webhook_deliveries_insert
+INSERT INTO webhook_deliveries (id, subscription, tenant, run_id, seq, event, body, status, available_at,
+                                created_at)
+SELECT 'msg_' || s.id || '_' || %(suffix)s::text, s.id, s.tenant, %(run_id)s, %(seq)s, %(event)s, %(body)s, 'pending', %(now)s, %(now)s
+FROM webhook_subscriptions s
+WHERE s.tenant = %(tenant)s AND s.enabled AND s.events LIKE %(pattern)s::text
+ON CONFLICT (id) DO NOTHING;
+
+-- name: webhook_due
+SELECT d.id, d.subscription, d.tenant, d.run_id, d.seq, d.event, d.body, d.attempts, s.url, s.secret
+FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription
+WHERE d.status = 'pending' AND d.available_at <= %(now)s
+  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries e
+                  WHERE e.run_id = d.run_id AND e.subscription = d.subscription
+                    AND e.status = 'pending' AND e.seq < d.seq)
+ORDER BY d.available_at, d.run_id, d.seq LIMIT %(limit)s FOR UPDATE OF d SKIP LOCKED;
+
+-- name: webhook_claim
+UPDATE webhook_deliveries SET attempts = attempts + 1, available_at = %(until)s
+WHERE id = %(id)s AND status = 'pending' AND available_at <= %(now)s;
+
+-- name: webhook_mark
+UPDATE webhook_deliveries SET status = %(status)s, last_status = %(last_status)s, last_error = %(error)s,
+                              available_at = %(available_at)s, delivered_at = %(delivered_at)s
+WHERE id = %(id)s;
+
+-- name: webhook_deliveries_list
+SELECT id, subscription, tenant, run_id, seq, event, body, status, attempts, last_status, last_error,
+       available_at, created_at, delivered_at FROM webhook_deliveries
+WHERE tenant = %(tenant)s AND subscription = %(subscription)s ORDER BY created_at DESC, id DESC LIMIT %(limit)s;
+
+-- name: webhook_delivery_get
+SELECT id, subscription, tenant, run_id, seq, event, body, status, attempts, last_status, last_error,
+       available_at, created_at, delivered_at FROM webhook_deliveries
+WHERE tenant = %(tenant)s AND subscription = %(subscription)s AND id = %(id)s;
+
+-- name: webhook_replay
+UPDATE webhook_deliveries SET status = 'pending', available_at = %(now)s, delivered_at = NULL
+WHERE tenant = %(tenant)s AND subscription = %(subscription)s AND id = %(id)s;
+
+-- name: purge_webhook_deliveries
+DELETE FROM webhook_deliveries WHERE id IN (
+    SELECT id FROM webhook_deliveries WHERE run_id = %(run_id)s LIMIT %(limit)s);

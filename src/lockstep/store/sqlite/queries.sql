@@ -816,3 +816,64 @@ WHERE delivered_to LIKE '%' || :run_id || '%';
 -- name: inbox_stalled
 SELECT tenant, event_id, name, key, payload, status, delivered_to, received_at, buffer_until
 FROM event_inbox WHERE status = 'delivering' AND updated_at <= :before ORDER BY updated_at LIMIT :limit;
+
+-- --- run webhooks (sqltx/webhooks.py) ----------------------------------------------------------------
+
+-- name: webhook_sub_insert
+INSERT INTO webhook_subscriptions (id, tenant, url, events, secret, enabled, created_by, created_at)
+VALUES (:id, :tenant, :url, :events, :secret, 1, :created_by, :now);
+
+-- name: webhook_subs_list
+SELECT id, tenant, url, events, secret, enabled, created_by, created_at FROM webhook_subscriptions
+WHERE tenant = :tenant ORDER BY created_at, id;
+
+-- name: webhook_sub_get
+SELECT id, tenant, url, events, secret, enabled, created_by, created_at FROM webhook_subscriptions
+WHERE tenant = :tenant AND id = :id;
+
+-- name: webhook_sub_enable
+UPDATE webhook_subscriptions SET enabled = :enabled WHERE tenant = :tenant AND id = :id;
+
+-- name: webhook_deliveries_insert
+INSERT INTO webhook_deliveries (id, subscription, tenant, run_id, seq, event, body, status, available_at,
+                                created_at)
+SELECT 'msg_' || s.id || '_' || :suffix, s.id, s.tenant, :run_id, :seq, :event, :body, 'pending', :now, :now
+FROM webhook_subscriptions s
+WHERE s.tenant = :tenant AND s.enabled = 1 AND s.events LIKE :pattern
+ON CONFLICT (id) DO NOTHING;
+
+-- name: webhook_due
+SELECT d.id, d.subscription, d.tenant, d.run_id, d.seq, d.event, d.body, d.attempts, s.url, s.secret
+FROM webhook_deliveries d JOIN webhook_subscriptions s ON s.id = d.subscription
+WHERE d.status = 'pending' AND d.available_at <= :now
+  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries e
+                  WHERE e.run_id = d.run_id AND e.subscription = d.subscription
+                    AND e.status = 'pending' AND e.seq < d.seq)
+ORDER BY d.available_at, d.run_id, d.seq LIMIT :limit;
+
+-- name: webhook_claim
+UPDATE webhook_deliveries SET attempts = attempts + 1, available_at = :until
+WHERE id = :id AND status = 'pending' AND available_at <= :now;
+
+-- name: webhook_mark
+UPDATE webhook_deliveries SET status = :status, last_status = :last_status, last_error = :error,
+                              available_at = :available_at, delivered_at = :delivered_at
+WHERE id = :id;
+
+-- name: webhook_deliveries_list
+SELECT id, subscription, tenant, run_id, seq, event, body, status, attempts, last_status, last_error,
+       available_at, created_at, delivered_at FROM webhook_deliveries
+WHERE tenant = :tenant AND subscription = :subscription ORDER BY created_at DESC, id DESC LIMIT :limit;
+
+-- name: webhook_delivery_get
+SELECT id, subscription, tenant, run_id, seq, event, body, status, attempts, last_status, last_error,
+       available_at, created_at, delivered_at FROM webhook_deliveries
+WHERE tenant = :tenant AND subscription = :subscription AND id = :id;
+
+-- name: webhook_replay
+UPDATE webhook_deliveries SET status = 'pending', available_at = :now, delivered_at = NULL
+WHERE tenant = :tenant AND subscription = :subscription AND id = :id;
+
+-- name: purge_webhook_deliveries
+DELETE FROM webhook_deliveries WHERE rowid IN (
+    SELECT rowid FROM webhook_deliveries WHERE run_id = :run_id LIMIT :limit);

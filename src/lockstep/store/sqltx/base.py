@@ -38,6 +38,7 @@ _FLUSH_ORDER = (
     "child_insert",  # sqltx/children.py: the outbox rows of `run` steps
     "child_cancel",
     "child_end",
+    "webhook_deliveries_insert",  # sqltx/webhooks.py: an INSERT ... SELECT over the subscriptions
     "notify_tasks",
     "notify_timers",
 )

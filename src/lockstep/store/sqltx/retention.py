@@ -29,6 +29,7 @@ RUN_ROWS = (
     "event_waits",  # the run's open event waits and the callbacks minted for them
     "event_callbacks",
     "event_inbox",  # not deleted (the tenant's event ids stay idempotent): the run's id is blanked
+    "webhook_deliveries",  # the outbox of the run's webhook deliveries (sqltx/webhooks.py)
     "holds",
     "run_keys",  # the run's data key (app/keys): its sealed values go with it
 )

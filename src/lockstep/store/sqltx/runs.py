@@ -19,6 +19,7 @@ from ...core.effects import (
     CreateTimer,
     DeadLetterTask,
     Effect,
+    EmitWebhook,
     EndChild,
     LeaseTask,
     NotifyApprovers,
@@ -40,6 +41,7 @@ from .events import SqlEventsTx
 from .keys import SqlKeysTx
 from .notifications import SqlNotificationsTx
 from .scheduler import SqlSchedulerTx
+from .webhooks import SqlWebhooksTx
 from .work import SqlWorkTx
 
 if TYPE_CHECKING:
@@ -49,7 +51,14 @@ __all__ = ["SqlRunsTx"]
 
 
 class SqlRunsTx(
-    SqlWorkTx, SqlSchedulerTx, SqlApprovalsTx, SqlNotificationsTx, SqlKeysTx, SqlChildrenTx, SqlEventsTx
+    SqlWorkTx,
+    SqlSchedulerTx,
+    SqlApprovalsTx,
+    SqlNotificationsTx,
+    SqlKeysTx,
+    SqlChildrenTx,
+    SqlEventsTx,
+    SqlWebhooksTx,
 ):
     def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None:
         """The run's snapshot. Backends with row locks lock it for this transaction; with `skip_locked`
@@ -217,6 +226,8 @@ class SqlRunsTx(
                 self._write_child_effect(run, fx, now_ms)
             elif isinstance(fx, (OpenEventWait, CloseEventWait, StoreCallback)):
                 self._write_event_effect(run, fx, now_ms)
+            elif isinstance(fx, EmitWebhook):
+                self._write_webhook_effect(run, fx, now_ms)
             else:
                 self._write_approval_effect(run, fx)
 
