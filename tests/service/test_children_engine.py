@@ -16,6 +16,7 @@ import pytest
 import lockstep
 from lockstep import ActivityContext, ActivityError, Engine, Registry
 from lockstep.app.tracing import parse_traceparent, run_trace
+from lockstep.errors import NotFound
 from lockstep.runtime.worker import Worker
 
 WAIT = 30.0
@@ -88,8 +89,18 @@ def registry(look: Callable[[dict[str, Any], ActivityContext], Any]) -> tuple[Re
 
 
 def child_of(engine: Engine, run: str) -> str:
+    """The child the parent requested, once the scheduler's children pass has started it."""
     (requested,) = [e["data"] for e in engine.events(run) if e["type"] == "ChildRunRequested"]
-    return str(requested["child_run_id"])
+    child = str(requested["child_run_id"])
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            engine.show(child)
+            return child
+        except NotFound:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def test_a_parent_takes_its_childs_output(engine: Engine, run_worker: Any) -> None:
@@ -144,7 +155,8 @@ def test_cancelling_the_parent_cancels_the_child_first(engine: Engine, run_worke
     gate: list[bool] = []
 
     def look(payload: Any, ctx: ActivityContext) -> Any:
-        while not gate:
+        deadline = time.monotonic() + 4 * WAIT  # never outlive the test (the worker's stop waits for it)
+        while not gate and time.monotonic() < deadline:
             ctx.heartbeat()
             time.sleep(0.02)
         return {"late": True}
@@ -154,13 +166,15 @@ def test_cancelling_the_parent_cancels_the_child_first(engine: Engine, run_worke
     engine.publish(PARENT)
     run_worker(reg)
     run = engine.start("onboarding", input={"customer": "c-2"})
-    engine.wait_for(run, ("waiting",), timeout=WAIT)
-    child = child_of(engine, run)
-    engine.wait_for(child, ("running",), timeout=WAIT)
-    engine.cancel(run, reason="customer left")
-    engine.wait_for(child, ("cancelling",), timeout=WAIT)
-    assert engine.show(run)["status"] == "cancelling"
-    gate.append(True)
+    try:
+        engine.wait_for(run, ("waiting",), timeout=WAIT)
+        child = child_of(engine, run)
+        engine.wait_for(child, ("running",), timeout=WAIT)
+        engine.cancel(run, reason="customer left")
+        engine.wait_for(child, ("cancelling",), timeout=WAIT)
+        assert engine.show(run)["status"] == "cancelling"
+    finally:
+        gate.append(True)
     assert engine.wait_for(child, ("cancelled",), timeout=WAIT)["status"] == "cancelled"
     assert engine.wait_for(run, ("cancelled",), timeout=WAIT)["status"] == "cancelled"
     assert closed == [run]
