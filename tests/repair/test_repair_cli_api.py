@@ -300,7 +300,7 @@ BAD: dict[str, tuple[list[str], int, str]] = {
     "edit-input schema": (["edit-input", "{run}", "--input", '{"order": 5}'], 5, "input_schema"),
     "edit-input missing file": (["edit-input", "{run}", "--input", "@nope.json"], 2, "cannot read"),
     "resolve healthy run": (["resolve", "{run}", "hold", "--as", "failed"], 5, "no unknown"),
-    "pause unknown run": (["pause", "r-nope"], 3, "not found"),
+    "pause unknown run": (["pause", "r-nope"], 3, "no run r-nope in tenant default"),
     "skip other tenant": (["--tenant", "globex", "skip", "{run}", "hold"], 3, "not found"),
     "migrate bad map": (["migrate", "{run}", "--to-version", "2", "--map", "hold"], 2, "OLD_STEP=NEW_STEP"),
     "migrate bad where": (

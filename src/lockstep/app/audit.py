@@ -52,6 +52,9 @@ ACTIONS: dict[str, str] = {
     "approval.link_mint": "an approval link minted for an approver (the token itself is never recorded)",
     "approval.link_revoke": "an approval link revoked",
     "approval.reassign": "an approver replaced by another",
+    "webhook.create": "a run-webhook subscription created (its URL and events; the signing secret is never "
+    "recorded)",
+    "webhook.replay": "a webhook delivery sent again on an admin's request",
     "event.publish": "an external event sent by a publisher (POST /v1/events): accepted, or refused with "
     "its code (payload_invalid, id_reused, buffer_full, invalid_input); target is the event id",
     "event.replay": "an event id sent again: answered with the first result, delivered to nobody again",
