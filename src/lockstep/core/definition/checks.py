@@ -27,6 +27,7 @@ __all__ = [
     "Checker",
     "check_graph",
     "non_json",
+    "step_header",
     "step_outputs",
     "unknown_key",
 ]
@@ -217,3 +218,23 @@ def _activities(raw_steps: list[object], depth: int) -> int:
                 listed = b.get("steps") if isinstance(b, Mapping) else b
                 n += _activities(listed, depth + 1) if isinstance(listed, list) else 0
     return n
+
+
+def step_header(
+    c: Checker, i: int, raw: Mapping[str, object], at: str, kind: str
+) -> tuple[str, str, str | None]:
+    """A step's id, its path (`steps[i](id)`) and its `next`, checked alike for every kind parsed in a
+    module of its own; the keys it may have are id, `kind`, next and description."""
+    raw_id = raw.get("id")
+    if isinstance(raw_id, str) and STEP_ID_RE.match(raw_id):
+        sid = raw_id
+    else:
+        c.add(f"{at}[{i}].id", "required; lowercase letters, digits, - and _ (at most 64)")
+        sid = f"#{i}"
+    p = f"{at}[{i}]({sid})"
+    c.keys(p, raw, ("id", kind, "next", "description"))
+    nxt = raw.get("next")
+    if nxt is not None and not isinstance(nxt, str):
+        c.add(f"{p}.next", "must be a step id or `end`")
+        nxt = None
+    return sid, p, nxt if isinstance(nxt, str) else None

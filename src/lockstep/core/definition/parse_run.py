@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..expr import compile_template
-from .checks import NAME_RE, STEP_ID_RE, Checker
+from .checks import NAME_RE, Checker, step_header
 from .model import Limits, RunStep, Step
 from .sensitivity import pointer_list
 
@@ -21,18 +21,7 @@ __all__ = ["parse_run_step"]
 
 
 def parse_run_step(c: Checker, i: int, raw: Mapping[str, object], lim: Limits, at: str) -> Step | None:
-    raw_id = raw.get("id")
-    if isinstance(raw_id, str) and STEP_ID_RE.match(raw_id):
-        sid = raw_id
-    else:
-        c.add(f"{at}[{i}].id", "required; lowercase letters, digits, - and _ (at most 64)")
-        sid = f"#{i}"
-    p = f"{at}[{i}]({sid})"
-    c.keys(p, raw, ("id", "run", "next", "description"))
-    nxt = raw.get("next")
-    if nxt is not None and not isinstance(nxt, str):
-        c.add(f"{p}.next", "must be a step id or `end`")
-        nxt = None
+    sid, p, nxt = step_header(c, i, raw, at, "run")
     body = raw["run"]
     rp = f"{p}.run"
     if not isinstance(body, Mapping):

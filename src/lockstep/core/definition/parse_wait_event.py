@@ -18,7 +18,7 @@ from datetime import timedelta
 import jsonschema
 
 from ..expr import compile_template
-from .checks import NAME_RE, STEP_ID_RE, Checker
+from .checks import NAME_RE, Checker, step_header
 from .model import Limits, Step, WaitEventStep
 
 __all__ = ["parse_wait_event_step"]
@@ -27,18 +27,7 @@ _KEYS = ("name", "key", "timeout", "on_timeout", "schema", "callback")
 
 
 def parse_wait_event_step(c: Checker, i: int, raw: Mapping[str, object], lim: Limits, at: str) -> Step | None:
-    raw_id = raw.get("id")
-    if isinstance(raw_id, str) and STEP_ID_RE.match(raw_id):
-        sid = raw_id
-    else:
-        c.add(f"{at}[{i}].id", "required; lowercase letters, digits, - and _ (at most 64)")
-        sid = f"#{i}"
-    p = f"{at}[{i}]({sid})"
-    c.keys(p, raw, ("id", "wait_event", "next", "description"))
-    nxt = raw.get("next")
-    if nxt is not None and not isinstance(nxt, str):
-        c.add(f"{p}.next", "must be a step id or `end`")
-        nxt = None
+    sid, p, nxt = step_header(c, i, raw, at, "wait_event")
     body = raw["wait_event"]
     wp = f"{p}.wait_event"
     if not isinstance(body, Mapping):

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from ..expr import Expr, Template, compile_template
 from ..limits import TENANT_LIMITS
-from .checks import STEP_ID_RE, Checker, check_graph
+from .checks import STEP_ID_RE, Checker, check_graph, step_header
 from .model import (
     JOINS,
     STEP_KINDS,
@@ -80,18 +80,7 @@ def parse_any(
 def _parse_shape(
     c: Checker, i: int, raw: Mapping[str, object], lim: Limits, at: str, kind: str, skips: Skips | None
 ) -> Step | None:
-    raw_id = raw.get("id")
-    if isinstance(raw_id, str) and STEP_ID_RE.match(raw_id):
-        sid = raw_id
-    else:
-        c.add(f"{at}[{i}].id", "required; lowercase letters, digits, - and _ (at most 64)")
-        sid = f"#{i}"
-    p = f"{at}[{i}]({sid})"
-    c.keys(p, raw, ("id", kind, "next", "description"))
-    nxt = raw.get("next")
-    if nxt is not None and not isinstance(nxt, str):
-        c.add(f"{p}.next", "must be a step id or `end`")
-        nxt = None
+    sid, p, nxt = step_header(c, i, raw, at, kind)
     body = raw[kind]
     if kind == "parallel":
         return _parallel(c, p, sid, nxt, body, lim, skips)
