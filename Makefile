@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit bench faults clean
+.PHONY: install demo test lint typecheck unit bench faults soak screenshots clean
 
 install: $(STAMP)
 
@@ -29,7 +29,7 @@ unit: install
 
 test: lint typecheck unit
 
-# Benchmarks side by side with DBOS (a bench-only extra); writes reports/bench.md and reports/bench.json.
+# Benchmarks side by side with DBOS and Absurd (a bench-only extra); writes reports/bench.md and reports/bench.json.
 # BENCH_ARGS=--quick for a short run.
 bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'
@@ -39,6 +39,15 @@ bench: install
 # FAULTS_ARGS=--quick (CI size), --soak (longer, larger), --seed N, --only SCENARIO.
 faults: install
 	$(BIN)/python -m lab.faults $(FAULTS_ARGS)
+
+# A mixed-fault soak on PostgreSQL (not in CI); writes reports/soak.md and reports/soak.json.
+# SOAK_ARGS=--duration 2h, --seed N, --rate 8, --fault-interval 10s.
+soak: install
+	$(BIN)/python -m lab.soak $(SOAK_ARGS)
+
+# The pictures of docs/ui.md, from a fresh `lockstep serve --example` (needs Chromium and Graphviz).
+screenshots: install
+	$(BIN)/python -m lab.screenshots docs/img
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .hypothesis

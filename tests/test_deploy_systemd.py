@@ -12,13 +12,19 @@ from pathlib import Path
 import pytest
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "systemd"
-UNITS = ("lockstep-serve.service", "lockstep-scheduler.service", "lockstep-worker@.service")
+UNITS = (
+    "lockstep-serve.service",
+    "lockstep-scheduler.service",
+    "lockstep-worker@.service",
+    "lockstep-remote-worker@.service",
+)
 LOCKSTEP = Path(sys.executable).with_name("lockstep")
 
 
 def _install(tmp: Path, name: str, text: str) -> Path:
     text = text.replace("/opt/lockstep/venv/bin/lockstep", str(LOCKSTEP))
     text = text.replace("/etc/lockstep/lockstep.env", str(tmp / "lockstep.env"))
+    text = text.replace("/etc/lockstep/remote-worker.env", str(tmp / "remote-worker.env"))
     unit = tmp / (name.replace("@.", "@9101.") if "@." in name else name)
     unit.write_text(text)
     return unit
@@ -35,6 +41,7 @@ def _verify(*units: Path) -> subprocess.CompletedProcess[str]:
 def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     """serve, scheduler and a worker instance verify clean."""
     (tmp_path / "lockstep.env").write_text((DEPLOY / "lockstep.env.example").read_text())
+    (tmp_path / "remote-worker.env").write_text((DEPLOY / "remote-worker.env.example").read_text())
     units = [_install(tmp_path, name, (DEPLOY / name).read_text()) for name in UNITS]
     done = _verify(*units)
     assert done.returncode == 0, done.stderr

@@ -1,5 +1,6 @@
 """lockstep's multi-process workloads: two worker processes, recovery after SIGKILL of every engine
-process, 100,000 waiting runs, 20,000 timers due at once, and the approval round trip over HTTP.
+process (restarted under the same ids), memory from 1,000 to 1,000,000 waiting runs, 100,000 timers due
+at once, and the approval round trip over HTTP (sizes: lab.bench.fleet_plan).
 
 Each workload starts real `lockstep` processes on a fresh database, drives them from this process and
 reads the outcome from the database (and, for the activities, from the execution record file).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -128,13 +130,19 @@ def two_workers(url: str, workdir: Path, runs: int, timeout: float) -> dict[str,
     }
 
 
+RECOVERY_SLEEP_MS = 20
+RECOVERY_WORKERS = ("w1", "w2")
+RECOVERY_LEASE_S = 10.0  # `lockstep worker --lease-ttl`'s default, which the workers run with
+
+
 def recovery(url: str, workdir: Path, runs: int, timeout: float) -> dict[str, Any]:
     """`runs` runs in flight; SIGKILL every engine process (two workers, the scheduler) once a third of
-    the steps completed; restart them; time until every run completed. The history must show no step
-    started again after it had succeeded."""
+    the steps completed; restart them under the same `--worker-id` / `--scheduler-id`, so each abandons
+    its predecessor's leases at start-up instead of waiting for them to expire; time until every run
+    completed. The history must show no step started again after it had succeeded."""
     with lab(url, workdir) as lb:
-        lb.engine.publish(_three("bench.record", sleep_ms=20))
-        procs = [lb.scheduler("s1"), lb.worker("w1", scheduler=False), lb.worker("w2", scheduler=False)]
+        lb.engine.publish(_three("bench.record", sleep_ms=RECOVERY_SLEEP_MS))
+        procs = [lb.scheduler("s1"), *(lb.worker(w, scheduler=False) for w in RECOVERY_WORKERS)]
         lb.engine.service.start_many("default", "bench-fleet", [{"n": i} for i in range(runs)])
         succeeded = "SELECT count(*) FROM events WHERE type = 'ActivitySucceeded'"
         wait_until(lambda: lb.sql(succeeded)[0][0] >= runs, timeout, "a third of the steps")
@@ -142,23 +150,45 @@ def recovery(url: str, workdir: Path, runs: int, timeout: float) -> dict[str, An
             p.kill()
         at_kill = int(lb.sql(succeeded)[0][0])
         t0 = time.monotonic()
-        lb.scheduler("s1")
-        lb.worker("w1", scheduler=False)
-        lb.worker("w2", scheduler=False)
+        # all three at once, as a supervisor restarts a host's processes; ready when each says so
+        s1 = lb.scheduler("s1", wait=False)
+        again = [lb.worker(w, scheduler=False, wait=False) for w in RECOVERY_WORKERS]
+        lb.wait_ready(s1, "scheduler running")
+        for w in again:
+            lb.wait_ready(w, "serving")
         restart_s = time.monotonic() - t0
         wait_until(lambda: lb.completed() >= runs, timeout, "every run to complete", interval=0.01)
         recovered_s = time.monotonic() - t0
         reran = _reran_after_success(lb)
         per_step = Counter((e["run"], e["step"]) for e in lb.executions())
+        abandoned = sum(_abandoned(p.log()) for p in again)
+    slots = len(RECOVERY_WORKERS) * Lab.WORKER_CONCURRENCY
+    left = 3 * runs - at_kill
     return {
         "runs": runs,
         "steps_done_at_kill": at_kill,
         "restart_s": restart_s,
         "recovery_s": recovered_s,
+        "after_ready_s": recovered_s - restart_s,
+        # the least time the steps left take however fast the engine: their sleep spread over the slots
+        "activity_floor_s": left * RECOVERY_SLEEP_MS / 1000 / slots,
+        "abandoned_leases": abandoned,
+        "lease_ttl_s": RECOVERY_LEASE_S,
         "completed_steps_started_again": reran,
         "steps_run_twice": sum(1 for n in per_step.values() if n > 1),
+        "settings": {
+            "restart": "same ids (--scheduler-id s1, --worker-id w1 w2): leases abandoned at start-up",
+            "activity_ms": RECOVERY_SLEEP_MS,
+            "slots": slots,
+        },
         "note": "steps_run_twice: attempts in flight at the kill, run again (at least once, same key)",
     }
+
+
+def _abandoned(log: str) -> int:
+    """The leases a restarted worker says it took back from its predecessor (0: none logged)."""
+    found = re.search(r"abandoned (\d+) lease", log)
+    return int(found.group(1)) if found else 0
 
 
 def _reran_after_success(lb: Lab) -> int:
@@ -211,18 +241,42 @@ def timers(url: str, workdir: Path, n: int, timeout: float) -> dict[str, Any]:
         fired = lb.sql("SELECT run_id, at FROM events WHERE type = 'TimerFired'")
         if len(fired) > n:
             raise RuntimeError(f"timers: {len(fired) - n} timer(s) due next week fired during the bench")
-    start = parse_iso(due).timestamp()
-    lags = [max(0.0, parse_iso(str(at)).timestamp() - start) for _, at in fired]
-    per_run = Counter(r for r, _ in fired)
+    return {"timers": n, **timer_stats(parse_iso(due).timestamp(), fired), "note": TIMERS_NOTE}
+
+
+TIMERS_NOTE = (
+    "schedulers running before the timers are loaded; from the due time until the last TimerFired event"
+    " (its commit time); one scheduler on SQLite, two on PostgreSQL"
+)
+PARTITIONS = 64  # the scheduler's partitions: a run's is the last byte of its id, mod 64
+
+
+def timer_stats(due: float, fired: list[tuple[Any, Any]]) -> dict[str, float]:
+    """From (run id, fired at) of every TimerFired: the last lag behind `due` (all fired), the lag
+    percentiles, the firing rate overall and per partition (the median partition's timers over its own
+    span), and how many fired twice."""
+    at = [(str(r), parse_iso(str(t)).timestamp()) for r, t in fired]
+    lags = [max(0.0, t - due) for _, t in at]
+    by_part: dict[int, list[float]] = {}
+    for run, t in at:
+        by_part.setdefault(_partition(run), []).append(t)
+    part_rates = [len(ts) / span for ts in by_part.values() if (span := max(ts) - due) > 0]
+    last = max(lags, default=0.0)
+    per_run = Counter(r for r, _ in at)
     return {
-        "timers": n,
-        "all_fired_s": max(lags, default=0.0),
-        "lag_p50_ms": percentile(lags, 50) * 1000,
-        "lag_p99_ms": percentile(lags, 99) * 1000,
+        "all_fired_s": last,
+        **{f"lag_p{q}_ms": (percentile(lags, q) if lags else 0.0) * 1000 for q in (50, 90, 99)},
+        "fired_per_s": len(at) / last if last > 0 else 0.0,
+        "partition_fired_per_s_p50": percentile(part_rates, 50) if part_rates else 0.0,
         "fired_twice": sum(1 for c in per_run.values() if c > 1),
-        "note": "schedulers running before the timers are loaded; from the due time until the last"
-        " TimerFired event (its commit time); one scheduler on SQLite, two on PostgreSQL",
     }
+
+
+def _partition(run_id: str) -> int:
+    try:
+        return int(run_id[-2:], 16) % PARTITIONS
+    except ValueError:
+        return 0
 
 
 def _rss_mib(pid: int) -> float:
@@ -240,14 +294,14 @@ def _cpu_s(pid: int) -> float:
 def _db_mib(lb: Lab) -> float:
     if lb.backend == "sqlite":
         base = sqlite_path(lb.db_url)
-        return sum(p.stat().st_size for p in base.parent.glob(base.name + "*")) / 2**20
+        return sum(p.stat().st_size for p in base.parent.glob(base.name + "*") if p.is_file()) / 2**20
     return float(lb.sql("SELECT pg_database_size(current_database())")[0][0]) / 2**20
 
 
-def waiting(url: str, workdir: Path, small: int, large: int, idle_s: float) -> dict[str, Any]:
+def waiting(url: str, workdir: Path, points: list[int], idle_s: float) -> dict[str, Any]:
     """Runs waiting on approvals (half) and 30-day timers (half), with serve, a scheduler and a worker
-    running: each process's memory at `small` and at `large` waiting runs, the database size, and the
-    scheduler's CPU while nothing is due."""
+    running, loaded up to each of `points` in turn: at each, every process's memory, the database size,
+    the scheduler's CPU while nothing is due, and how fast the runs were loaded."""
     with lab(url, workdir) as lb:
         pr = lb.engine.service.principals
         pr.create_tenant("default")
@@ -267,12 +321,15 @@ def waiting(url: str, workdir: Path, small: int, large: int, idle_s: float) -> d
         }
         out: dict[str, Any] = {}
         loaded = 0
-        for size in (small, large):
+        for size in sorted(points):
+            t0 = time.perf_counter()
+            added = loaded
             while loaded < size:
                 k = min(CHUNK, size - loaded)
                 for name in steps:
                     lb.engine.service.start_many("default", name, [{}] * (k // 2 or 1))
                 loaded += 2 * (k // 2 or 1)
+            load_s = time.perf_counter() - t0
             time.sleep(idle_s / 2)  # let every process settle with the new load
             before = _cpu_s(procs["scheduler"].pid)
             time.sleep(idle_s)
@@ -282,6 +339,7 @@ def waiting(url: str, workdir: Path, small: int, large: int, idle_s: float) -> d
                 "rss_mib": {k: round(_rss_mib(p.pid), 1) for k, p in procs.items()},
                 "scheduler_idle_cpu_pct": round(100 * idle_cpu, 2),
                 "db_mib": round(_db_mib(lb), 1),
+                "loaded_per_s": round((loaded - added) / load_s) if load_s > 0 else 0,
             }
     return out
 

@@ -9,12 +9,10 @@ import os
 import platform
 import shutil
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,11 @@ from lockstep.testing import PgCluster
 
 from .. import lab_env
 from ..fleet import database, postgres
+from .absurd_side import absurd_missing, absurd_version
+from .aggregate import BACKENDS, ENGINES, SHAPES, aggregate, entries, plan, rotated
 from .common import MARKER
 from .dbos_side import dbos_version
+from .fleet_plan import disk_needed, disk_problem, drop_database, fleet_sizes
 from .fleet_side import WORKLOADS as FLEET_WORKLOADS
 from .raw import pg_commits, sqlite_commits
 from .report import write_reports
@@ -33,9 +34,7 @@ from .traced import tracing
 
 __all__ = ["main"]
 
-ENGINES = ("lockstep", "dbos")
 WORKLOADS = {**FLEET_WORKLOADS, "tracing": tracing, "shapes": shapes}
-BACKENDS = ("sqlite", "postgresql")
 
 
 def _say(msg: str) -> None:
@@ -76,7 +75,9 @@ def machine() -> dict[str, Any]:
     }
 
 
-def _child(engine: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
+def _child(
+    engine: str, url: str, args: argparse.Namespace, shape: str = "embedded", concurrency: int | None = None
+) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
@@ -90,7 +91,13 @@ def _child(engine: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
         "--latency-runs",
         str(args.latency_runs),
         "--concurrency",
-        str(args.concurrency),
+        str(concurrency or args.concurrency),
+        "--shape",
+        shape,
+        "--workers",
+        str(args.workers),
+        "--long-steps",
+        str(args.long_steps),
         "--poll-ms",
         str(args.poll_ms),
         "--timeout",
@@ -108,16 +115,21 @@ def _child(engine: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def fleet_sizes(quick: bool) -> dict[str, Any]:
-    return {
-        "two_workers": {"runs": 600 if quick else 2000},
-        "tracing": {"runs": 300 if quick else 1000},
-        "shapes": {"runs": 300 if quick else 1000},
-        "recovery": {"runs": 1000},
-        "timers": {"n": 2000 if quick else 20_000},
-        "waiting": {"small": 1000, "large": 10_000 if quick else 100_000, "idle_s": 5.0 if quick else 10.0},
-        "approval_round_trip": {"n": 10 if quick else 30},
-    }
+def _hardware(backend: str, rep: int, tmp: Path, cluster: PgCluster | None, args: argparse.Namespace) -> Any:
+    """The hardware limit (lab.bench.hardware) in its own process: one trace database, one replay
+    database for one connection and, on PostgreSQL, one per core replayed at once."""
+    n = 1 if backend == "sqlite" else 1 + len(os.sched_getaffinity(0))
+    urls = [database(backend, f"hw_{rep}_{i}", tmp, cluster) for i in range(n + 1)]
+    cmd = [sys.executable, "-m", "lab.bench.hardware", "--trace-url", urls[0], "--runs", str(args.runs)]
+    for u in urls[1:]:
+        cmd += ["--replay-url", u]
+    proc = subprocess.run(  # noqa: S603 - our own module, fixed arguments
+        cmd, stdout=subprocess.PIPE, text=True, timeout=args.timeout * 3, check=False, env=lab_env(os.environ)
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARKER)]
+    if not lines:
+        return {"error": f"hardware limit: exited {proc.returncode} without a result"}
+    return json.loads(lines[-1][len(MARKER) :])
 
 
 def _fleet(
@@ -126,11 +138,15 @@ def _fleet(
     """lockstep's multi-process workloads, each on a fresh database; a failure is recorded, not raised."""
     out: dict[str, Any] = {}
     for name, sizes in fleet_sizes(args.quick).items():
+        if args.fleet is not None and name not in args.fleet:
+            continue
         if backend == "postgresql" and cluster is None:
             continue
+        kwargs = dict(sizes)
+        if kwargs.pop("once", False) and rep > 0:
+            continue  # measured once per backend, in the first repetition
         url = database(backend, f"fleet_{name}_{rep}", tmp, cluster)
         _say(f"repetition {rep + 1}/{args.repeat}, {backend}: lockstep {name}")
-        kwargs = dict(sizes)
         if name != "waiting":
             kwargs["timeout"] = args.timeout
         try:
@@ -138,88 +154,10 @@ def _fleet(
         except Exception as exc:
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
             _say(f"  {name} on {backend} failed: {out[name]['error']}")
-    return out
-
-
-def _leaves(d: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
-    if isinstance(d, dict):
-        for k, v in d.items():
-            yield from _leaves(v, f"{prefix}{k}.")
-    elif isinstance(d, int | float) and not isinstance(d, bool):
-        yield prefix[:-1], float(d)
-
-
-def _fleet_medians(per_rep: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median of every numeric result of every multi-process workload (worst case for the counts that
-    must be zero), plus the errors."""
-    values: dict[str, list[float]] = {}
-    errors: list[str] = []
-    for fleet in per_rep:
-        for name, res in fleet.items():
-            if "error" in res:
-                errors.append(f"{name}: {res['error']}")
-                continue
-            for key, v in _leaves(res, f"{name}."):
-                values.setdefault(key, []).append(v)
-    out: dict[str, Any] = {
-        k: (max(v) if k.endswith(("started_again", "fired_twice")) else _median(v)) for k, v in values.items()
-    }
-    out["repetitions"] = len(per_rep)
-    out["errors"] = errors
-    return out
-
-
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def _path(d: dict[str, Any], dotted: str) -> float | None:
-    cur: Any = d
-    for part in dotted.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return None
-        cur = cur[part]
-    return float(cur) if isinstance(cur, int | float) else None
-
-
-ENGINE_METRICS = (
-    "throughput.runs_per_s",
-    "throughput.steps_per_s",
-    # lockstep only: the plain and the sealed process interleaved (the cost of encryption)
-    "throughput_plain.steps_per_s",
-    "throughput_sealed.steps_per_s",
-    "throughput.elapsed_s",
-    "latency.p50_ms",
-    "latency.p99_ms",
-)
-RAW_METRICS = ("sqlite_full", "sqlite_normal", "pg_1conn", "pg_4conn")
-
-
-def aggregate(reps: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians per backend: engines' metrics and raw commit rates, over the successful repetitions."""
-    out: dict[str, Any] = {}
-    for backend in [b for b in BACKENDS if any(b in r for r in reps)]:  # a stable order in the report
-        per: dict[str, Any] = {}
-        for engine in ENGINES:
-            results = [r[backend][engine] for r in reps if engine in r.get(backend, {})]
-            ok = [x for x in results if "error" not in x]
-            if not results:
-                continue
-            per[engine] = {
-                "repetitions_ok": len(ok),
-                "errors": [x["error"] for x in results if "error" in x],
-                **{m: _median([v for x in ok if (v := _path(x, m)) is not None]) for m in ENGINE_METRICS},
-            }
-        raw = {}
-        for m in RAW_METRICS:
-            vals = [
-                v for r in reps if (v := _path(r[backend].get("raw", {}), f"{m}.commits_per_s")) is not None
-            ]
-            if vals:
-                raw[m] = _median(vals)
-        per["raw_commits_per_s"] = raw
-        per["fleet"] = _fleet_medians([r[backend].get("fleet", {}) for r in reps])
-        out[backend] = per
+        try:
+            drop_database(url)  # measured: a large database no longer holds the disk
+        except Exception as exc:  # the numbers are in; a database left behind goes with the directory
+            _say(f"  could not drop the database of {name} on {backend}: {exc}")
     return out
 
 
@@ -247,14 +185,24 @@ def _repetition(
                 "pg_1conn": pg_commits(raw_url, args.raw_commits, 1),
                 "pg_4conn": pg_commits(raw_url, args.raw_commits, 4),
             }
+        if "lockstep" in engines and not args.no_hardware and (backend == "sqlite" or cluster is not None):
+            _say(f"repetition {rep + 1}/{args.repeat}, {backend}: hardware limit (record, replay)")
+            res["hardware"] = _hardware(backend, rep, tmp, cluster, args)
         if "lockstep" in engines and not args.no_fleet:
             res["fleet"] = _fleet(backend, rep, tmp, cluster, args)
-        for engine in engines:
-            url = database(backend, f"bench_{engine}_{rep}", tmp, cluster)
-            _say(f"repetition {rep + 1}/{args.repeat}, {backend}: {engine}")
-            res[engine] = _child(engine, url, args)
-            if "error" in res[engine]:
-                _say(f"  {engine} on {backend} failed: {res[engine]['error']}")
+        todo = {name: (shape, conc) for name, shape, conc in plan(backend, engines, args.shapes, args.slots)}
+        for name in rotated(list(todo), rep):
+            shape, conc = todo[name]
+            engine = name.split("/")[0]
+            if engine == "absurd" and (why := absurd_missing()) is not None:
+                res[name] = {"error": f"not run: {why}"}
+                continue
+            db = f"bench_{name.replace('/', '_').replace('@', '_')}_{rep}"
+            url = database(backend, db, tmp, cluster)
+            _say(f"repetition {rep + 1}/{args.repeat}, {backend}: {name}")
+            res[name] = _child(engine, url, args, shape, conc)
+            if "error" in res[name]:
+                _say(f"  {name} on {backend} failed: {res[name]['error']}")
         one[backend] = res
     return one
 
@@ -263,7 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small sizes (200 runs) for a run of a few minutes")
     p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: sqlite,postgresql")
-    p.add_argument("--engines", default=",".join(ENGINES), help="comma-separated: lockstep,dbos")
+    p.add_argument(
+        "--engines", default=",".join(ENGINES), help="comma-separated: lockstep,dbos,dbos_wal,absurd"
+    )
+    p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: embedded,split")
+    p.add_argument("--workers", type=int, default=2, help="worker processes of the split shape")
+    p.add_argument("--slots", default="4,8,16", help="lockstep worker slots measured in the split shape")
+    p.add_argument("--long-steps", type=int, default=20, help="steps of the long runs")
     p.add_argument("--repeat", type=int, default=3, help="repetitions; the report quotes medians")
     p.add_argument("--runs", type=int, help="throughput runs (default 2000, --quick 200)")
     p.add_argument("--latency-runs", type=int, help="sequential latency runs (default 200, --quick 30)")
@@ -272,17 +226,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--poll-ms", type=float, default=50.0, help="lockstep worker poll interval")
     p.add_argument("--timeout", type=float, default=900.0, help="per-workload timeout, seconds")
     p.add_argument("--out", default="reports", help="directory for bench.md and bench.json")
+    p.add_argument("--no-hardware", action="store_true", help="skip the hardware limit (record and replay)")
+    p.add_argument(
+        "--fleet",
+        help=f"comma-separated multi-process workloads (default all): {', '.join(fleet_sizes(False))}",
+    )
     p.add_argument("--no-fleet", action="store_true", help="skip the multi-process workloads (lockstep only)")
     args = p.parse_args(argv)
     args.runs = args.runs or (200 if args.quick else 2000)
     args.latency_runs = args.latency_runs or (30 if args.quick else 200)
     args.raw_commits = args.raw_commits or (1000 if args.quick else 5000)
+    args.shapes = [x for x in args.shapes.split(",") if x]
+    args.fleet = None if args.fleet is None else [x for x in args.fleet.split(",") if x]
+    if args.fleet and (unknown_fleet := set(args.fleet) - set(fleet_sizes(False))):
+        p.error(f"unknown multi-process workload: {', '.join(sorted(unknown_fleet))}")
+    args.slots = [int(x) for x in args.slots.split(",") if x]
     backends = [b for b in args.backends.split(",") if b]
     engines = [e for e in args.engines.split(",") if e]
     if unknown := (set(backends) - set(BACKENDS)) | (set(engines) - set(ENGINES)):
         p.error(f"unknown backend/engine: {', '.join(sorted(unknown))}")
-    if "dbos" in engines and dbos_version() is None:
+    if set(args.shapes) - set(SHAPES):
+        p.error(f"unknown shape: {', '.join(sorted(set(args.shapes) - set(SHAPES)))}")
+    if {"dbos", "dbos_wal"} & set(engines) and dbos_version() is None:
         p.error("DBOS is not installed: pip install -e '.[bench]' (or drop it with --engines lockstep)")
+
+    if "lockstep" in engines and not args.no_fleet:
+        need = disk_needed(fleet_sizes(args.quick), backends, args.fleet)
+        if (why := disk_problem(Path(tempfile.gettempdir()), need)) is not None:
+            p.error(why)
 
     began = datetime.now(UTC)
     tmp = Path(tempfile.mkdtemp(prefix="lockstep-bench-"))
@@ -296,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     report = {
-        "issue": 8,
+        "issue": 22,
         "began": began.isoformat(timespec="seconds"),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m lab.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -307,12 +278,16 @@ def main(argv: list[str] | None = None) -> int:
             "latency_runs": args.latency_runs,
             "latency_warmup": 5,
             "raw_commits": args.raw_commits,
+            "long_steps": args.long_steps,
+            "workers": args.workers,
+            "slots": args.slots,
             "repeat": args.repeat,
         },
         "machine": machine(),
         "versions": {
             "lockstep": _version("lockstep"),
             "dbos": dbos_version(),
+            "absurd-sdk": absurd_version(),
             "psycopg": _version("psycopg"),
             "sqlalchemy": _version("sqlalchemy"),
             "postgresql_server": pg_server,
@@ -322,5 +297,5 @@ def main(argv: list[str] | None = None) -> int:
     }
     md, js = write_reports(report, Path(args.out))
     _say(f"wrote {md} and {js}")
-    failed = any("error" in r[b][e] for r in reps for b in r for e in engines if e in r[b])
+    failed = any("error" in r[b][e] for r in reps for b in r for e in entries([r[b]]))
     return 1 if failed else 0

@@ -14,18 +14,25 @@ import psycopg
 from lockstep import Engine, Registry, activity
 from lockstep.app.keys import LocalKeyProvider
 
-from .common import durability, summarize_latencies
+from .common import CpuMeter, durability, long_runs, rate, summarize_latencies
 
-__all__ = ["DEFINITION", "SEALED_DEFINITION", "run_lockstep"]
+__all__ = ["DEFINITION", "SEALED_DEFINITION", "definition", "record_workload", "run_lockstep"]
 
 STEPS = 3
-DEFINITION: dict[str, Any] = {
-    "name": "bench-three",
-    "steps": [
-        {"id": f"s{i}", "activity": "bench.noop", "input": {"n": "${input.n}"}, "timeout": "30s"}
-        for i in range(1, STEPS + 1)
-    ],
-}
+
+
+def definition(steps: int, name: str = "bench-three") -> dict[str, Any]:
+    """A straight line of `steps` trivial activity steps."""
+    return {
+        "name": name,
+        "steps": [
+            {"id": f"s{i}", "activity": "bench.noop", "input": {"n": "${input.n}"}, "timeout": "30s"}
+            for i in range(1, steps + 1)
+        ],
+    }
+
+
+DEFINITION = definition(STEPS)
 # The same process with a sensitive field: the card is in the run input, every activity's input and
 # output, so each step seals two values and every command folds the sealed twin state (the cost of
 # encryption, measured side by side with DEFINITION in the same process on the same database).
@@ -92,13 +99,22 @@ class _Observer:
 
 
 def _throughput(
-    engine: Engine, obs: _Observer, runs: int, timeout: float, sealed: bool = False
+    engine: Engine,
+    obs: _Observer,
+    runs: int,
+    timeout: float,
+    sealed: bool = False,
+    long: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
     base = obs.counts().get("completed", 0)  # runs of earlier workloads on the same database
+    meter = CpuMeter(obs.url)
+    meter.start()
     t0 = time.perf_counter()
     for i in range(runs):
         if sealed:
             engine.start(SEALED_DEFINITION["name"], input={"n": i, "card": f"4111-0000-0000-{i:04d}"})
+        elif long is not None:
+            engine.start(long[0], input={"n": i})
         else:
             engine.start(DEFINITION["name"], input={"n": i})
     started = time.perf_counter()
@@ -115,14 +131,8 @@ def _throughput(
             raise TimeoutError(f"lockstep throughput: {done}/{runs} completed after {timeout}s")
         time.sleep(0.01)
     elapsed = time.perf_counter() - t0
-    return {
-        "runs": runs,
-        "steps": runs * STEPS,
-        "elapsed_s": elapsed,
-        "start_phase_s": started - t0,
-        "runs_per_s": runs / elapsed,
-        "steps_per_s": runs * STEPS / elapsed,
-    }
+    k = long[1] if long else STEPS
+    return rate(runs, k, elapsed, started - t0, meter.stop(runs * k))
 
 
 def _latency(engine: Engine, obs: _Observer, runs: int, warmup: int, timeout: float) -> dict[str, Any]:
@@ -155,8 +165,10 @@ def run_lockstep(
     concurrency: int,
     poll_ms: float,
     timeout: float,
+    long_steps: int = 20,
     log: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
+    long_def = definition(long_steps, "bench-long")
     registry = Registry()
     activity("bench.noop", registry=registry)(_noop)
     activity("bench.echo", registry=registry)(_echo)
@@ -166,11 +178,15 @@ def run_lockstep(
     try:
         engine.publish(DEFINITION)
         engine.publish(SEALED_DEFINITION)
+        engine.publish(long_def)
         worker.start()
         log("lockstep latency")
         latency = _latency(engine, obs, latency_runs, warmup, timeout)
         log("lockstep throughput")
         throughput = _throughput(engine, obs, throughput_runs, timeout)
+        log(f"lockstep throughput, {long_steps} steps")
+        long = (str(long_def["name"]), long_steps)
+        throughput_long = _throughput(engine, obs, long_runs(throughput_runs, long_steps), timeout, long=long)
         # The cost of encryption: the plain and the sealed process in quarters, alternately (plain,
         # sealed, plain, sealed), in the same process on the same database, so the difference between
         # the two is the sealing.
@@ -181,6 +197,7 @@ def run_lockstep(
             parts[sealed].append(_throughput(engine, obs, quarter, timeout, sealed))
         throughput_plain, throughput_sealed = _combined(parts[False]), _combined(parts[True])
         settings = {
+            "shape": "embedded",
             "worker": "in-process lockstep.Engine.worker (with scheduler), one process",
             "concurrency": concurrency,
             "poll_interval_ms": poll_ms,
@@ -192,11 +209,32 @@ def run_lockstep(
         engine.close()
     return {
         "throughput": throughput,
+        "throughput_long": throughput_long,
         "throughput_plain": throughput_plain,
         "throughput_sealed": throughput_sealed,
         "latency": latency,
         "settings": settings,
     }
+
+
+def record_workload(url: str, runs: int, mark: Callable[[], int]) -> tuple[int, int, float]:
+    """The 3-step throughput workload embedded (16 slots) for the hardware limit's recording: (`mark()`
+    when the measured phase begins, steps in it, lockstep's steps/s meanwhile, the recorder on)."""
+    registry = Registry()
+    activity("bench.noop", registry=registry)(_noop)
+    engine = Engine.open(url)
+    obs = _Observer(url)
+    worker = engine.worker(registry, concurrency=16, poll_interval=timedelta(milliseconds=50))
+    try:
+        engine.publish(DEFINITION)
+        worker.start()
+        at = mark()
+        sps = float(_throughput(engine, obs, runs, 600)["steps_per_s"])
+    finally:
+        worker.stop(timeout=30)
+        obs.close()
+        engine.close()
+    return at, runs * STEPS, sps
 
 
 def _combined(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -70,3 +70,9 @@ def pack(data: dict[str, Any] | None, ctx: ActivityContext) -> dict[str, Any]:
 @activity("pay.refund")
 def refund(data: dict[str, Any] | None, ctx: ActivityContext) -> dict[str, Any]:
     return _effect("refund", data, ctx)
+
+
+@activity("load.noop")
+def noop(data: dict[str, Any] | None, ctx: ActivityContext) -> dict[str, Any]:
+    """No effect: a load whose workers must drain as fast as the engine can (scenarios_backpressure)."""
+    return {}

@@ -28,6 +28,7 @@ __all__ = [
     "Supervisor",
     "every",
     "pay_definition",
+    "requeue_done_tasks",
     "settle_time",
     "start_runs",
     "unsettled",
@@ -157,6 +158,20 @@ class Scenario:
     expect_violations: bool = False
     backends: tuple[str, ...] = ("sqlite", "postgresql")
     about: str = ""
+    http: bool = False  # every worker a remote one, over the task API of a `lockstep serve`
+    server_faults: str = ""  # the fail points of that serve (where a remote worker's reports commit)
+    disk: str = ""  # SQLite: its database directory alone on a tmpfs of this size (root; "16m")
+
+
+def requeue_done_tasks(fleet: FaultFleet, n: int = 3) -> int:
+    """As a redelivering queue would: the `n` latest finished tasks put back to `ready`; how many."""
+    rows = fleet.sql(
+        "UPDATE tasks SET status = 'ready' WHERE task_id IN"
+        " (SELECT task_id FROM tasks WHERE status = 'done' ORDER BY created_at DESC LIMIT ?)"
+        " RETURNING task_id",
+        (n,),
+    )
+    return len(rows)
 
 
 def start_runs(ctx: Ctx, n: int, name: str = "pay", **extra: Any) -> list[str]:

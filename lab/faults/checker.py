@@ -54,6 +54,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.core.definition import HTTP_ACTIVITY
 from lockstep.core.events import (
     AUDIT_ONLY,
     ActivityCancelled,
@@ -84,8 +85,10 @@ from lockstep.core.evolve import fold
 from lockstep.core.state import TERMINAL, RunState
 from lockstep.engine import Engine
 
+from .clockcheck import CLOCK_CHECKS
 from .eventcheck import check_events
 from .ledger import LedgerReader
+from .scenarios_corrupt_checks import CORRUPTION_CHECKS
 
 __all__ = ["CHECKS", "PURGE_CHECKS", "SCHEDULE_CHECKS", "Expect", "Monitor", "Verdict", "check"]
 
@@ -134,8 +137,11 @@ CHECKS = (
     "metrics_mismatch",
     *SCHEDULE_CHECKS,
     *WEBHOOK_CHECKS,
+    *CLOCK_CHECKS,
+    *CORRUPTION_CHECKS,
 )
 HUMAN_WAITS = {"attention", "paused", "approval"}
+# http steps (lockstep.http) that call the downstream are checked like these activities.
 EFFECT_ACTIVITIES = {"pay.charge": "charge", "pay.ship": "ship", "pay.pack": "pack", "pay.refund": "refund"}
 
 
@@ -375,9 +381,14 @@ def _effects(rid: str, events: list[Event], by_id: dict[str, dict[str, Any]], v:
         d = e.data
         if isinstance(d, ActivityScheduled | CompensationScheduled):
             activity[d.task_id] = d.activity
-        if not isinstance(d, ActivitySucceeded) or activity.get(d.task_id) not in EFFECT_ACTIVITIES:
+        if not isinstance(d, ActivitySucceeded):
+            continue
+        kind = activity.get(d.task_id)
+        if kind not in EFFECT_ACTIVITIES and kind != HTTP_ACTIVITY:
             continue
         out = d.output or {}
+        if kind == HTTP_ACTIVITY:  # an http step (http_lost_response): the downstream's answer is its body
+            out = out.get("body") if isinstance(out, dict) and isinstance(out.get("body"), dict) else {}
         if "attempt" in out and int(out["attempt"]) != int(d.attempt):
             v.flag(
                 "stale_results_accepted",

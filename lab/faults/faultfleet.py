@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from lockstep.runtime.webhook import SECRET_ENV, new_secret
 from lockstep.testing.pgcluster import PgCluster
 
 from .. import lab_env
-from ..fleet import Fleet, Proc, database, wait_until
+from ..fleet import Fleet, Proc, database, free_port, wait_until
 from .activities import DOWNSTREAM_ENV
 from .ledger import LedgerReader
 
@@ -35,21 +37,97 @@ class FaultFleet(Fleet):
 
     WORKER_CONCURRENCY = 8
     WORKER_LEASE_TTL = "1s"
-    SCHEDULER_ARGS = ("--partition-ttl", "2s")
+    # The scrub (app/scrub.py) every second over 50 runs: under the scenarios' crashes and races it must
+    # never mark a sound run (the checker's verify reports any mark as that run's problem).
+    SCHEDULER_ARGS = ("--partition-ttl", "2s", "--scrub-interval", "1s", "--scrub-batch", "50")
 
-    def __init__(self, workdir: Path, backend: str, pg: PgCluster | None) -> None:
-        url = database(backend, f"faults_{workdir.name.replace('-', '_')}", workdir, pg)
+    def __init__(
+        self,
+        workdir: Path,
+        backend: str,
+        pg: PgCluster | None,
+        *,
+        http: bool = False,
+        server_faults: str = "",
+        db_dir: Path | None = None,
+    ) -> None:
+        url = database(backend, f"faults_{workdir.name.replace('-', '_')}", db_dir or workdir, pg)
         self.failpoint_log = workdir / "failpoints.jsonl"
         env = {
             failpoints.LOG_ENV: str(self.failpoint_log),
             SECRET_ENV: new_secret(),  # `serve --notify webhook:...` signs its webhooks and needs one
         }
+        if http:  # the driver scrapes serve's /metrics (and, so, every process's) with this token
+            env["LOCKSTEP_METRICS_TOKEN"] = secrets.token_urlsafe(16)
         super().__init__(workdir, url, activities=ACTIVITIES, env=env)
         self.pg = pg
         self.ledger = LedgerReader(workdir / "ledger.db")
         self.downstream = self._spawn_downstream()
         self.env[DOWNSTREAM_ENV] = self.downstream_url
         self.engine = Engine.open(self.db_url)
+        # `http`: every worker is a remote one (`lockstep worker --url`, an API key, no database) on the
+        # task API of one `lockstep serve`, which commits what they report (and also does scheduler
+        # duties). Its names are in `remote`: they serve no metrics of their own (serve counts).
+        self.http = http
+        self.remote: set[str] = set()
+        self.server: Proc | None = None
+        if http:
+            key = self.engine.service.principals.create_user(
+                "default", "fault-worker", ["worker"], []
+            ).api_key
+            self.key_file = workdir / "worker.key"
+            self.key_file.write_text(f"{key}\n")
+            self.server = self.serve("serve", free_port(), faults=server_faults)
+
+    def worker(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        lease_ttl: str | None = None,
+        scheduler: bool | None = None,
+        only: Iterable[str] = (),
+        versions: Iterable[str] = (),
+        extra: Iterable[str] = (),
+        faults: str = "",
+        wait: bool = True,
+        db_url: str | None = None,
+    ) -> Proc:
+        """A worker as the fleet's defaults say; with `http`, `lockstep worker --url` of the fleet's
+        server with the worker key's file (its metrics options dropped: the server counts)."""
+        if not self.http:
+            return super().worker(
+                name,
+                concurrency=concurrency,
+                lease_ttl=lease_ttl,
+                scheduler=scheduler,
+                only=only,
+                versions=versions,
+                extra=extra,
+                faults=faults,
+                wait=wait,
+                db_url=db_url,
+            )
+        if self.server is None or self.server.url is None:
+            raise RuntimeError("the HTTP workers' server is not running")
+        rest = list(extra)
+        while "--metrics-port" in rest:  # the option and its value
+            i = rest.index("--metrics-port")
+            del rest[i : i + 2]
+        args = ["worker", "--url", self.server.url, "--api-key-file", str(self.key_file)]
+        args += ["--activities", self.activities, "--worker-id", name, "--poll-wait", "1s"]
+        args += ["--concurrency", str(concurrency or self.WORKER_CONCURRENCY)]
+        args += ["--lease-ttl", lease_ttl or self.WORKER_LEASE_TTL or "1s"]
+        for activity in only:
+            args += ["--only", activity]
+        for version in versions:
+            args += ["--versions", version]
+        argv = [sys.executable, "-m", "lockstep", *args, *rest]
+        proc = self.popen(name, argv, {**self.env, failpoints.ENV: faults} if faults else self.env)
+        self.remote.add(name)
+        if wait:
+            self.wait_ready(proc, "serving")
+        return proc
 
     def _spawn_downstream(self) -> Proc:
         port_file = self.dir / "downstream.port"

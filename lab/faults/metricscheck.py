@@ -108,9 +108,16 @@ class MetricPorts:
         own = self.fleet.engine.service.metrics.exposition(database=False)  # the driver's commits
         texts = {"driver": generate_latest(own).decode()}
         gone = []
+        token = self.fleet.env.get("LOCKSTEP_METRICS_TOKEN")
+        auth = {"Authorization": f"Bearer {token}"} if token else {}
+        server = self.fleet.server
+        if server is not None and server.url is not None:  # HTTP workers: serve commits their reports
+            texts["serve"] = httpx.get(f"{server.url}/metrics", headers=auth, timeout=10).text
         for name, port in self.ports.items():
+            if name in self.fleet.remote:
+                continue  # a remote worker commits nothing: its counts are the server's
             try:
-                texts[name] = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+                texts[name] = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=auth, timeout=10).text
             except httpx.HTTPError:
                 gone.append(name)  # killed (its counts went with it)
         return texts, gone

@@ -7,6 +7,7 @@ They pass only if the checker finds violations, which is the proof that a clean 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import platform
@@ -22,11 +23,17 @@ from typing import Any
 from lockstep.testing.pgcluster import PgCluster
 
 from ..fleet import postgres
+from ..fleet.mounts import small_disk
 from .base import Ctx, Outcome, Scenario
 from .checker import CHECKS
 from .faultfleet import FaultFleet
 from .scenarios import crash_after_commit, duplicate_delivery, duplicate_timer, lease_expiry, lost_response
+from .scenarios_backpressure import backpressure
+from .scenarios_clocks import clock_jumps
+from .scenarios_corrupt import corrupt_history
+from .scenarios_disk import disk_full
 from .scenarios_events import event_replay
+from .scenarios_http import http_lost_response
 from .scenarios_keys import rotate_under_load
 from .scenarios_ops import (
     approval_replay,
@@ -40,6 +47,7 @@ from .scenarios_retention import purge_under_load
 from .scenarios_schedules import schedules_under_faults
 from .scenarios_tenants import hostile_tenant
 from .scenarios_traces import traced_crashes
+from .scenarios_upgrade import upgrade_under_load
 from .scenarios_webhooks import webhook_receiver_down
 
 __all__ = ["SCENARIOS", "run_matrix", "write_reports"]
@@ -60,11 +68,34 @@ SCENARIOS = [
     ),
     Scenario("db_outage", "db_outage", db_outage),
     Scenario(
+        "upgrade_under_load",
+        "upgrade_under_load",
+        upgrade_under_load,
+        backends=("postgresql",),
+        about="a rolling upgrade from an older build (its wheel, its schema) while runs are started: "
+        "schema migrated under the old fleet, old and new side by side, then new only",
+    ),
+    Scenario(
+        "disk_full",
+        "disk_full",
+        disk_full,
+        backends=("sqlite",),
+        disk="16m",
+        about="SQLite's disk filled up mid-load for 2 s (a filler file on its 16 MiB tmpfs), then freed",
+    ),
+    Scenario(
         "db_partition",
         "db_partition",
         db_partition,
         backends=("postgresql",),
         about="one worker cut off from PostgreSQL by a TCP proxy, longer than its lease, three times",
+    ),
+    Scenario(
+        "corrupt_history",
+        "corrupt_history",
+        corrupt_history,
+        about="events of waiting runs changed in place (still decodable, chain broken) under load: the "
+        "scrub marks each before its timer, commands on it are refused, the other runs go on",
     ),
     Scenario("queue_backlog", "queue_backlog", queue_backlog),
     Scenario("interrupted_deployment", "interrupted_deployment", interrupted_deployment),
@@ -112,6 +143,22 @@ SCENARIOS = [
             ("duplicate_timer", duplicate_timer),
         )
     ),
+    # The worker scenarios with remote workers (`lockstep worker --url`: the task API of a `lockstep
+    # serve`, no database): freezes and late reports, kills at each point of an attempt, redeliveries.
+    *(
+        Scenario(
+            f"{name}_http",
+            name,
+            body,
+            http=True,
+            about=f"{name}, every worker a remote one over the HTTP task API of a lockstep serve",
+        )
+        for name, body in (
+            ("lease_expiry", lease_expiry),
+            ("crash_after_commit", crash_after_commit),
+            ("duplicate_delivery", duplicate_delivery),
+        )
+    ),
     Scenario(
         "schedules_under_faults",
         "schedules_under_faults",
@@ -127,12 +174,44 @@ SCENARIOS = [
         "mid-POST: every subscribed event delivered at least once, in order per run, no run held up",
     ),
     Scenario(
+        "http_lost_response",
+        "http_lost_response",
+        http_lost_response,
+        about="http steps (no activity code) against the downstream, which drops a quarter of the answers "
+        "after applying them and fails a tenth; a worker SIGKILLed: each effect applied once by key",
+    ),
+    Scenario(
+        "backpressure",
+        "backpressure",
+        backpressure,
+        about="25 starts per run sent to serve at full speed by 8 clients honouring Retry-After, into a "
+        "backlog bounded at 1/50 of them: 429s, serve's memory flat, the backlog drained",
+    ),
+    Scenario(
+        "clock_jumps",
+        "clock_jumps",
+        clock_jumps,
+        about="faketime: workers 10 min ahead and behind, a worker and the scheduler stepped +-10 min "
+        "mid-run (PostgreSQL: no lease taken, no timer early); every process stepped at once (SQLite)",
+    ),
+    Scenario(
         "broken_no_fencing",
         "lease_expiry",
         functools.partial(lease_expiry, unsafe=True),
         expect_violations=True,
         backends=("sqlite",),
         about="fencing switched off (unsafe.no_fencing): late reports land on the current attempt",
+    ),
+    Scenario(
+        "broken_no_fencing_http",
+        "lease_expiry",
+        functools.partial(lease_expiry, unsafe=True),
+        expect_violations=True,
+        backends=("sqlite",),
+        http=True,
+        server_faults="unsafe.no_fencing=on",
+        about="lease_expiry_http with fencing switched off in the server that records the remote "
+        "workers' reports: late reports over HTTP land on the current attempt",
     ),
     Scenario(
         "broken_schedule_no_advance",
@@ -149,6 +228,22 @@ SCENARIOS = [
         expect_violations=True,
         backends=("sqlite",),
         about="a failed webhook attempt marked delivered (unsafe.webhook_drop_failed): events are lost",
+    ),
+    Scenario(
+        "broken_http_key_per_attempt",
+        "http_lost_response",
+        functools.partial(http_lost_response, unsafe=True),
+        expect_violations=True,
+        backends=("sqlite",),
+        about="http steps sending a new idempotency key per attempt (unsafe.key_per_attempt): charged again",
+    ),
+    Scenario(
+        "broken_no_scrub",
+        "corrupt_history",
+        functools.partial(corrupt_history, unsafe=True),
+        expect_violations=True,
+        backends=("sqlite",),
+        about="corrupt_history with the schedulers' scrub off: damaged runs go unmarked and move on",
     ),
     Scenario(
         "broken_key_per_attempt",
@@ -196,7 +291,15 @@ def _one(
     where = workdir / f"{backend}-{sc.name}"
     shutil.rmtree(where, ignore_errors=True)
     t0 = time.monotonic()
-    fleet = FaultFleet(where, backend, pg)
+    disk = contextlib.ExitStack()
+    db_dir = None
+    if sc.disk and backend == "sqlite":  # the database alone on a small disk; logs and ledger beside it
+        db_dir = disk.enter_context(small_disk(where / "disk", sc.disk))
+    try:
+        fleet = FaultFleet(where, backend, pg, http=sc.http, server_faults=sc.server_faults, db_dir=db_dir)
+    except BaseException:
+        disk.close()
+        raise
     rng = random.Random(f"{seed}/{sc.name}/{backend}")  # noqa: S311 - reproducible faults, not secrets
     ctx = Ctx(fleet, seed, rng, runs, soak, deadline_s=300.0 if soak else 120.0)
     outcome = Outcome(sc.name, sc.fault, backend, seed, 0, {}, dict.fromkeys(CHECKS, 0), None)
@@ -216,6 +319,7 @@ def _one(
     finally:
         outcome.injected = ctx.injected
         fleet.shutdown()
+        disk.close()
     outcome.duration_s = time.monotonic() - t0
     found = sum(outcome.violations.values())
     verdict_text = "ok" if outcome.passed else "FAILED"

@@ -18,7 +18,16 @@ from lockstep.core.lanes import attempts, attentions
 from lockstep.errors import LockstepError
 
 from ..fleet import Proc
-from .base import Ctx, Supervisor, every, pay_definition, settle_time, start_runs, unsettled
+from .base import (
+    Ctx,
+    Supervisor,
+    every,
+    pay_definition,
+    requeue_done_tasks,
+    settle_time,
+    start_runs,
+    unsettled,
+)
 from .checker import Verdict
 from .metricscheck import MetricPorts
 
@@ -33,6 +42,8 @@ __all__ = [
 # Where an attempt can die: before the downstream call, after its effect but before the report,
 # inside the transaction that records the result (written, not committed), right after that commit.
 CRASH_POINTS = ("worker.before_call", "worker.after_call", "commit.ReportSuccess", "worker.after_report")
+# A remote worker commits nothing (the server records its report): its points are the worker's own.
+REMOTE_CRASH_POINTS = ("worker.before_call", "worker.after_call", "worker.after_report")
 
 
 def _recovery(settled: float | None, t0: float, last_fault: float | None) -> float | None:
@@ -58,11 +69,12 @@ def crash_after_commit(ctx: Ctx, *, parallel: bool = False) -> tuple[Verdict, fl
     f = ctx.fleet
     f.engine.publish(pay_definition(parallel=parallel), tenant=ctx.tenant)
     budget = max(4, ctx.runs // 4)
+    points = REMOTE_CRASH_POINTS if f.http else CRASH_POINTS
 
     def faults(n: int) -> str:
         if n > budget:
             return ""
-        return f"{ctx.rng.choice(CRASH_POINTS)}=kill@{ctx.rng.randint(1, 4)}"
+        return f"{ctx.rng.choice(points)}=kill@{ctx.rng.randint(1, 4)}"
 
     ports = MetricPorts(f)  # every process's counters, summed at the end (metricscheck.py)
     sched = _scheduler(ctx, f"commit.FireTimer=kill@{ctx.rng.randint(2, 8)};commit.ExpireLease=kill@1", ports)
@@ -101,12 +113,7 @@ def duplicate_delivery(ctx: Ctx, *, parallel: bool = False) -> tuple[Verdict, fl
         f.worker(f"w{n}", faults="worker.deliver_twice=on")
 
     def redeliver() -> None:
-        rows = f.sql(
-            "UPDATE tasks SET status = 'ready' WHERE task_id IN"
-            " (SELECT task_id FROM tasks WHERE status = 'done' ORDER BY created_at DESC LIMIT 3)"
-            " RETURNING task_id"
-        )
-        ctx.count("outbox rows redelivered", len(rows))
+        ctx.count("outbox rows redelivered", requeue_done_tasks(f))
 
     with ctx.monitor() as mon:
         start_runs(ctx, ctx.runs)

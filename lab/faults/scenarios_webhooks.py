@@ -79,7 +79,7 @@ class Receiver:
 
 def webhook_receiver_down(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, float | None]:
     f = ctx.fleet
-    f.env["LOCKSTEP_WEBHOOK_ALLOW_LOOPBACK"] = "1"
+    f.env["LOCKSTEP_LIMITS"] = "egress_allow_loopback=1"  # every process: receivers on loopback
     f.env["LOCKSTEP_WEBHOOK_RETRY_MS"] = "100"
     f.env["LOCKSTEP_WEBHOOK_LEASE_MS"] = "3000"
     init_keys(f)  # the subscription's secret is sealed; every process of the fleet opens it
@@ -87,8 +87,18 @@ def webhook_receiver_down(ctx: Ctx, *, unsafe: bool = False) -> tuple[Verdict, f
     with suppress(LockstepError):  # "default" may exist already
         accounts.create_tenant(ctx.tenant)
     rec = Receiver(free_port())
+    f.cli(
+        "tenants",
+        "egress",
+        "set",
+        ctx.tenant,
+        "--allow-host",
+        "127.0.0.1",
+        "--allow-http",
+        "--allow-loopback",
+    )
     hooks = f.engine.service.webhooks
-    hooks.allow_loopback = True
+    hooks.loopback_ok = True  # the driver's own engine subscribes (the processes have the limit above)
     sub = hooks.subscribe(ctx.tenant, f"http://127.0.0.1:{rec.port}/hook", list(WEBHOOK_EVENTS), "driver")
     rec.secret = sub.secret
     f.engine.publish(pay_definition(wait="100ms"), tenant=ctx.tenant)

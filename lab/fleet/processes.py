@@ -224,23 +224,35 @@ class Fleet:
         args = ["scheduler", "--poll-interval", poll_interval, *self.SCHEDULER_ARGS, *extra]
         return self.spawn(name, args, faults=faults, ready="scheduler running" if wait else None)
 
-    def serve(self, name: str, port: int, *, notify: str | None = None) -> Proc:
+    def serve(
+        self,
+        name: str,
+        port: int,
+        *,
+        notify: str | None = None,
+        faults: str = "",
+        db_url: str | None = None,
+    ) -> Proc:
         """`lockstep serve` on 127.0.0.1:`port` (its base URL in `.url`), once `/healthz` answers 200."""
         args = ["serve", "--port", str(port), "--log-format", "console"]
         if notify:
             args += ["--notify", notify]
-        proc = self.spawn(name, args)
-        proc.url = f"http://127.0.0.1:{port}"
+        proc = self.spawn(name, args, faults=faults, db_url=db_url)
+        self.wait_healthy(proc, f"http://127.0.0.1:{port}")
+        return proc
+
+    def wait_healthy(self, proc: Proc, url: str, timeout: float | None = None) -> None:
+        """Wait until the server `proc` answers 200 on `url`/healthz; its base URL goes in `.url`."""
+        proc.url = url
 
         def healthy() -> bool:
             self._check_alive(proc)
             try:
-                return httpx.get(f"{proc.url}/healthz", timeout=2).status_code == 200
+                return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
             except httpx.HTTPError:
                 return False
 
-        wait_until(healthy, self.ready_timeout, f"{name} to be healthy", interval=0.05)
-        return proc
+        wait_until(healthy, timeout or self.ready_timeout, f"{proc.name} to be healthy", interval=0.05)
 
     def wait_ready(self, proc: Proc, marker: str, timeout: float | None = None) -> None:
         """Wait for the start-up line a process prints once it runs (signal handlers installed)."""

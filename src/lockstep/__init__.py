@@ -5,12 +5,29 @@ decorator, ActivityContext (what an activity receives) and ActivityError (fail w
 """
 
 from importlib.metadata import version
+from typing import TYPE_CHECKING
 
-from .engine import Engine
 from .errors import LockstepError
 from .runtime.activity import ActivityContext, ActivityError, LeaseLost, Registry, activity
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 __all__ = ["ActivityContext", "ActivityError", "Engine", "LeaseLost", "LockstepError", "Registry", "activity"]
 
 # One place for the version: pyproject.toml, as installed (a wheel, or the editable checkout).
 __version__ = version("lockstep")
+
+
+def __getattr__(name: str) -> object:
+    # The engine (the store and the application layer) loads on first use, not with the package: a
+    # program that only uses lockstep.client or registers activities does not pay for it.
+    if name == "Engine":
+        from .engine import Engine  # noqa: PLC0415
+
+        return Engine
+    raise AttributeError(f"module 'lockstep' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "Engine"})

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from .app.dbclock import DatabaseClock
 from .app.documents import parse_yaml_document
 from .app.keys import KeyProvider, key_provider
 from .app.service import Service, utcnow
@@ -84,6 +85,7 @@ class Engine:
         busy_timeout: timedelta = timedelta(seconds=30),
         keys: KeyProvider | str | Path | None = None,
         tracing: TraceSink | bool | None = None,
+        refuse_damaged: bool = True,
     ) -> Engine:
         """`server_limits` overrides server-wide limits of core/limits.py by name (SERVER_LIMITS and
         HISTORY_LIMITS, e.g. {"max_request_bytes": 33554432}); a bad name or value raises InvalidInput
@@ -92,7 +94,8 @@ class Engine:
         and without either, starting a run of a definition with sensitive fields is refused.
         `tracing`: None (the default) traces as the OTEL_* environment says (off when it says
         nothing: docs/operations.md); False never; a TraceSink (app/tracing) as given, e.g. over the
-        SDK's in-memory exporter. Tracing set up here is flushed and shut down by close()."""
+        SDK's in-memory exporter. Tracing set up here is flushed and shut down by close().
+        `refuse_damaged=False` opens a database whose tables are damaged (for `verify` to report)."""
         provider = keys if keys is not None and not isinstance(keys, str | Path) else key_provider(keys)
         try:
             configured = (
@@ -103,18 +106,26 @@ class Engine:
         owned = tracing is None
         sink = _tracing(tracing)
         try:
-            store = open_store(url, synchronous=synchronous, busy_timeout_s=busy_timeout.total_seconds())
+            store = open_store(
+                url,
+                synchronous=synchronous,
+                busy_timeout_s=busy_timeout.total_seconds(),
+                refuse_damaged=refuse_damaged,
+            )
         except (SchemaError, StoreUnavailable) as exc:
             if owned and sink is not None:
                 sink.shutdown()
             raise LockstepError(str(exc), code="database") from None
+        if clock is utcnow:
+            # The database's clock decides (app/dbclock.py): one host's clock jumping moves no lease,
+            # timer or deadline of the others.
+            clock = DatabaseClock(store.database_clock_ms)
         service = Service(
             store, clock=clock, limits=limits, server_limits=configured, keys=provider, tracing=sink
         )
-        # Server settings of run webhooks (docs/webhooks.md): receivers on loopback (tests only), the
-        # claim's lease and the first retry's delay, in milliseconds.
+        # Server settings of run webhooks (docs/webhooks.md): the claim's lease and the first retry's
+        # delay, in milliseconds. (Receivers on loopback: the server limit egress_allow_loopback.)
         hooks = service.webhooks
-        hooks.allow_loopback = os.environ.get("LOCKSTEP_WEBHOOK_ALLOW_LOOPBACK") == "1"
         for name, attr in (
             ("LOCKSTEP_WEBHOOK_LEASE_MS", "lease_ms"),
             ("LOCKSTEP_WEBHOOK_RETRY_MS", "retry_base_ms"),

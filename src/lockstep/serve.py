@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import ipaddress
 import os
+import signal
 import sys
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
+from types import FrameType
 
 import uvicorn
 from rich.console import Console
@@ -22,6 +26,39 @@ from .runtime.scheduler import Scheduler
 from .runtime.worker import Worker
 
 __all__ = ["run_server"]
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, but a SIGTERM or SIGINT ends the process only after serve's own shutdown.
+
+    uvicorn re-raises the signal once its graceful shutdown is done, so that the exit status says
+    "killed by SIGTERM"; the re-raised signal then ends the process before the `finally` below could
+    stop the in-process worker (drain its activities), the scheduler and the notifier. Here the signal
+    is only recorded: the process drains everything and exits 0, like `lockstep worker`."""
+
+    def __init__(self, config: uvicorn.Config, console: Console) -> None:
+        super().__init__(config)
+        self.console = console
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit:
+            name = signal.Signals(sig).name
+            self.console.print(
+                f"received {name}: finishing requests, draining in-flight activities, then exiting"
+            )
+        super().handle_exit(sig, frame)
 
 
 def run_server(
@@ -123,7 +160,7 @@ def run_server(
         forwarded_allow_ips=list(trusted_proxies) or None,
     )
     try:
-        uvicorn.Server(config).run()
+        _Server(config, console).run()
     finally:
         stop.set()
         scheduler.wake.set()

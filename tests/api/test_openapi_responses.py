@@ -131,3 +131,39 @@ def test_a_run_status_and_wait_kind_are_the_cores() -> None:
     assert run["status"]["enum"] == list(STATUSES)
     kinds = [option for option in run["wait_kind"]["anyOf"] if "enum" in option]
     assert kinds == [{"type": "string", "enum": list(WAIT_KINDS)}]
+
+
+OPERATIONS = [
+    (f"{method.upper()} {path}", op)
+    for path, item in DOCUMENT["paths"].items()
+    if path.startswith("/v1")
+    for method, op in item.items()
+]
+
+
+@pytest.mark.parametrize(("label", "op"), OPERATIONS, ids=[label for label, _ in OPERATIONS])
+def test_every_operation_has_a_typed_2xx_and_problem_errors(label: str, op: dict[str, Any]) -> None:
+    """A /v1 operation answers at least one 2xx with a body schema, and documents its errors (401 and 422
+    at least; 413 with a body, 415 with a JSON body) as problem documents (the Problem schema)."""
+    ok = {code: r for code, r in op["responses"].items() if code.startswith("2")}
+    assert ok, f"{label} documents no 2xx answer"
+    assert all(r.get("content") for r in ok.values()), f"{label}: a 2xx answer without a body schema"
+    errors = {code: r for code, r in op["responses"].items() if code[0] in "45"}
+    assert {"401", "422"} <= set(errors), f"{label} documents errors {sorted(errors)}"
+    body = op.get("requestBody", {}).get("content", {})
+    if body:
+        assert "413" in errors, f"{label} takes a body and does not document 413"
+    if set(body) == {"application/json"}:
+        assert "415" in errors, f"{label} takes JSON and does not document 415"
+    for code, r in errors.items():
+        schema = r["content"]["application/problem+json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/Problem"}, f"{label} {code}: {schema}"
+        assert r["description"], f"{label} {code} says nothing about when"
+
+
+def test_problem_schema_names_its_fields() -> None:
+    """The Problem schema has the RFC 9457 fields, the stable code and the refusal mark, all but
+    `instance` and `refused` required."""
+    problem = DOCUMENT["components"]["schemas"]["Problem"]
+    assert set(problem["properties"]) == {"type", "title", "status", "detail", "instance", "code", "refused"}
+    assert set(problem["required"]) == {"type", "title", "status", "detail", "code"}

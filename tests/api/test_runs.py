@@ -321,7 +321,7 @@ async def test_events_are_the_ordered_history(api: Api, zoo: dict[str, str], eng
     assert cancel["data"]["reason"] == "fraud"
     assert cancel["data"]["actor"] == "operator"
     r = await api.c.get(f"/v1/runs/{run_id}/events", params={"after_seq": 2}, headers=api.t.auth("viewer"))
-    assert r.json() == events[2:]
+    assert r.json() == {"items": events[2:], "next_cursor": None}
     r = await api.c.get(f"/v1/runs/{run_id}/events", params={"after_seq": -1}, headers=api.t.auth("viewer"))
     assert_problem(r, 422)
 
@@ -402,3 +402,31 @@ async def test_a_json_body_sent_as_a_form_is_415_saying_which_header_to_add(
     assert "Content-Type: application/json" in body["detail"]
     assert "application/x-www-form-urlencoded" in body["detail"]
     assert db.totals() == before
+
+
+async def test_events_come_a_page_at_a_time(api: Api):
+    """GET /v1/runs/{id}/events?limit=N gives N events and a next_cursor (the last seq) while more
+    follow; following the cursors gives the whole history once, the last page's next_cursor is null."""
+    assert (await api.publish()).status_code in (200, 201)
+    run_id = await api.start_ok()
+    await api.c.post(f"/v1/runs/{run_id}/cancel", json={"reason": "x"}, headers=api.t.auth("operator"))
+    whole = await api.events(run_id)
+    assert len(whole) >= 3
+    seen: list[dict[str, Any]] = []
+    cursor = 0
+    for _ in range(len(whole)):
+        r = await api.c.get(
+            f"/v1/runs/{run_id}/events",
+            params={"after_seq": cursor, "limit": 2},
+            headers=api.t.auth("viewer"),
+        )
+        page = r.json()
+        assert len(page["items"]) <= 2
+        seen += page["items"]
+        if page["next_cursor"] is None:
+            break
+        assert page["next_cursor"] == page["items"][-1]["seq"]
+        cursor = page["next_cursor"]
+    assert seen == whole
+    r = await api.c.get(f"/v1/runs/{run_id}/events", params={"limit": 0}, headers=api.t.auth("viewer"))
+    assert_problem(r, 422)

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.anyio
 
 TASK_FIELDS = {
     "task_id",
+    "tenant",
     "run_id",
     "step",
     "attempt",

@@ -165,10 +165,10 @@ def test_receive_link_log_in_approve_once_and_csrf_is_enforced(server: Server, b
         assert "Approve PO PO-1001 for 1250.0 EUR" in text
         assert "2 approval(s) from alice, bob, finance" in text
         assert alice["expires_at"] in text
-        assert "nobody yet" in text
+        assert "Nobody has decided yet." in text
 
         def snapshot() -> tuple[int, dict[str, str]]:
-            events = server.api(f"/v1/runs/{run}/events")
+            events = server.api(f"/v1/runs/{run}/events")["items"]
             links = server.api(f"/v1/runs/{run}/approvals/links")
             return len(events), {x["approver"] + ":" + x["link_id"]: x["status"] for x in links}
 

@@ -22,9 +22,11 @@ def kworld(tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) ->
     key = tmp_path / "lockstep.key"
     create_key_file(key)
     monkeypatch.setenv("LOCKSTEP_KEY_FILE", str(key))
-    monkeypatch.setenv("LOCKSTEP_WEBHOOK_ALLOW_LOOPBACK", "1")
     with ExitStack() as stack:
-        w = open_world(tmp_path / "db.sqlite", clock, stack)
+        w = open_world(tmp_path / "db.sqlite", clock, stack, server_limits={"egress_allow_loopback": 1})
+        w.service.egress.set(
+            TENANT, {"allow_hosts": ["127.0.0.1"], "allow_http": True, "allow_loopback": True}, actor="admin"
+        )
         w.publish(FAIL)
         yield w
 

@@ -54,6 +54,8 @@ EXPECTED_STATUS = {
     "events_received_by_callback": "completed",
     "events_wait_timed_out": "failed",
     "forms_two_approvers_with_values": "completed",
+    "http_call_retried": "completed",
+    "migapproval_granted": "completed",
 }
 # The scenarios recorded by the build of snapshot version 4 (golden/v4/), and of version 5 (golden/v5/).
 V4_SCENARIOS = {*OLD_SCENARIOS, "four_eyes_skip"}

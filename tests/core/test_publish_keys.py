@@ -36,7 +36,7 @@ def test_a_step_with_no_kind_and_no_close_key_still_lists_the_kinds() -> None:
     """A step without any kind key, and nothing close to one, is told which kinds exist."""
     ((path, reason),) = problems(doc({"id": "x"}))
     assert path == "steps[0](x)"
-    kinds = "activity, choice, wait, fail, succeed, approval, parallel, for_each, run, wait_event"
+    kinds = "activity, choice, wait, fail, succeed, approval, parallel, for_each, run, wait_event, http"
     assert f"exactly one of {kinds} (found none)" in reason
 
 

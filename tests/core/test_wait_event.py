@@ -66,6 +66,7 @@ def test_the_wait_records_name_key_expiry_generation_and_holds_no_worker() -> No
     why = explain(r.s, r.now)
     assert why["wait_kind"] == "event"
     assert "waiting for event parcel-delivered (key ABC) until" in str(why["wait_reason"])
+    assert "(in 7d)" in str(why["wait_reason"]), why["wait_reason"]  # once "(in in 7d)"
     fx = effects_of(r.events[-2:])
     assert any(isinstance(f, OpenEventWait) and f.key == "ABC" for f in fx)
 

@@ -28,7 +28,7 @@ def login(page: Any, user: str = "admin", password: str = ADMIN_PASSWORD) -> Non
     page.get_by_label("User", exact=True).fill(user)
     page.get_by_label("Password", exact=True).fill(password)
     page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(re.compile(r"/ui/$"))
+    page.wait_for_url(re.compile(r"/ui/(approvals)?$"))  # an approver lands on their inbox
 
 
 def rows(page: Any) -> Any:

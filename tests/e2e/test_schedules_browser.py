@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import ui_fixtures as fx  # tests/e2e has no __init__.py: pytest puts this folder on sys.path
 from playwright.sync_api import expect
+from test_ops_bulk_browser import _serious
 from ui_fixtures import ADMIN_PASSWORD, Server
 
 browser = fx.browser
@@ -30,7 +31,7 @@ def login(page: Any, user: str = "admin", password: str = ADMIN_PASSWORD) -> Non
     page.get_by_label("User", exact=True).fill(user)
     page.get_by_label("Password", exact=True).fill(password)
     page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(re.compile(r"/ui/$"))
+    page.wait_for_url(re.compile(r"/ui/(approvals)?$"))  # an approver lands on their inbox
 
 
 def show(server: Server, name: str) -> dict[str, Any]:
@@ -67,8 +68,18 @@ def test_an_admin_reads_pauses_and_resumes(page: Any, ui_server: Server, schedul
     nightly.get_by_role("button", name="Pause").click()
     expect(page.get_by_role("status")).to_contain_text("Schedule nightly paused")
     expect(nightly.locator("td.status")).to_contain_text("paused")
-    expect(nightly.locator("td.status")).to_contain_text("holiday freeze")
-    assert show(ui_server, "nightly")["status"] == "paused"
+    paused = show(ui_server, "nightly")
+    assert paused["status"] == "paused"
+    assert paused["next_fire_times"] == []  # the API lists no fire times while paused
+    assert paused["paused_by"] == "admin"
+    expect(nightly.locator("td.next")).to_have_text(
+        f"paused since {paused['paused_at']} by admin: holiday freeze"
+    )
+    expect(nightly).not_to_contain_text(expected["next_fire_times_local"][0])
+    assert _serious(page) == []  # axe-core on the page with a paused schedule
+    text = ui_server.cli("schedules", "show", "nightly").stdout
+    assert f"paused since {paused['paused_at']} by admin: holiday freeze" in text
+    assert expected["next_fire_times"][0] not in text  # the CLI lists none either
 
     nightly.get_by_role("button", name="Resume").click()
     expect(page.get_by_role("status")).to_contain_text("Schedule nightly resumed")

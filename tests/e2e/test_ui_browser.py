@@ -27,7 +27,6 @@ from ui_fixtures import (
     EXAMPLE_START_KEYS,
     EXAMPLE_STATUSES,
     Server,
-    wait_until,
 )
 
 # The fixtures live in ui_fixtures.py (conftest.py is left to other end-to-end suites); pytest finds
@@ -60,7 +59,7 @@ def fill_login(
 def login(page: Any, user: str = "admin", password: str = ADMIN_PASSWORD, tenant: str = "default") -> None:
     page.goto("/ui/login")
     fill_login(page, user, password, tenant)
-    page.wait_for_url(re.compile(r"/ui/$"))
+    page.wait_for_url(re.compile(r"/ui/(approvals)?$"))  # an approver lands on their inbox
 
 
 def run_row(page: Any, run_id: str) -> Any:
@@ -79,7 +78,7 @@ def filter_by(page: Any, status: str = "", waiting: str = "") -> None:
     page.locator("form.filters select[name=waiting]").select_option(waiting)
     page.get_by_role("button", name="Filter").click()
     # Wait for the filtered page itself (and its load event), not the one the click left.
-    page.wait_for_url(re.compile(rf"/ui/\?status={status}&definition=[^&]*&waiting={waiting}$"))
+    page.wait_for_url(re.compile(rf"/ui/\?status={status}&definition=[^&]*&waiting={waiting}(&|$)"))
 
 
 def session_cookies(context: Any) -> list[dict[str, Any]]:
@@ -272,11 +271,11 @@ def test_cancel_with_reason_cancels_the_waiting_run(page: Any, ui_server: Server
     expect(page.get_by_role("status")).to_have_text("Cancellation recorded.")
     assert flash_cookies(page.context) == []  # shown once, then deleted
 
-    def badge_is_cancelled() -> bool:
-        page.reload()
-        return bool(page.locator("h1 .badge").inner_text() == "cancelled")
-
-    wait_until(badge_is_cancelled, "the run page to show the run as cancelled")
+    # Should the cancel still be settling, the page's live poll reloads it once the status changes: a
+    # reload of our own only once it is terminal (no poll left to race).
+    expect(page.locator("h1 .badge")).to_have_text("cancelled", timeout=15_000)
+    page.reload()
+    expect(page.locator("h1 .badge")).to_have_text("cancelled")
     expect(page.get_by_role("status")).to_have_count(0)  # a reload does not show the flash again
     expect(page.locator(".why-card.cancelled")).to_contain_text(f"{reason} — by admin")
     requested = page.locator("ol.timeline li.ev-CancelRequested")

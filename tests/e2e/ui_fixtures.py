@@ -131,7 +131,7 @@ class Server:
         with self.api() as c:
             resp = c.get(f"/v1/runs/{run_id}/events")
             resp.raise_for_status()
-            return [e["type"] for e in resp.json()]
+            return [e["type"] for e in resp.json()["items"]]
 
     def start_waiting_run(self, vendor: str) -> str:
         """Start a fresh vendor-onboarding run (it parks on a 3-day timer) and wait until it waits."""

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from prockit import Cluster, Ledger, wait_until
 
+from lab.fleet import free_port
 from lockstep import Engine
 from lockstep.core.timeutil import parse_iso
 
@@ -201,6 +202,27 @@ def test_sigterm_drains_the_running_activity_and_exits_zero(
     assert not events(engine, run, "ActivityTimedOut", "ActivityFailed", "ResultIgnored")
     assert [(c["finished"], c["applied"]) for c in ledger.calls(run)] == [(1, 1)]
     verify_ok(cluster)
+
+
+def test_serve_sigterm_drains_its_in_process_worker_and_exits_zero(
+    cluster: Cluster, engine: Engine, ledger: Ledger
+) -> None:
+    """`serve --activities` SIGTERMed during a 1s activity: the activity finishes and is reported by
+    serve's own worker, serve exits 0 (uvicorn's re-raised signal does not cut its shutdown short)."""
+    engine.publish(one_step("serve-drain"))
+    port = free_port()
+    server = cluster.spawn("serve", ["serve", "--port", str(port), "--activities", cluster.activities])
+    cluster.wait_ready(server, "lockstep serving on", timeout=120)  # a loaded machine starts slowly
+    run = engine.start("serve-drain", input={"order": "s1", "sleep_ms": 1000})
+    wait_until(lambda: ledger.started(run, 1), 60, "the activity to start in serve's worker")
+
+    server.signal(signal.SIGTERM)
+    assert server.wait(60) == 0, server.log()
+    assert "received SIGTERM" in server.log()
+    shown = engine.show(run)  # reported before serve exited: no other process is running
+    assert shown["status"] == "completed"
+    assert not events(engine, run, "ActivityTimedOut", "ActivityFailed", "ResultIgnored")
+    assert [(c["finished"], c["applied"]) for c in ledger.calls(run)] == [(1, 1)]
 
 
 # A trigger counts every lease renewal (an UPDATE of tasks.lease_expires_at) into test_renewals.

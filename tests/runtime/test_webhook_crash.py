@@ -81,15 +81,18 @@ def test_scheduler_sigkilled_mid_delivery_delivers_at_least_once_with_one_id(
     key = tmp_path / "lockstep.key"
     create_key_file(key)
     monkeypatch.setenv("LOCKSTEP_KEY_FILE", str(key))
-    monkeypatch.setenv("LOCKSTEP_WEBHOOK_ALLOW_LOOPBACK", "1")
+    monkeypatch.setenv("LOCKSTEP_LIMITS", "egress_allow_loopback=1")  # every process: receivers on loopback
     monkeypatch.setenv("LOCKSTEP_WEBHOOK_LEASE_MS", "1500")
     monkeypatch.setenv("LOCKSTEP_WEBHOOK_RETRY_MS", "50")
-    engine = Engine.open(db_url, keys=key)
+    engine = Engine.open(db_url, keys=key, server_limits={"egress_allow_loopback": 1})
     rec = HoldingReceiver()
     cluster = Cluster(tmp_path, db_url, Ledger(tmp_path / "ledger.db"))
     try:
         p = engine.service.principals
         p.create_tenant("default")
+        engine.service.egress.set(
+            "default", {"allow_hosts": ["127.0.0.1"], "allow_http": True, "allow_loopback": True}, actor="t"
+        )
         alice = p.create_user("default", "alice", ["approver"], [])
         assert alice.api_key
         sub = engine.service.webhooks.subscribe(

@@ -7,14 +7,11 @@ was classified (tests/core/test_sensitive_*.py do that).
 
 from __future__ import annotations
 
-import os
-import shutil
 import sqlite3
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from lockstep.testing import find_pg_bin
+from lockstep.testing import pg_dump
 
 TENANT = "acme"
 CARD = "4111-WOMBAT-0017"
@@ -133,16 +130,6 @@ def checkpoint(url: str) -> None:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
-
-
-def pg_dump(url: str) -> bytes:
-    """`pg_dump` of the whole database: every table's rows as the server stores them."""
-    found = find_pg_bin()
-    candidates = [Path(os.path.realpath(found / "initdb")).parent / "pg_dump"] if found else []
-    exe = next((str(c) for c in candidates if c.exists()), None) or shutil.which("pg_dump")
-    assert exe, "pg_dump is needed for the PostgreSQL scan"
-    done = subprocess.run([exe, "--data-only", url], capture_output=True, timeout=120, check=True)
-    return done.stdout
 
 
 def stored_bytes(url: str) -> bytes:

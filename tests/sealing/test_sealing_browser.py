@@ -110,7 +110,7 @@ def _login(browser: Any, base: str, user: str) -> Any:
     page.get_by_label("User", exact=True).fill(user)
     page.get_by_label("Password", exact=True).fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(re.compile(r"/ui/$"))
+    page.wait_for_url(re.compile(r"/ui/(approvals)?$"))  # an approver lands on their inbox
     return page
 
 

@@ -53,11 +53,7 @@ def test_a_sensitive_form_value_is_sealed_everywhere_it_is_stored(world: World) 
     assert IBAN.encode() not in blob, "the sensitive form value is stored in clear"
     assert_sealed_at_rest(blob.replace(CARD.encode(), b"").replace(TOKEN.encode(), b""), "the database")
     events = world.get(f"/v1/runs/{run_id}/events", "viewer").json()
-    (decided,) = [
-        e["data"]
-        for e in (events.get("events", events) if isinstance(events, dict) else events)
-        if e["type"] == "ApprovalDecisionRecorded"
-    ]
+    (decided,) = [e["data"] for e in events["items"] if e["type"] == "ApprovalDecisionRecorded"]
     assert decided["values"]["ref"] == CLEAR_REF
     assert decided["values"]["iban"]["$redacted"] == "sensitive"
     assert IBAN not in str(events)

@@ -53,7 +53,7 @@ def test_the_api_redacts_for_a_viewer_and_reveals_to_a_granted_user_audited(worl
     assert shown.status_code == 200
     assert shown.json()["input"] == {"card": CARD, "ref": CLEAR_REF}
     assert shown.json()["steps"]["charge"]["output"]["token"] == TOKEN
-    events = world.get(f"/v1/runs/{run_id}/events?reveal=true", "auditor").json()
+    events = world.get(f"/v1/runs/{run_id}/events?reveal=true", "auditor").json()["items"]
     assert any(CARD in str(e["data"].get("details")) for e in events)
     allowed = [r for r in world.audit("sensitive.read") if r["outcome"] == "ok"]
     assert [(r["actor"], r["detail"]["what"]) for r in allowed] == [("auditor", "run"), ("auditor", "events")]

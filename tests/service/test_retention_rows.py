@@ -17,6 +17,7 @@ import pytest
 from lockstep.app.keys import create_key_file
 from lockstep.app.principals import Principal
 from lockstep.app.service import Service
+from lockstep.core.limits import ServerLimits
 from lockstep.store import Store
 
 from .conftest import FakeClock, Raw
@@ -59,19 +60,33 @@ EVERYTHING: dict[str, Any] = {
     ],
 }
 QUICK: dict[str, Any] = {"name": "quick", "steps": [{"id": "done", "succeed": True}]}
+# Version 2 of EVERYTHING: migrating onto it needs alice's approval (a request the run is named in).
+EVERYTHING_V2: dict[str, Any] = {
+    **EVERYTHING,
+    "migration": {"requires_approval": {"approvers": {"users": ["alice"]}, "timeout": "1h"}},
+}
 
 
 @pytest.fixture
 def sealed(store: Store, clock: FakeClock, tmp_path: Path) -> Service:
     """The service with a key (the run's sensitive fields are sealed under a run key), tenant acme
     (retention 7 days) with alice, and EVERYTHING published."""
-    svc = Service(store, clock=clock, keys=create_key_file(tmp_path / "lockstep.key"))
+    svc = Service(
+        store,
+        clock=clock,
+        keys=create_key_file(tmp_path / "lockstep.key"),
+        server_limits=ServerLimits({"egress_allow_loopback": 1}),
+    )
     svc.principals.create_tenant("acme")
     svc.principals.create_user("acme", "alice", ["approver"], [])
     svc.publish("acme", QUICK)
     svc.publish("acme", EVERYTHING)
+    svc.publish("acme", EVERYTHING_V2)
     svc.principals.set_tenant("acme", retention=7 * 86400, actor="ops")
-    svc.webhooks.allow_loopback = True  # the run's end writes a webhook delivery (its outbox row)
+    # The run's end writes a webhook delivery (its outbox row): a receiver on loopback (test-only).
+    svc.egress.set(
+        "acme", {"allow_hosts": ["127.0.0.1"], "allow_http": True, "allow_loopback": True}, actor="ops"
+    )
     svc.webhooks.subscribe("acme", "http://127.0.0.1:9/hook", ["run.completed"], "ops")
     return svc
 
@@ -130,7 +145,10 @@ def rows_of_run(
 
 def run_everything(svc: Service, clock: FakeClock, card: str) -> str:
     """One run of EVERYTHING to its end: charged, settled, approved through a link by alice."""
-    run_id = svc.start("acme", "everything", input={"card": card, "ref": f"ref-{card}"}).run_id
+    run_id = svc.start("acme", "everything", input={"card": card, "ref": f"ref-{card}"}, version=1).run_id
+    asked = svc.repairs.migrate("acme", run_id, 2, "move it", actor="ops").request  # a migration request
+    assert asked
+    svc.approvals.decide_by_request(Principal("acme", "alice", ("approver",), ()), asked.request_id, "reject")
     (lease,) = svc.claim("w1", ["card.charge"], limit=1, lease_ttl=TTL)
     assert svc.complete(lease.task_id, lease.attempt, lease.fencing, {"token": f"TOK-{card}"}) == "accepted"
     clock.advance(seconds=2)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lockstep.app.service import Service
+from lockstep.core.timeutil import iso
 from lockstep.errors import Conflict, InvalidInput, NotFound, Refused
 from lockstep.store import Store
 
@@ -176,6 +177,9 @@ def test_pause_and_resume(acme: Service, clock: FakeClock) -> None:
     assert paused.status == "paused"
     assert paused.next_fire_at is None
     assert paused.paused_reason
+    stored = acme.schedules.show("acme", "m")  # read back from the database: who and when are kept
+    assert (stored.paused_at, stored.paused_by) == (iso(clock()), "bob")
+    assert stored.next_fire_times == stored.next_fire_times_local == []  # no false promises
     with pytest.raises(Refused, match="paused already"):
         acme.schedules.pause("acme", "m")
     clock.advance(minutes=10)
@@ -183,6 +187,7 @@ def test_pause_and_resume(acme: Service, clock: FakeClock) -> None:
     assert runs_of(acme) == []
     resumed = acme.schedules.resume("acme", "m", actor="bob")
     assert resumed.next_fire_at == "2025-06-02T12:11:00.000Z"
+    assert (resumed.paused_at, resumed.paused_by) == (None, None)
     clock.advance(minutes=1)
     acme.fire_due_schedules()
     assert [r.start_key for r in runs_of(acme)] == ["m:2025-06-02T12:11:00.000Z"]

@@ -147,13 +147,18 @@ def test_in_memory_store_is_one_database_across_threads():
     assert errors == [], errors
 
 
-def test_listen_returns_at_once_and_ensure_partitions_does_nothing(sqlite_url):
-    """SQLite has no notifications and no partitions: listen returns without waiting for its stop (the
-    worker and scheduler poll) and without calling back; ensure_partitions leaves the schema as it was."""
+def test_listen_stops_with_its_event_and_ensure_partitions_does_nothing(sqlite_url):
+    """listen waits for wake-ups from other processes (store/sqlite/wake.py) until its stop is set, and
+    calls back for none of its own; an in-memory database has no other process: it returns at once;
+    SQLite has no partitions: ensure_partitions leaves the schema as it was."""
     s = open_store(sqlite_url)
+    memory = open_store("sqlite://:memory:")
     try:
         woke: list[int] = []
-        s.listen(["lockstep_tasks"], lambda: woke.append(1), threading.Event())
+        stop = threading.Event()
+        stop.set()
+        s.listen(["lockstep_tasks"], lambda: woke.append(1), stop)
+        memory.listen(["lockstep_tasks"], lambda: woke.append(1), threading.Event())
         schema = "SELECT type, name, sql FROM sqlite_master ORDER BY name"
         with s.read() as tx:
             before = tx.c.execute(schema).fetchall()
@@ -162,4 +167,5 @@ def test_listen_returns_at_once_and_ensure_partitions_does_nothing(sqlite_url):
             assert tx.c.execute(schema).fetchall() == before
     finally:
         s.close()
+        memory.close()
     assert woke == []

@@ -1,10 +1,12 @@
 """Run webhooks on both backends: a subscription's deliveries are written by the transition that makes
 the event, posted signed per Standard Webhooks (verified by the receiver with the library), retried with
 the same webhook-id while the receiver is down (nothing lost, the runs not held up), in order per run;
-the log, replay, and the boundary (admins only, HTTPS and public addresses only, another tenant's id)."""
+the log, replay, and the boundary (admins only, receivers under the tenant's egress policy and on public
+addresses only, connections pinned to the checked address, another tenant's id)."""
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,12 +16,15 @@ import pytest
 
 from lockstep import Engine
 from lockstep.app.keys import create_key_file
-from lockstep.app.webhooks import webhook_url_allowed
+from lockstep.app.webhooks import webhook_url_refusal
+from lockstep.core.egress import NO_POLICY, EgressPolicy, IPAddress, parse_policy
 from lockstep.errors import InvalidInput, NotFound
 from lockstep.runtime.webhooks_out import WebhookSender
 
 from .hookkit import APPROVE, FAIL, Receiver
 
+# The test-only path to a receiver on loopback: the server's egress_allow_loopback and this policy.
+LOOPBACK_RECEIVERS = {"allow_hosts": ["127.0.0.1"], "allow_http": True, "allow_loopback": True}
 EVENTS = ["run.completed", "run.failed", "run.needs_attention", "approval.requested"]
 
 
@@ -30,12 +35,12 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     )
     key = tmp_path / "lockstep.key"
     create_key_file(key)
-    e = Engine.open(str(url), keys=key)
-    e.service.webhooks.allow_loopback = True
+    e = Engine.open(str(url), keys=key, server_limits={"egress_allow_loopback": 1})
     e.service.webhooks.retry_base_ms = 20
     e.service.webhooks.retry_cap_ms = 100
     p = e.service.principals
     p.create_tenant("acme")
+    e.service.egress.set("acme", LOOPBACK_RECEIVERS, actor="admin")
     p.create_user("acme", "alice", ["approver"], [])
     e.publish(APPROVE, tenant="acme")
     e.publish(FAIL, tenant="acme")
@@ -117,6 +122,42 @@ def test_receiver_down_then_up_loses_nothing_and_blocks_no_run(engine: Engine) -
     assert sorted(set(rec.ids())) == sorted(d["id"] for d in log)
 
 
+def test_attack_dns_rebinding_reaches_only_the_checked_address(engine: Engine) -> None:
+    """The sender resolves the receiver's name once per post and connects to that address only: a name
+    unknown to the system's DNS reaches the receiver through the checked address, and once it resolves
+    to a private address the post is refused (logged as a failure, retried) and nothing is sent."""
+    rec = Receiver()
+    rec.up()
+    answers = {"hooks.test": "127.0.0.1"}
+
+    def rebinding(host: str, port: int) -> list[IPAddress]:
+        return [ipaddress.ip_address(answers[host])]
+
+    engine.service.egress.set(
+        "acme", {"allow_hosts": ["hooks.test"], "allow_http": True, "allow_loopback": True}, actor="admin"
+    )
+    engine.service.webhooks.resolver = rebinding
+    sub = engine.service.webhooks.subscribe("acme", f"http://hooks.test:{rec.port}/hook", ["run.failed"], "a")
+    rec.secret = sub.secret
+    sender = WebhookSender(engine.service.webhooks)
+    try:
+        first = engine.start("failing", tenant="acme")
+        deliver_until(sender, lambda: len(rec.verified) == 1)
+        answers["hooks.test"] = "10.20.30.40"
+        engine.start("failing", tenant="acme")
+        for _ in range(3):
+            sender.pass_once()
+            time.sleep(0.12)
+    finally:
+        rec.down()
+        sender.close()
+    assert rec.events(first) == ["run.failed"]
+    assert len(rec.ids()) == 1
+    refused = [d for d in engine.service.webhooks.deliveries("acme", sub.id) if d["status"] == "pending"]
+    assert len(refused) == 1
+    assert "10.20.30.40 is a private" in str(refused[0]["last_error"])
+
+
 def test_replay_delivers_again_with_the_same_id(engine: Engine) -> None:
     """A replayed delivery is posted again with its webhook-id; another tenant cannot see or replay it."""
     rec = Receiver()
@@ -141,30 +182,49 @@ def test_replay_delivers_again_with_the_same_id(engine: Engine) -> None:
     assert rec.ids() == [d["id"], d["id"]]
 
 
+PUBLIC = parse_policy({"allow_hosts": ["hooks.example.com", "10.0.0.5", "127.0.0.1"]})
+
+
+def public_dns(host: str, port: int) -> list[IPAddress]:
+    """A resolver for the policy tests: hooks.example.com is public; rebind.example.com is private."""
+    table = {"hooks.example.com": "93.184.215.14", "rebind.example.com": "10.1.2.3"}
+    return [ipaddress.ip_address(table.get(host, host.strip("[]")))]
+
+
 @pytest.mark.parametrize(
-    "url",
+    ("policy", "url", "why"),
     [
-        "http://example.com/hook",
-        "https://127.0.0.1/hook",
-        "https://169.254.169.254/latest/meta-data",
-        "https://10.0.0.5/hook",
-        "https://[::1]/hook",
-        "https://[fd00:ec2::254]/hook",
-        "https://user:pw@example.com/hook",
-        "ftp://example.com/hook",
+        (PUBLIC, "http://hooks.example.com/hook", "HTTPS only"),
+        (PUBLIC, "https://127.0.0.1/hook", "loopback"),
+        (PUBLIC, "https://10.0.0.5/hook", "private"),
+        (PUBLIC, "https://user:pw@hooks.example.com/hook", "credentials"),
+        (PUBLIC, "ftp://hooks.example.com/hook", "https://"),
+        (PUBLIC, "https://elsewhere.example.net/hook", "outside the tenant's egress policy"),
+        (NO_POLICY, "https://hooks.example.com/hook", "no egress policy"),
+        (parse_policy({"allow_hosts": ["169.254.169.254"]}), "https://169.254.169.254/x", "metadata"),
+        (parse_policy({"allow_hosts": ["::1"]}), "https://[::1]/hook", "loopback"),
+        (parse_policy({"allow_hosts": ["fd00:ec2::254"]}), "https://[fd00:ec2::254]/hook", "metadata"),
+        (parse_policy({"allow_hosts": ["rebind.example.com"]}), "https://rebind.example.com/h", "private"),
     ],
 )
-def test_attack_a_url_that_is_not_public_https_is_refused(url: str) -> None:
-    """Clear text, loopback, metadata, private and unique-local addresses, credentials: refused."""
-    assert webhook_url_allowed("acme", url) is not None
+def test_attack_a_receiver_outside_the_egress_policy_or_not_public_is_refused(
+    policy: EgressPolicy, url: str, why: str
+) -> None:
+    """A receiver is an egress: under the tenant's policy, HTTPS, and every address it resolves to public."""
+    refused = webhook_url_refusal(policy, url, resolver=public_dns)
+    assert refused is not None
+    assert why in refused, refused
+    assert webhook_url_refusal(PUBLIC, "https://hooks.example.com/hook", resolver=public_dns) is None
 
 
 def test_subscribe_refuses_bad_urls_and_events(engine: Engine) -> None:
-    """Without the loopback test setting a loopback URL is refused; unknown events are refused."""
-    engine.service.webhooks.allow_loopback = False
-    with pytest.raises(InvalidInput, match="not a public address"):
-        engine.service.webhooks.subscribe("acme", "https://127.0.0.1:9/hook", EVENTS, "admin")
-    engine.service.webhooks.allow_loopback = True
+    """Without the server's loopback setting a loopback URL is refused; unknown events are refused."""
+    engine.service.webhooks.loopback_ok = False
+    with pytest.raises(InvalidInput, match="loopback address"):
+        engine.service.webhooks.subscribe("acme", "http://127.0.0.1:9/hook", EVENTS, "admin")
+    engine.service.webhooks.loopback_ok = True
+    with pytest.raises(InvalidInput, match="outside the tenant's egress policy"):
+        engine.service.webhooks.subscribe("acme", "http://localhost.example:9/hook", EVENTS, "admin")
     with pytest.raises(InvalidInput, match=r"unknown run\.exploded"):
         engine.service.webhooks.subscribe("acme", "http://127.0.0.1:9/hook", ["run.exploded"], "admin")
     assert engine.service.webhooks.subscriptions("acme") == []

@@ -42,12 +42,14 @@ class Api:
 def world(tmp_path: Path) -> Iterator[tuple[Engine, Api, dict[str, str]]]:
     key = tmp_path / "lockstep.key"
     create_key_file(key)
-    e = Engine.open(f"sqlite:///{tmp_path}/db.sqlite", keys=key)
-    e.service.webhooks.allow_loopback = True
+    e = Engine.open(f"sqlite:///{tmp_path}/db.sqlite", keys=key, server_limits={"egress_allow_loopback": 1})
     p = e.service.principals
     keys = {}
     for tenant in ("acme", "other"):
         p.create_tenant(tenant)
+        e.service.egress.set(
+            tenant, {"allow_hosts": ["127.0.0.1"], "allow_http": True, "allow_loopback": True}, actor="admin"
+        )
         for name, role in (("admin", "admin"), ("op", "operator"), ("viewer", "viewer")):
             keys[f"{tenant}/{name}"] = p.create_user(tenant, name, [role], []).api_key
     e.publish(FAIL, tenant="acme")
@@ -113,10 +115,21 @@ def test_the_cli_creates_lists_and_shows_deliveries(tmp_path: Path, monkeypatch:
     key = tmp_path / "lockstep.key"
     create_key_file(key)
     monkeypatch.setenv("LOCKSTEP_KEY_FILE", str(key))
-    monkeypatch.setenv("LOCKSTEP_WEBHOOK_ALLOW_LOOPBACK", "1")
+    monkeypatch.setenv("LOCKSTEP_LIMITS", "egress_allow_loopback=1")
     db = f"sqlite:///{tmp_path}/cli.sqlite"
     runner = CliRunner()
     assert runner.invoke(cli, ["--db", db, "tenants", "create", "acme"]).exit_code == 0
+    egress = [
+        "tenants",
+        "egress",
+        "set",
+        "acme",
+        "--allow-host",
+        "127.0.0.1",
+        "--allow-http",
+        "--allow-loopback",
+    ]
+    assert runner.invoke(cli, ["--db", db, *egress]).exit_code == 0
     args = ["--db", db, "webhooks", "create", "--tenant", "acme", "--url", "http://127.0.0.1:9/h"]
     made = runner.invoke(cli, [*args, "--events", "run.completed,run.failed"])
     assert made.exit_code == 0, made.output

@@ -11,7 +11,9 @@ from .. import __version__
 from ..app.service import Service
 from . import approvals, audit, html, limits, metrics, pages, problems, repair, retention, routes, tasks
 from . import events as event_routes
+from . import migrations as migration_routes
 from . import schedules as schedule_routes
+from . import secrets as secret_routes
 from . import webhooks as webhook_routes
 
 __all__ = ["create_app"]
@@ -59,6 +61,8 @@ def create_app(
     app.include_router(schedule_routes.router)
     app.include_router(event_routes.router)
     app.include_router(webhook_routes.router)
+    app.include_router(secret_routes.router)
+    app.include_router(migration_routes.router)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, bool]:

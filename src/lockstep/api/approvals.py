@@ -10,7 +10,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..app.approvals import Approvals
 from ..app.principals import Principal
-from ..app.views import DecisionResult, InboxItem, LinkView, MintedLink, Reassigned, RevokedLink
+from ..app.views import (
+    DecisionResult,
+    InboxItem,
+    LinkView,
+    MigrationRequestView,
+    MintedLink,
+    Reassigned,
+    RevokedLink,
+)
 from ..core.timeutil import parse_duration
 from ..errors import InvalidInput
 from .deps import audited, need
@@ -81,7 +89,10 @@ class RevokeRequest(BaseModel):
 
 
 @router.post(
-    "/approvals/decide", responses=DECIDE_ERRORS, summary="Approve or reject with a link you were sent"
+    "/approvals/decide",
+    response_model=DecisionResult,
+    responses=DECIDE_ERRORS,
+    summary="Approve or reject with a link you were sent",
 )
 def decide(
     body: DecideRequest, appr: Appr, p: Annotated[Principal, Depends(audited("approve", "approval.decide"))]
@@ -100,6 +111,7 @@ BY_REQUEST_ERRORS: dict[int | str, dict[str, Any]] = {
 
 @router.post(
     "/approvals/{request_id:path}/decide",
+    response_model=DecisionResult | MigrationRequestView,
     responses=BY_REQUEST_ERRORS,
     summary="Approve or reject a request by its id (from the inbox) with your own key, no link",
 )
@@ -108,17 +120,22 @@ def decide_request(
     body: RequestDecision,
     appr: Appr,
     p: Annotated[Principal, Depends(audited("approve", "approval.decide"))],
-) -> DecisionResult:
+) -> DecisionResult | MigrationRequestView:
+    """A migration request's id (`mig_...`, kind `migration` in the inbox) is decided the same way, with
+    the same checks; its answer is the migration request after the decision."""
     return appr.decide_by_request(p, request_id, body.decision, body.comment, values=body.values)
 
 
-@router.get("/approvals/inbox", summary="Pending requests the caller may decide")
+@router.get(
+    "/approvals/inbox", response_model=list[InboxItem], summary="Pending requests the caller may decide"
+)
 def inbox(appr: Appr, p: Annotated[Principal, Depends(need("approve"))]) -> list[InboxItem]:
     return appr.inbox(p)
 
 
 @router.post(
     "/runs/{run_id}/approvals/{step}/links",
+    response_model=MintedLink,
     responses=OPERATE_ERRORS,
     status_code=201,
     summary="Mint a fresh link for one approver (the token is shown once)",
@@ -137,6 +154,7 @@ def mint(
 
 @router.get(
     "/runs/{run_id}/approvals/links",
+    response_model=list[LinkView],
     responses=OPERATE_ERRORS,
     summary="Links of the run's pending request (never the tokens)",
 )
@@ -146,6 +164,7 @@ def links(run_id: str, appr: Appr, p: Annotated[Principal, Depends(need("operate
 
 @router.post(
     "/runs/{run_id}/approvals/{step}/reassign",
+    response_model=Reassigned,
     responses=OPERATE_ERRORS,
     summary="Replace an approver on a pending request",
 )
@@ -159,7 +178,12 @@ def reassign(
     return appr.reassign(p.tenant, run_id, step, body.old, body.new, body.reason, actor=p.name)
 
 
-@router.post("/approvals/links/{link_id}/revoke", responses=OPERATE_ERRORS, summary="Revoke a pending link")
+@router.post(
+    "/approvals/links/{link_id}/revoke",
+    response_model=RevokedLink,
+    responses=OPERATE_ERRORS,
+    summary="Revoke a pending link",
+)
 def revoke(
     link_id: str, body: RevokeRequest, appr: Appr, p: Annotated[Principal, Depends(need("operate"))]
 ) -> RevokedLink:

@@ -63,7 +63,12 @@ Filters = Annotated[dict[str, str | None], Depends(_filters)]
 Page = Annotated[tuple[str | None, int], Depends(_page)]
 
 
-@router.get("", responses=BAD_FILTER, summary="The tenant's audit log, newest first, a page at a time")
+@router.get(
+    "",
+    response_model=AuditPage,
+    responses=BAD_FILTER,
+    summary="The tenant's audit log, newest first, a page at a time",
+)
 def audit_page(svc: Svc, p: Admin, filters: Filters, page: Page) -> AuditPage:
     cursor, limit = page
     return svc.audit.page(p.tenant, audit_filter(**filters), cursor=cursor, limit=limit)

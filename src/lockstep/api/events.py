@@ -35,6 +35,10 @@ CALLBACK_ERRORS: dict[int | str, dict[str, Any]] = {
     410: error_response("The callback expired, was replaced, or the run moved on"),
     422: error_response("The body is not JSON, or fails the step's schema (the callback stays usable)"),
 }
+WAITS_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: error_response("No such run in the caller's tenant"),
+    410: error_response("The run was purged: the problem says when, by whom and why (its tombstone)"),
+}
 MINT_ERRORS: dict[int | str, dict[str, Any]] = {
     404: error_response("No such run in the caller's tenant"),
     409: error_response("The step does not wait for an event, takes no callback, or has had 5 minted"),
@@ -70,7 +74,12 @@ class MintCallbackRequest(BaseModel):
     step: str = Field(min_length=1, max_length=300, description="the waiting step's key")
 
 
-@router.post("/events", responses=PUBLISH_ERRORS, summary="Send an external event (publisher key)")
+@router.post(
+    "/events",
+    response_model=EventDelivery,
+    responses=PUBLISH_ERRORS,
+    summary="Send an external event (publisher key)",
+)
 def publish(
     body: EventRequest, d: Deliveries, p: Annotated[Principal, Depends(need("publish_events"))]
 ) -> EventDelivery:
@@ -79,6 +88,7 @@ def publish(
 
 @router.post(
     "/runs/{run_id}/callbacks",
+    response_model=MintedCallback,
     responses=MINT_ERRORS,
     status_code=201,
     summary="Mint a callback URL for a waiting step (the token is shown once)",
@@ -89,13 +99,19 @@ def mint(
     return c.mint(p, run_id, body.step)
 
 
-@router.get("/runs/{run_id}/event-waits", summary="The run's event waits and callbacks (never tokens)")
+@router.get(
+    "/runs/{run_id}/event-waits",
+    responses=WAITS_ERRORS,
+    response_model=RunEventWaits,
+    summary="The run's event waits and callbacks (never tokens)",
+)
 def waits(run_id: str, c: Cbs, p: Annotated[Principal, Depends(need("read"))]) -> RunEventWaits:
     return c.waits(p.tenant, run_id)
 
 
 @router.post(
     "/callbacks/{token}",
+    response_model=CallbackAccepted,
     responses=CALLBACK_ERRORS,
     summary="A partner's callback: the body is the event's payload (signed if the wait says so)",
 )

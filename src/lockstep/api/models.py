@@ -7,12 +7,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..app.views import RunView, TaskView
+from ..app.views import EventView, RunView, TaskView
 from ..core.canonical import JSONValue
 
 __all__ = [
     "CancelRequest",
     "CompleteRequest",
+    "EventPage",
     "FailRequest",
     "HeartbeatRequest",
     "HeartbeatResult",
@@ -38,6 +39,16 @@ class RunList(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` to get the next (older) page")
 
 
+class EventPage(BaseModel):
+    """A page of a run's history, oldest first."""
+
+    items: list[EventView]
+    next_cursor: int | None = Field(
+        description="Pass as `after_seq` to get the next page; null on the last page (the run's history "
+        "so far: a live run may add events later, so poll again with the last `seq` you saw)"
+    )
+
+
 class CancelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str = Field(min_length=1, max_length=2000, description="Why; recorded in the audit trail")
@@ -58,6 +69,19 @@ class PollRequest(BaseModel):
 
 class PollResult(BaseModel):
     tasks: list[TaskView]
+
+
+class AbandonRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    worker_id: str = Field(
+        min_length=1,
+        max_length=200,
+        description="The id the worker polls with (`worker_id`): its leases are those of `USER/ID`",
+    )
+
+
+class AbandonResult(BaseModel):
+    abandoned: int = Field(description="Leases of this worker id that were given up (retried at once)")
 
 
 class HeartbeatRequest(BaseModel):

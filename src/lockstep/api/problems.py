@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
@@ -54,6 +54,11 @@ class Problem(BaseModel):
     detail: str
     instance: str | None = None
     code: str
+    refused: bool = Field(
+        default=False,
+        description="On a 409: true when the run's state machine refused the command (nothing was "
+        "written; the CLI exits 5), absent when the request conflicted with another (the CLI exits 4)",
+    )
 
 
 def error_response(description: str) -> dict[str, Any]:
@@ -135,7 +140,8 @@ def install(app: FastAPI) -> None:
         status, headers = _status(exc)
         if status in (403, 429):
             _count_refusal(request, status, exc.code)
-        return problem(status, exc.code, str(exc), request.url.path, headers, exc.extra)
+        extra = {**(exc.extra or {}), "refused": True} if isinstance(exc, Refused) else exc.extra
+        return problem(status, exc.code, str(exc), request.url.path, headers, extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -187,7 +193,30 @@ def with_problem_schema(app: FastAPI) -> None:
             doc.setdefault("components", {}).setdefault("schemas", {})["Problem"] = (
                 Problem.model_json_schema()
             )
+            _body_errors(doc)
             app.openapi_schema = doc
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _body_errors(doc: dict[str, Any]) -> None:
+    """The refusals of a request body that come before any route (api/limits.py and the validation
+    handler above), on every operation that takes one: 413 over max_request_bytes, and, for a JSON-only
+    body, 415 when it was sent as another media type."""
+    for item in doc.get("paths", {}).values():
+        for op in item.values():
+            body = op.get("requestBody")
+            if not isinstance(body, dict):
+                continue
+            responses = op.setdefault("responses", {})
+            responses.setdefault(
+                "413", error_response("The body is over the server's max_request_bytes (`too_large`)")
+            )
+            if set(body.get("content", {})) == {"application/json"}:
+                responses.setdefault(
+                    "415",
+                    error_response(
+                        "The body was not sent as `Content-Type: application/json` (`unsupported_media_type`)"
+                    ),
+                )

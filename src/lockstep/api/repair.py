@@ -55,18 +55,31 @@ class MigrateRequest(Reason):
     dry_run: bool = False
 
 
-@router.post("/{run_id}/pause", responses=ERRORS, summary="Pause: nothing new starts until resumed")
+@router.post(
+    "/{run_id}/pause",
+    response_model=RepairResult,
+    responses=ERRORS,
+    summary="Pause: nothing new starts until resumed",
+)
 def pause(run_id: str, body: Reason, svc: Svc, p: Operator) -> RepairResult:
     return svc.repairs.pause(p.tenant, run_id, body.reason, actor=p.name)
 
 
-@router.post("/{run_id}/resume", responses=ERRORS, summary="Resume: held-back transitions happen now")
+@router.post(
+    "/{run_id}/resume",
+    response_model=RepairResult,
+    responses=ERRORS,
+    summary="Resume: held-back transitions happen now",
+)
 def resume(run_id: str, body: Reason, svc: Svc, p: Operator) -> RepairResult:
     return svc.repairs.resume(p.tenant, run_id, body.reason, actor=p.name)
 
 
 @router.post(
-    "/{run_id}/skip", responses=ERRORS, summary="Skip the current step where the definition allows it"
+    "/{run_id}/skip",
+    response_model=RepairResult,
+    responses=ERRORS,
+    summary="Skip the current step where the definition allows it",
 )
 def skip(run_id: str, body: SkipRequest, svc: Svc, p: Operator) -> RepairResult:
     return svc.repairs.skip(
@@ -74,12 +87,22 @@ def skip(run_id: str, body: SkipRequest, svc: Svc, p: Operator) -> RepairResult:
     )
 
 
-@router.post("/{run_id}/edit-input", responses=ERRORS, summary="Replace the input for steps not yet started")
+@router.post(
+    "/{run_id}/edit-input",
+    response_model=RepairResult,
+    responses=ERRORS,
+    summary="Replace the input for steps not yet started",
+)
 def edit_input(run_id: str, body: EditInputRequest, svc: Svc, p: Operator) -> RepairResult:
     return svc.repairs.edit_input(p.tenant, run_id, body.input, body.reason, actor=p.name)
 
 
-@router.post("/{run_id}/resolve", responses=ERRORS, summary="Settle a step whose outcome was unknown")
+@router.post(
+    "/{run_id}/resolve",
+    response_model=RepairResult,
+    responses=ERRORS,
+    summary="Settle a step whose outcome was unknown",
+)
 def resolve(run_id: str, body: ResolveRequest, svc: Svc, p: Operator) -> RepairResult:
     return svc.repairs.resolve(
         p.tenant, run_id, body.step, body.outcome, body.reason, output=body.output, actor=p.name
@@ -88,6 +111,7 @@ def resolve(run_id: str, body: ResolveRequest, svc: Svc, p: Operator) -> RepairR
 
 @router.post(
     "/{run_id}/migrate",
+    response_model=MigrationPlan,
     responses=ERRORS,
     summary="Move the run to another version (dry_run explains what would happen)",
 )
@@ -99,6 +123,7 @@ def migrate(run_id: str, body: MigrateRequest, svc: Svc, p: Operator) -> Migrati
 
 @router.post(
     "/{run_id}/proposals/{proposal_id}/confirm",
+    response_model=RepairResult,
     responses=ERRORS,
     summary="Four-eyes: a second operator confirms a proposed skip, migrate or resolve (it runs now)",
 )
@@ -108,6 +133,7 @@ def confirm(run_id: str, proposal_id: str, body: Reason, svc: Svc, p: Operator) 
 
 @router.post(
     "/{run_id}/proposals/{proposal_id}/reject",
+    response_model=RepairResult,
     responses=ERRORS,
     summary="Four-eyes: reject a proposal (the proposer's own rejection withdraws it)",
 )

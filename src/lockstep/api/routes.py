@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..app.documents import parse_json_document
 from ..app.principals import Principal
+from ..app.search import Filters
 from ..app.service import Service
 from ..app.tracing import request_parent
 from ..app.views import (
@@ -17,7 +18,6 @@ from ..app.views import (
     DeadLetter,
     DefinitionDocument,
     DefinitionVersion,
-    EventView,
     PublishResult,
     RetryResult,
     RunView,
@@ -29,7 +29,7 @@ from ..core.state import STATUSES
 from ..engine import check_definition_size, load_document
 from ..errors import InvalidInput
 from .deps import get_service, need
-from .models import CancelRequest, RunList, StartRequest
+from .models import CancelRequest, EventPage, RunList, StartRequest
 from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
@@ -44,6 +44,14 @@ REVEALING: dict[int | str, dict[str, Any]] = {
     **NOT_FOUND,
     403: error_response("reveal=true without the read_sensitive grant (audited)"),
 }
+MAX_EVENT_PAGE = 1000
+
+
+def _enum(values: tuple[str, ...]) -> dict[str, Any]:
+    """An optional query parameter's schema: one of `values` (the handler still says which, if not)."""
+    return {"anyOf": [{"type": "string", "enum": list(values)}, {"type": "null"}]}
+
+
 REVEAL = (
     "Show sensitive values instead of redaction markers: needs the caller's read_sensitive grant; "
     "every request is audited (403 without the grant)"
@@ -103,6 +111,7 @@ def list_definitions(svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -
 
 @router.get(
     "/definitions/{name}/versions/{version}",
+    response_model=DefinitionDocument,
     summary="One definition version's document",
     responses={404: error_response("No such definition version")},
 )
@@ -154,24 +163,75 @@ def start_run(
     return out
 
 
-@router.get("/runs", response_model=RunList, summary="List runs, newest first")
+# An input filter at its longest: 5 keys of 64 characters and their dots, ` = `, a quoted 200-character
+# value, and some spaces (each part is bounded again by the search itself, with a message).
+MAX_INPUT_FILTER = 600
+
+
+def _search(description: str, example: str, max_length: int = 64) -> Any:
+    """An optional text filter of the runs search: bounded, described, with an example."""
+    return Query(max_length=max_length, description=description, examples=[example])
+
+
+@router.get("/runs", response_model=RunList, summary="List and search runs, newest first")
 def list_runs(
     svc: Svc,
     p: Annotated[Principal, Depends(need("read"))],
-    status: Annotated[str | None, Query(description=", ".join(STATUSES))] = None,
-    definition: Annotated[str | None, Query(max_length=64)] = None,
-    waiting: Annotated[str | None, Query(description="wait kind: " + ", ".join(WAIT_KINDS))] = None,
+    status: Annotated[
+        str | None, Query(description="Only runs of this status", json_schema_extra=_enum(STATUSES))
+    ] = None,
+    definition: Annotated[str | None, _search("Only runs of this definition", "order-fulfilment")] = None,
+    waiting: Annotated[
+        str | None, Query(description="Only runs waiting for this", json_schema_extra=_enum(WAIT_KINDS))
+    ] = None,
+    run: Annotated[
+        str | None, _search("A run id or its beginning (lowercase hex, at most 32 characters)", "0193f2a4")
+    ] = None,
+    key: Annotated[
+        str | None, _search("Only the run started with this start key (Idempotency-Key)", "order-42", 255)
+    ] = None,
+    version: Annotated[str | None, _search("Only runs of this definition version", "2", 10)] = None,
+    started_from: Annotated[
+        str | None,
+        _search(
+            "Only runs started at or after this time (ISO 8601; without an offset it is UTC)",
+            "2026-01-31T09:30:00Z",
+        ),
+    ] = None,
+    started_to: Annotated[
+        str | None,
+        _search("Only runs started before this time (ISO 8601; without an offset it is UTC)", "2026-02-01"),
+    ] = None,
+    input: Annotated[
+        str | None,
+        _search(
+            "An input field equal to a value: `field = value`, the field's keys joined with `.` (at most "
+            "5, each of letters, digits, `_` and `-`), the value bare or in double quotes (at most 200 "
+            "characters; a number or boolean as JSON writes it). A sensitive (sealed) field never matches",
+            'address.city = "Köln"',
+            MAX_INPUT_FILTER,
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    cursor: Annotated[
+        str | None, Query(max_length=64, description="The next page: the last answer's `next_cursor`")
+    ] = None,
 ) -> RunList:
-    if status is not None and status not in STATUSES:
-        raise InvalidInput(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
-    if waiting is not None and waiting not in WAIT_KINDS:
-        raise InvalidInput(f"unknown wait kind {waiting!r}; one of {', '.join(WAIT_KINDS)}")
-    items = svc.runs(
-        p.tenant, status=status, definition=definition, before=cursor or "", limit=limit, wait_kind=waiting
+    """The tenant's runs matching every filter given (the same search as the UI's runs list, with the
+    same messages for a bad filter: 422), newest first, a page at a time."""
+    f = Filters(
+        status=status or "",
+        definition=definition or "",
+        waiting=waiting or "",
+        run=run or "",
+        key=key or "",
+        version=version or "",
+        since=started_from or "",
+        until=started_to or "",
+        input=input or "",
     )
-    return RunList(items=items, next_cursor=items[-1].run_id if len(items) == limit else None)
+    items, next_cursor = svc.find_runs(p.tenant, f, cursor or "", limit)
+    return RunList(items=items, next_cursor=next_cursor)
 
 
 @router.get(
@@ -188,19 +248,24 @@ def get_run(
 
 @router.get(
     "/runs/{run_id}/events",
-    response_model=list[EventView],
+    response_model=EventPage,
     responses=REVEALING,
-    summary="The run's event history",
+    summary="The run's event history, oldest first, a page at a time",
 )
 def get_events(
     run_id: str,
     svc: Svc,
     p: Annotated[Principal, Depends(need("read"))],
-    after_seq: Annotated[int, Query(ge=0, le=2**31)] = 0,
+    after_seq: Annotated[
+        int, Query(ge=0, le=2**31, description="The cursor: only events after this seq (`next_cursor`)")
+    ] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_EVENT_PAGE, description="Events per page at most")] = 1000,
     reveal: Annotated[bool, Query(description=REVEAL)] = False,
-) -> list[EventView]:
+) -> EventPage:
     rows = svc.reveal.events(p, run_id, channel="api") if reveal else svc.events(p.tenant, run_id)
-    return [e for e in rows if e.seq > after_seq]
+    after = [e for e in rows if e.seq > after_seq]
+    items = after[:limit]
+    return EventPage(items=items, next_cursor=items[-1].seq if len(after) > limit else None)
 
 
 @router.post(
@@ -224,6 +289,7 @@ class RetryRequest(BaseModel):
 
 @router.post(
     "/runs/{run_id}/retry",
+    response_model=RetryResult,
     responses={**NOT_FOUND, 409: error_response("The step does not wait for an operator")},
     summary="Run a step that waits for an operator (dead letter, unknown outcome) again",
 )
@@ -233,13 +299,18 @@ def retry_step(
     return svc.retry(p.tenant, run_id, body.step, body.reason, actor=p.name, new_key=body.new_key)
 
 
-@router.get("/dead-letters", summary="Runs whose task went to the dead-letter state, with the reason")
+@router.get(
+    "/dead-letters",
+    response_model=list[DeadLetter],
+    summary="Runs whose task went to the dead-letter state, with the reason",
+)
 def dead_letters(svc: Svc, p: Annotated[Principal, Depends(need("read"))]) -> list[DeadLetter]:
     return svc.dead_letters(p.tenant)
 
 
 @router.get(
     "/runs/{run_id}/verify",
+    response_model=VerifyResult,
     responses=NOT_FOUND,
     summary="Replay the run's events and compare with its snapshot, sequence and hash chain",
 )

@@ -3,13 +3,14 @@ and replay a delivery (app/webhooks.py; docs/webhooks.md)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..app.principals import Principal
 from ..app.webhooks import Webhooks
+from ..core.effects import WEBHOOK_EVENTS
 from ..store import SubscriptionRow
 from .deps import need
 from .problems import PROBLEM_RESPONSES, error_response
@@ -35,13 +36,18 @@ Admin = Annotated[Principal, Depends(need("webhooks"))]
 class SubscribeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: str = Field(min_length=1, max_length=2000, description="an https:// URL on a public address")
-    events: list[str] = Field(min_length=1, max_length=10, description="event types, e.g. run.completed")
+    events: list[str] = Field(
+        min_length=1,
+        max_length=10,
+        description="event types, e.g. run.completed",
+        json_schema_extra={"items": {"type": "string", "enum": list(WEBHOOK_EVENTS)}},
+    )
 
 
 class Subscription(BaseModel):
     id: str
     url: str
-    events: list[str]
+    events: list[str] = Field(json_schema_extra={"items": {"type": "string", "enum": list(WEBHOOK_EVENTS)}})
     enabled: bool
     created_by: str | None
     created_at: int = Field(description="milliseconds since the epoch")
@@ -56,7 +62,9 @@ class Delivery(BaseModel):
     run_id: str
     seq: int
     event: str
-    status: str = Field(description="pending, delivered or failed (gave up; replay to try again)")
+    status: Literal["pending", "delivered", "failed"] = Field(
+        description="failed: gave up (replay to try again)"
+    )
     attempts: int
     last_status: int | None = Field(description="the receiver's HTTP status of the last attempt")
     last_error: str | None
@@ -74,19 +82,35 @@ def _delivery(d: Any) -> Delivery:
     return Delivery(**{k: d[k] for k in Delivery.model_fields if k in d}, next_attempt_at=nxt)
 
 
-@router.post("/webhooks", status_code=201, responses=ERRORS, summary="Subscribe a URL to run events")
+@router.post(
+    "/webhooks",
+    response_model=Created,
+    status_code=201,
+    responses=ERRORS,
+    summary="Subscribe a URL to run events",
+)
 def subscribe(body: SubscribeRequest, hooks: Hooks, p: Admin) -> Created:
     made = hooks.subscribe(p.tenant, body.url, body.events, p.name)
     (row,) = [r for r in hooks.subscriptions(p.tenant) if r["id"] == made.id]
     return Created(**_subscription(row), secret=made.secret)
 
 
-@router.get("/webhooks", responses=ERRORS, summary="The tenant's subscriptions (never their secrets)")
+@router.get(
+    "/webhooks",
+    response_model=list[Subscription],
+    responses=ERRORS,
+    summary="The tenant's subscriptions (never their secrets)",
+)
 def subscriptions(hooks: Hooks, p: Admin) -> list[Subscription]:
     return [Subscription(**_subscription(r)) for r in hooks.subscriptions(p.tenant)]
 
 
-@router.get("/webhooks/{sub_id}/deliveries", responses=ERRORS, summary="The delivery log, newest first")
+@router.get(
+    "/webhooks/{sub_id}/deliveries",
+    response_model=list[Delivery],
+    responses=ERRORS,
+    summary="The delivery log, newest first",
+)
 def deliveries(
     sub_id: str, hooks: Hooks, p: Admin, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> list[Delivery]:
@@ -95,6 +119,7 @@ def deliveries(
 
 @router.post(
     "/webhooks/{sub_id}/deliveries/{delivery_id}/replay",
+    response_model=Delivery,
     responses=ERRORS,
     summary="Deliver again, with the same webhook-id",
 )

@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..core.definition import ApprovalStep, Definition
+from ..core.definition import ApprovalStep, Definition, MigrationApproval
 from ..core.events import ApprovalRequested, Event
+from ..core.expr import compile_template
 from ..store import PrincipalsTx, UserRow
 from .principals.roles import Principal
 
-__all__ = ["approval_notes", "approver_warnings"]
+__all__ = ["approval_notes", "approver_warnings", "migration_approver_warnings"]
 
 
 def approval_notes(tx: PrincipalsTx, tenant: str, d: Definition, events: list[Event]) -> Definition | None:
@@ -36,6 +37,25 @@ def approval_notes(tx: PrincipalsTx, tenant: str, d: Definition, events: list[Ev
             if found:
                 notes[step.id] = tuple(found)
     return replace(d, approver_warnings=notes) if notes else None
+
+
+def migration_approver_warnings(tenant: str, m: MigrationApproval, accounts: Iterable[UserRow]) -> list[str]:
+    """The same for a definition's `migration: requires_approval` (nobody is an initiator: the operator
+    who asks is left out when the request is decided)."""
+    as_step = ApprovalStep(
+        id="migration",
+        next=None,
+        users=m.users,
+        groups=m.groups,
+        quorum=m.quorum,
+        reject_quorum=m.reject_quorum,
+        timeout=m.timeout,
+        on_timeout="expire",
+        on_reject="fail",
+        allow_initiator=True,
+        details=compile_template(""),
+    )
+    return approver_warnings(tenant, as_step, accounts)
 
 
 def approver_warnings(

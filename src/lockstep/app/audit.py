@@ -66,6 +66,8 @@ ACTIONS: dict[str, str] = {
     "integration.set": "an integration's signing secret stored or replaced (never the secret)",
     "run.cancel": "a run cancelled by a user",
     "run.retry": "a step waiting for an operator run again",
+    "run.damaged": "a run the background scrub found damaged and marked (actor scrub; the problems "
+    "verify found): every command on it is refused from then on",
     "repair.pause": "a run paused",
     "repair.resume": "a paused run resumed",
     "repair.skip": "a step skipped (or proposed for skipping, four-eyes)",
@@ -74,6 +76,16 @@ ACTIONS: dict[str, str] = {
     "repair.migrate": "a run moved to another definition version (dry runs are not recorded)",
     "repair.confirm": "a four-eyes proposal confirmed by a second operator",
     "repair.reject": "a four-eyes proposal rejected or withdrawn",
+    "migration.request": "a migration that needs approval asked for (one request for a run or a bulk "
+    "batch: its runs, versions and reason); nothing is migrated yet; target is the request id",
+    "migration.decide": "a decision on a migration request by an approver, every attempt (refused ones with "
+    "their code: requester, not_an_approver, already_decided, expired, not_waiting, unknown_request)",
+    "migration.reject": "a migration request refused by its approvers (the reject quorum met): no run "
+    "changed",
+    "migration.expire": "a migration request expired undecided (on a late decision or by the scheduler): no "
+    "run changed",
+    "migration.apply": "one run of a granted migration request migrated (ok), or reported and left as it "
+    "is (refused, with why: it finished or moved meanwhile); target is the run",
     "audit.export": "an export of the audit log (API or CLI), with its filters",
     "tenant.create": "a tenant created (CLI or Python API: no actor)",
     "tenant.settings": "a tenant's limits or quotas changed (the names of the settings)",
@@ -113,6 +125,13 @@ ACTIONS: dict[str, str] = {
     "schedule.resume": "a paused schedule resumed, with its next fire time",
     "schedule.delete": "a schedule deleted (the runs it started are kept), with how many it started",
     "schedule.trigger": "a run started by hand from a schedule, with its run and start key",
+    "secret.set": "a secret's value set: its new version (never the value)",
+    "secret.delete": "a secret deleted (one version, or all of them and its data key destroyed)",
+    "secret.use": "an http step refused a secret (none of that name in the run's tenant, a version "
+    "gone, its key destroyed); target is the secret, with the run and step",
+    "egress.set": "a tenant's egress policy replaced: the new allowed prefixes, hosts and flags",
+    "egress.refuse": "an http step's request refused by the egress policy or the address checks "
+    "(SSRF); target is the URL without its query, with the run, step and reason",
 }
 OUTCOMES = ("ok", "refused", "throttled", "failed")
 MAX_PAGE = 500

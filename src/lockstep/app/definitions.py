@@ -13,9 +13,10 @@ from ..core.limits import tenant_limit
 from ..core.timeutil import iso
 from ..errors import Conflict, InvalidInput, NotFound
 from ..store import ConcurrencyError, DefinitionRow, PublishTx
-from .approvers import approver_warnings
+from .approvers import approver_warnings, migration_approver_warnings
 from .kernel import refuse_reserved
 from .port import KernelPort
+from .secrets import egress_warnings, parsed_policy, top_of
 from .views import DefinitionDocument, DefinitionVersion, PublishResult, PublishWarning
 
 __all__ = ["Definitions"]
@@ -43,6 +44,7 @@ class Definitions:
         with self.kernel.read() as tx:
             row = tx.tenant(tenant)
             accounts = tx.users(tenant) if _approves(document) else []
+            egress = parsed_policy(tx.egress_policy(tenant))
         if row is not None and "max_steps" in row.settings:
             limits = replace(limits, max_steps=int(row.settings["max_steps"]))
         if row is not None:  # the shape limits (parallel and for-each steps) are the tenant's too
@@ -66,6 +68,17 @@ class Definitions:
                 warnings.append(
                     PublishWarning(path=f"steps[{i}]({step.id}).approval.approvers", message="; ".join(found))
                 )
+        top = {s.id: i for i, s in enumerate(d.steps)}
+        for sid, why in egress_warnings(egress, d):
+            where = f"steps[{top[sid]}]({sid})" if sid in top else f"steps[{top_of(d, sid)}]...({sid})"
+            warnings.append(
+                PublishWarning(path=f"{where}.http.url", message=f"{why} (checked again when it runs)")
+            )
+        if d.migration_approval is not None and (
+            found := migration_approver_warnings(tenant, d.migration_approval, accounts)
+        ):
+            where = "migration.requires_approval.approvers"
+            warnings.append(PublishWarning(path=where, message="; ".join(found)))
         warnings.sort(key=_in_document_order)
         for _ in range(3):
             try:
@@ -113,6 +126,9 @@ def _in_document_order(w: PublishWarning) -> int:
 
 
 def _approves(document: JSONValue) -> bool:
-    """Whether a document has approval steps (whose approvers are looked up in the tenant)."""
+    """Whether a document has approval steps or a migration policy (whose approvers are looked up in the
+    tenant)."""
     steps = document.get("steps") if isinstance(document, dict) else None
+    if isinstance(document, dict) and "migration" in document:  # its requires_approval names approvers
+        return True
     return isinstance(steps, list) and any(isinstance(s, dict) and "approval" in s for s in steps)

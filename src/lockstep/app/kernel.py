@@ -33,7 +33,18 @@ from ..core.sensitive import batch_pointers
 from ..core.shape import Shape
 from ..core.state import RunState
 from ..errors import Conflict, Gone, InvalidInput, LockstepError, NotFound, Refused, Unavailable
-from ..store import ConcurrencyError, LoadedRun, RetentionTx, RowLocked, Sealer, Store, StoreUnavailable, Tx
+from ..store import (
+    ConcurrencyError,
+    CorruptRow,
+    DamagedRun,
+    LoadedRun,
+    RetentionTx,
+    RowLocked,
+    Sealer,
+    Store,
+    StoreUnavailable,
+    Tx,
+)
 from ..store.port import ApplyTx, BatchTx, DefinitionsTx, RunsTx, SealTx, TenantsTx, TxControl
 from . import failpoints
 from .quotas import check_value
@@ -121,6 +132,8 @@ class Kernel:
                 yield tx
         except StoreUnavailable as exc:
             raise Unavailable(str(exc)) from None
+        except CorruptRow as exc:
+            raise _corrupt(exc) from None
         finally:
             self._local.buffer = previous
         for before, state, events in committed:
@@ -142,6 +155,8 @@ class Kernel:
                 yield tx
         except StoreUnavailable as exc:
             raise Unavailable(str(exc)) from None
+        except CorruptRow as exc:
+            raise _corrupt(exc) from None
 
     def isolated(
         self, tx: X, what: str, fn: Callable[Concatenate[X, P], T], *args: P.args, **kwargs: P.kwargs
@@ -403,12 +418,25 @@ class Kernel:
         raise Conflict(f"run {run_id} is being changed by other writers; try again")
 
     def state(self, tenant: str | None, run_id: str) -> RunState:
-        """The run as stored, for read models: a sealed value is a marker (read models redact it)."""
+        """The run as stored, for read models: a sealed value is a marker (read models redact it). A run
+        marked damaged is refused (corrupt_run), like every command on it."""
+        s, damaged = self.inspect(tenant, run_id)
+        if damaged is not None:
+            raise _corrupt(damaged)
+        return s
+
+    def inspect(self, tenant: str | None, run_id: str) -> tuple[RunState, DamagedRun | None]:
+        """The run as stored, and what the scrub found wrong with it if it marked it damaged: for the
+        views that say why a damaged run is refused (`show`), never for a decision."""
+        damaged: DamagedRun | None = None
         with self.read() as tx:
-            loaded = tx.load_run(run_id)
+            try:
+                loaded = tx.load_run(run_id)
+            except DamagedRun as exc:
+                loaded, damaged = exc.loaded, exc
             if loaded is None or (tenant is not None and loaded.stored.tenant != tenant):
                 raise self.missing(tx, run_id, tenant)
-        return loaded.stored
+        return loaded.stored, damaged
 
     def missing(self, tx: RetentionTx, run_id: str, tenant: str | None) -> LockstepError:
         """Why a run is not there: Gone, saying when and why, if it was purged (its tombstone); else
@@ -442,3 +470,13 @@ def refuse_reserved(value: JSONValue, what: str) -> None:
             "rename that key",
             code="reserved_key",
         )
+
+
+def _corrupt(exc: CorruptRow) -> Refused:
+    """One damaged run refuses every command and read that needs the damaged row; the rest go on."""
+    repair = "the database" if not isinstance(exc, DamagedRun) else "the run's rows (its run row and events)"
+    return Refused(
+        f"{exc}; nothing was changed. `lockstep verify {exc.run_id}` shows what is wrong; restore "
+        f"{repair} from a backup to repair it",
+        code="corrupt_run",
+    )

@@ -21,7 +21,17 @@ from ..core.limits import ServerLimits, Settings
 from ..core.shape import Shape
 from ..core.state import RunState
 from ..errors import LockstepError
-from ..store import ApplyTx, BatchTx, DefinitionsTx, LoadedRun, RetentionTx, SealTx, TenantsTx, TxControl
+from ..store import (
+    ApplyTx,
+    BatchTx,
+    DamagedRun,
+    DefinitionsTx,
+    LoadedRun,
+    RetentionTx,
+    SealTx,
+    TenantsTx,
+    TxControl,
+)
 from .kernel import Listener, Observer
 
 __all__ = ["Housekeeping", "KernelPort"]
@@ -96,3 +106,4 @@ class KernelPort(Protocol[TxT_co]):
         prepare: Callable[[TxT_co, LoadedRun], Command] | None = None,
     ) -> tuple[RunState, list[Event]]: ...
     def state(self, tenant: str | None, run_id: str) -> RunState: ...
+    def inspect(self, tenant: str | None, run_id: str) -> tuple[RunState, DamagedRun | None]: ...

@@ -16,11 +16,13 @@ from ..core.commands import (
     SkipStep,
 )
 from ..core.events import Event
+from ..core.migapproval import migration_policy
 from ..core.migrate import plan_migration
 from ..core.state import RunState
 from ..errors import InvalidInput, NotFound, Refused
 from ..store import RepairTx
 from .audit import Audit
+from .migrations import Migrations
 from .port import KernelPort
 from .runs import Runs
 from .views import BulkMigration, MigrationOutcome, MigrationPlan, RepairResult
@@ -39,6 +41,8 @@ class Repairs:
         self.kernel = kernel
         self.runs = runs
         self.audit = Audit(kernel)  # every repair is audited, in the transaction of its command
+        # Migrations that need approval: `migrate` asks them for a request instead (set by the Service).
+        self.approvals: Migrations | None = None
 
     def _done(self, run_id: str, state: RunState, events: list[Event]) -> RepairResult:
         out: dict[str, JSONValue] = {
@@ -147,7 +151,10 @@ class Repairs:
             if tx.definition(tenant, name, to_version) is None:
                 raise NotFound(f"definition {name} has no version {to_version} in tenant {tenant}")
             target = self.kernel.definition_for(tx, tenant, name, to_version)
-        plan = plan_migration(state, current, target, mapping or {})
+            # Planned on the clear state: the target's input_schema checks the input, not its markers.
+            loaded = tx.load_run(run_id)
+            clear = loaded.state if loaded is not None else state
+        plan = plan_migration(clear, current, target, mapping or {})
         plan["to"]["version"] = to_version
         plan["run_id"] = run_id
         if to_version == state.definition["version"]:
@@ -170,6 +177,13 @@ class Repairs:
         if refusal is not None:
             self.audit.refused(tenant, actor, "repair.migrate", run_id, refusal.code, to_version=to_version)
             raise refusal
+        policy = migration_policy(current, state.definition["version"], target, to_version)
+        if policy is not None:
+            # Asked for, not applied: the approvers decide (app/migrations/), never this operator.
+            request = self._asked().ask(
+                tenant, [state], target, to_version, policy, mapping or {}, _reason(reason), actor, bulk=False
+            )
+            return MigrationPlan.model_validate({**plan, "ok": True, "dry_run": False, "request": request})
         cmd = MigrateRun(target, to_version, tuple(sorted((mapping or {}).items())), _reason(reason), actor)
         done = self._command(tenant, run_id, cmd, "repair.migrate", actor, to_version=to_version)
         made = {
@@ -202,6 +216,10 @@ class Repairs:
             if r.definition.version == from_version and r.status not in ("completed", "failed", "cancelled")
         ]
         report = []
+        if not dry_run and runs:
+            asked = self._ask_many(tenant, [r.run_id for r in runs], to_version, reason, mapping, actor)
+            if asked is not None:
+                return asked.model_copy(update={"definition": definition, "from_version": from_version})
         for r in runs:
             try:
                 out = self.migrate(
@@ -218,6 +236,62 @@ class Repairs:
             runs=len(report),
             migrated=sum(1 for x in report if x.ok),
             report=report,
+        )
+
+    def _asked(self) -> Migrations:
+        if self.approvals is None:  # pragma: no cover - the Service always sets it
+            raise Refused(
+                "this migration needs approval, and approvals are not set up", code="approval_required"
+            )
+        return self.approvals
+
+    def _ask_many(
+        self,
+        tenant: str,
+        run_ids: list[str],
+        to_version: int,
+        reason: str,
+        mapping: dict[str, str] | None,
+        actor: str | None,
+    ) -> BulkMigration | None:
+        """A bulk migration that needs approval: ONE request for every run it can migrate now (each is
+        checked as a dry run; the others are reported); None when no approval is needed."""
+        states = [self.kernel.state(tenant, run_id) for run_id in run_ids]
+        first = states[0]
+        name = first.definition["name"]
+        with self.kernel.read() as tx:
+            current = self.kernel.definition_for(tx, tenant, name, first.definition["version"])
+            if tx.definition(tenant, name, to_version) is None:
+                raise NotFound(f"definition {name} has no version {to_version} in tenant {tenant}")
+            target = self.kernel.definition_for(tx, tenant, name, to_version)
+        policy = migration_policy(current, first.definition["version"], target, to_version)
+        if policy is None:
+            return None
+        report, fit = [], []
+        for s in states:
+            out = self.migrate(
+                tenant, s.run_id, to_version, reason, mapping=mapping, dry_run=True, actor=actor
+            )
+            problems = list(out.problems)
+            if (other := self._asked().open_request_of(s.run_id)) is not None:
+                problems.append(f"the run already waits for migration request {other}")
+            report.append(MigrationOutcome(run_id=s.run_id, ok=not problems, problems=problems))
+            if not problems:
+                fit.append(s)
+        request = None
+        if fit:
+            request = self._asked().ask(
+                tenant, fit, target, to_version, policy, mapping or {}, _reason(reason), actor, bulk=True
+            )
+        return BulkMigration(
+            definition=name,
+            from_version=first.definition["version"],
+            to_version=to_version,
+            dry_run=False,
+            runs=len(report),
+            migrated=0,
+            report=report,
+            **({"request": request} if request is not None else {}),
         )
 
     def _command(

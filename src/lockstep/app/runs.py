@@ -10,8 +10,6 @@ from typing import Any, cast
 
 from ..core.canonical import JSONObject, JSONValue, canonical_json, digest
 from ..core.commands import CancelRun, Rejected, RetryStep, StartRun
-from ..core.events import chain_hash
-from ..core.evolve import fold
 from ..core.explain import explain
 from ..core.lanes import attentions
 from ..core.sealed import FORGOTTEN, SENSITIVE, map_markers, redaction
@@ -20,10 +18,13 @@ from ..core.state import RunState
 from ..errors import Conflict, InvalidInput, NotFound
 from ..store import ConcurrencyError, StartTx
 from .audit import Audit
+from .backlog import Backlog
 from .kernel import epoch_ms
 from .port import KernelPort
 from .quotas import admit, check_input, check_value
+from .taken import settled
 from .tracing import SpanRef, TraceSink, new_trace
+from .verify import verify_run
 from .views import (
     CancelResult,
     ChildRef,
@@ -45,8 +46,6 @@ from .views.recorded import Attention, CancelInfo
 from .work import Eager, Work
 
 __all__ = ["Runs", "new_run_id"]
-
-GENESIS = "0" * 64
 
 
 def new_run_id(now: datetime) -> str:
@@ -71,6 +70,9 @@ class Runs:
         self.kernel = kernel
         self.work = work  # a start next to an in-process worker leases its first attempt to it
         self.audit = Audit(kernel)  # cancel and retry are audited
+        # Backpressure at the edge: starts wait while the workers' queue is full (schedules and `run`
+        # steps start runs inside the engine and are bounded by their own limits instead).
+        self.backlog = Backlog(kernel)
         # The process's tracing (set by the service when configured): a start records a trace then.
         self.tracing: TraceSink | None = None
 
@@ -93,6 +95,7 @@ class Runs:
         # Measured before the transaction (which compares again with the settings it reads).
         shape = self.kernel.check_value(tenant, payload, "max_input_bytes", "the run input", "input")
         request = _json_digest({"definition": name, "version": version, "input": payload}, "the run input")
+        self.backlog.admit(tenant)
         for _ in range(5):
             now = self.kernel.clock()
             try:
@@ -140,6 +143,7 @@ class Runs:
             _json_digest({"definition": name, "version": None, "input": data}, "the run input")
             for data in inputs
         ]
+        self.backlog.admit(tenant, len(payloads))
         now = self.kernel.clock()
         try:
             with self.kernel.write() as tx:
@@ -308,7 +312,22 @@ class Runs:
 
     # --- views ---------------------------------------------------------------------------------
     def show(self, tenant: str | None, run_id: str) -> RunView:
-        return self.describe(self.kernel.state(tenant, run_id))
+        """The run's view; one the scrub marked damaged is shown as stored, saying it is refused."""
+        s, damaged = self.kernel.inspect(tenant, run_id)
+        view = self.describe(s)
+        if damaged is None:
+            return view
+        # Never an ordinary wait: nothing will happen to it, whatever its snapshot says it waits for.
+        return view.model_copy(
+            update={
+                "damaged": damaged.problem,
+                "wait_kind": None,
+                "wait_reason": f"refused: {damaged}; every command on it is refused (corrupt_run)",
+                "waiting_until": None,
+                "next_action": f"nothing, until its rows are restored from a backup (`lockstep verify "
+                f"{s.run_id}` shows what is wrong)",
+            }
+        )
 
     def redaction_of(self, run_id: str) -> Any:
         """A function making the redaction marker of `run_id`'s sealed values: "forgotten" once the run's
@@ -337,9 +356,13 @@ class Runs:
         why = explain(s, now)
         d = self.kernel.definition(s.tenant, s.definition["name"], s.definition["version"])
         steps = {}
+        over = settled(d, s)
         for sid, st in sorted(s.steps.items(), key=lambda kv: self._step_rank(s, kv[0])):
             steps[sid] = StepView(
-                status=st.status,
+                # A step a finished run never entered was not taken (a choice went elsewhere, the run
+                # failed or was cancelled first); while the run goes on it is still to come: pending.
+                # (app/taken.py; a succeed step the run ended at has no event of its own.)
+                status=over.get(sid, st.status),
                 attempts=st.attempts,
                 output=for_view(st.output),
                 error=for_view(st.error),
@@ -410,8 +433,10 @@ class Runs:
         return d.index.get(top, len(d.index)), int(top != key), key
 
     def events(self, tenant: str | None, run_id: str, opener: Any = None) -> list[EventView]:
-        """The run's history as stored, sealed values redacted; `opener` (reveal.py's) opens them."""
-        self.kernel.state(tenant, run_id)
+        """The run's history as stored, sealed values redacted; `opener` (reveal.py's) opens them. A run
+        the scrub marked damaged shows its history too: it is the evidence (rows that no longer decode
+        are refused as before)."""
+        self.kernel.inspect(tenant, run_id)
         with self.kernel.read() as tx:
             rows = tx.events(run_id)
         shown = self.redaction_of(run_id)
@@ -489,34 +514,4 @@ class Runs:
         """Replay every run's events, compare with its snapshot, check seq and the hash chain."""
         with self.kernel.read() as tx:
             ids = [run_id] if run_id else tx.run_ids(tenant)
-        report = []
-        for rid in ids:
-            with self.kernel.read() as tx:
-                loaded = tx.load_run(rid)
-                rows = tx.events(rid)
-                if loaded is None or (tenant is not None and loaded.stored.tenant != tenant):
-                    raise self.kernel.missing(tx, rid, tenant)  # Gone if purged, else NotFound
-            problems = []
-            h = GENESIS
-            for i, (e, stored) in enumerate(rows):
-                if e.seq != i + 1:
-                    problems.append(f"sequence gap: event #{i + 1} has seq {e.seq}")
-                h = chain_hash(h, rid, e)
-                if h != stored:
-                    problems.append(f"hash chain broken at seq {e.seq} ({e.type})")
-                    h = stored
-            if h != loaded.last_hash:
-                problems.append("the run's last hash does not match its last event")
-            try:
-                replayed = fold([e for e, _ in rows])
-            except ValueError as exc:
-                problems.append(f"replay failed: {exc}")
-                replayed = None
-            # Both sides as stored: sealed values are compared as their markers, so verify needs no key.
-            if replayed is not None and canonical_json(replayed.to_json()) != canonical_json(
-                loaded.stored.to_json()
-            ):
-                diff = [k for k, v in replayed.to_json().items() if loaded.stored.to_json().get(k) != v]
-                problems.append(f"snapshot differs from replay in: {', '.join(diff)}")
-            report.append(VerifyResult(run_id=rid, events=len(rows), ok=not problems, problems=problems))
-        return report
+        return [verify_run(self.kernel, rid, tenant) for rid in ids]

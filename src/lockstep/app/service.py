@@ -5,19 +5,23 @@ Each call is the feature service's own bound method, so its signature and docstr
 
     kernel.py       transactions, clock, apply/command, definitions, tenant settings, listeners
     definitions.py  publish, look up                 runs.py     start, cancel, retry, show, list, verify
+    search.py       the runs search (UI, API, CLI): filters checked with a message, pages newest first
     work.py         claims, eager dispatch, leases   reports.py  workers' results (+ the next leases)
     sweeps.py       timers, lease expiry, dead letters, scheduler partitions
     children.py     the outbox between a `run` step and its child run (the scheduler's pass)
     events/         external events (delivery, buffering) and per-wait signed callbacks
     principals/     tenants, users, keys, sessions   approvals/  links, decisions, inboxes
     repair.py       operator repair, migrations      quotas.py   tenant limits (values, starts)
+    migrations/     migrations that need approval: requests, decisions, the apply pass
     retention.py    legal holds, status, tombstones  purge.py    the purge pass (scheduler)
+    scrub.py        the background scrub: verify a batch of runs per pass, mark the damaged (scheduler)
     keys/           encryption keys: seal/open, rotation, re-wrap, forget, shred
     reveal.py       sensitive values shown to a user with the read_sensitive grant (audited)
     tracing/        OpenTelemetry spans from committed events; the trace a start records
     observability/  this process's Prometheus metrics (and the database's gauges), JSON logs
     audit.py        the audit log: record, read, export, verify its hash chains
     schedules/      cron schedules: create, pause, trigger...; the scheduler's pass fires their slots
+    secrets.py      secrets by reference and egress policies (the http step's)
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from .definitions import Definitions
 from .events import Callbacks, EventDeliveries
 from .kernel import Kernel, utcnow
 from .keys import KeyProvider, KeyRing, Keys
+from .migrations import Migrations
 from .observability import Metrics
 from .principals import Principals
 from .repair import Repairs
@@ -45,6 +50,9 @@ from .reveal import Reveal
 from .runrefs import RunRefs
 from .runs import Runs, new_run_id
 from .schedules import Firing, Schedules
+from .scrub import Scrub
+from .search import RunSearch
+from .secrets import Egress, Secrets
 from .sweeps import Sweeps
 from .tracing import TraceSink
 from .webhooks import Webhooks
@@ -90,8 +98,11 @@ class Service:
         self.metrics = Metrics(kernel)
         # Built here once, shared by every request, command and page of this process.
         self.principals = Principals(kernel)
-        self.approvals = Approvals(kernel, runs, self.principals)
+        # Migrations that need approval (app/migrations/): asked by migrate, decided from the inbox.
+        self.migrations = Migrations(kernel)
+        self.approvals = Approvals(kernel, runs, self.principals, migrations=self.migrations)
         self.repairs = Repairs(kernel, runs)
+        self.repairs.approvals = self.migrations
         self.retention = Retention(kernel)
         self.keys = Keys(kernel, ring)
         self.reveal = Reveal(kernel, runs, self.principals, self.approvals)
@@ -100,7 +111,10 @@ class Service:
         # External events (app/events): POST /v1/events, the buffered events' pass, callbacks.
         self.event_deliveries = EventDeliveries(kernel)
         self.callbacks = Callbacks(kernel, ring, "http://127.0.0.1:8080")
-        self.webhooks = Webhooks(kernel, ring)  # run webhooks (app/webhooks.py); delivered by runtime/
+        self.secrets = Secrets(kernel, ring)
+        self.egress = Egress(kernel)
+        # Run webhooks (app/webhooks.py), under the tenant's egress policy; delivered by runtime/.
+        self.webhooks = Webhooks(kernel, ring, self.egress.policy)
 
         # The kernel: what runtime/ and the tests reach below the feature calls.
         self.store = kernel.store
@@ -132,6 +146,7 @@ class Service:
         self.describe = runs.describe
         self.events = runs.events
         self.runs = runs.runs
+        self.find_runs = RunSearch(kernel, runs).find  # the runs search (app/search.py)
         self.find_run = RunRefs(kernel).resolve
         self.dead_letters = runs.dead_letters
         self.verify = runs.verify
@@ -163,3 +178,12 @@ class Service:
         self.fire_due_schedules = Firing(kernel, runs, self.schedules.seal).fire_due
         self.run_children = children.run_children
         self.deliver_buffered_events = self.event_deliveries.deliver_buffered
+
+        # The built-in http executor's ports (runtime/httpstep.py): a database worker's only way to a
+        # secret's clear value and to its tenant's egress policy.
+        self.egress_policy = self.egress.policy
+        self.egress_refused = self.egress.refused
+        self.open_secret = self.secrets.use
+        self.run_migrations = self.migrations.run_pass  # expire pending, apply granted migration requests
+        # The background scrub (app/scrub.py): the scheduler's pass, every `scrub_interval`.
+        self.scrub = Scrub(kernel, found=lambda tenant: self.metrics.damaged_runs(tenant).inc())

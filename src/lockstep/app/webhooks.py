@@ -12,22 +12,22 @@ ones; an admin can replay it (or any delivery) from the log.
 from __future__ import annotations
 
 import base64
-import ipaddress
 import secrets
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..core.effects import WEBHOOK_EVENTS
+from ..core.egress import EgressPolicy, IPAddress, refusal, url_refusal
 from ..core.sealed import label_of
 from ..core.timeutil import iso
 from ..errors import InvalidInput, NotFound, Refused
 from ..store import DeliveryRow, Sealer, SubscriptionRow, WebhookTx
 from . import failpoints
 from .port import KernelPort
+from .resolve import resolve
 
-__all__ = ["Claimed", "Subscribed", "Webhooks", "new_secret", "webhook_url_allowed"]
+__all__ = ["Claimed", "Subscribed", "Webhooks", "new_secret", "webhook_url_refusal"]
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the Standard Webhooks prefix
 LABEL = label_of("Webhook", "/secret")
@@ -45,47 +45,33 @@ def key_id(subscription: str) -> str:
     return f"webhook:{subscription}"
 
 
-def _resolve(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
-    try:
-        return [ipaddress.ip_address(host.strip("[]"))]
-    except ValueError:
-        pass
-    out = []
-    for *_, sockaddr in socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM):
-        out.append(ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0]))
-    return out
+Resolver = Callable[[str, int], list[IPAddress]]
 
 
-def webhook_url_allowed(tenant: str, url: str, *, allow_loopback: bool = False) -> str | None:
-    """Why `url` may not receive `tenant`'s webhooks (None: it may). HTTPS only; every address the host
-    resolves to must be public: private, loopback, link-local (169.254.169.254, the cloud metadata
-    service), unique-local, shared, reserved and multicast addresses are refused. `allow_loopback` (a
-    server-level setting for tests) admits http:// and https:// to loopback only.
-
-    TODO(merge): wire to the tenant's egress policy of issue 19 (branch i19-http) instead of these fixed
-    rules; called at subscription and again before every delivery (a name may resolve elsewhere later).
-    """
+def webhook_url_refusal(
+    policy: EgressPolicy, url: str, *, loopback_ok: bool = False, resolver: Resolver = resolve
+) -> str | None:
+    """Why `url` may not receive the tenant's webhooks (None: it may). A receiver is an egress of the
+    tenant like an http step's request: its URL must be under the tenant's egress policy (core/egress.py:
+    allowed prefixes or hosts, HTTPS unless allow_http, no credentials), and every address its host
+    resolves to must be public (loopback only where the policy and the server's egress_allow_loopback
+    both allow it). Checked at subscription; the delivery pass checks again and connects to the checked
+    address only (runtime/webhooks_out.py), so a name that later resolves elsewhere reaches nothing."""
+    why = url_refusal(policy, url)
+    if why is not None:
+        return why
     parts = urlsplit(url)
-    if parts.username is not None or parts.password is not None:
-        return "put no credentials in the URL: the receiver checks the webhook-signature header instead"
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        return "must be an https:// URL with a host"
+    host = (parts.hostname or "").rstrip(".")
     try:
-        addresses = _resolve(parts.hostname)
-    except OSError as exc:
-        return f"host {parts.hostname} does not resolve ({exc.strerror or exc})"
+        addresses = resolver(host, parts.port or (443 if parts.scheme == "https" else 80))
+    except (OSError, UnicodeError) as exc:
+        return f"host {host} does not resolve ({getattr(exc, 'strerror', None) or exc})"
     for found in addresses:
-        mapped = found.ipv4_mapped if isinstance(found, ipaddress.IPv6Address) else None
-        a = mapped or found
-        if a.is_loopback and allow_loopback:
-            continue
-        if a.is_loopback or not a.is_global or a.is_multicast:
+        refused = refusal(found, policy, loopback_ok)
+        if refused is not None:
             return (
-                f"host {parts.hostname} resolves to {a}, which is not a public address (private, loopback, "
-                "link-local or cloud metadata): webhooks go to public HTTPS receivers only"
+                f"host {host} resolves to a refused address ({refused}): webhooks go to public addresses only"
             )
-    if parts.scheme != "https" and not allow_loopback:
-        return "must be https:// (webhook bodies and signatures are not sent in clear)"
     return None
 
 
@@ -114,17 +100,29 @@ class Claimed:
 
 
 class Webhooks:
-    def __init__(self, kernel: KernelPort[WebhookTx], sealer: Sealer) -> None:
+    def __init__(
+        self,
+        kernel: KernelPort[WebhookTx],
+        sealer: Sealer,
+        policy: Callable[[str], EgressPolicy],
+    ) -> None:
         self.kernel = kernel
         self.sealer = sealer
-        # Server settings (the tests make them small): loopback receivers, backoff, attempts, lease.
-        self.allow_loopback = False
+        # The tenant's egress policy (app/secrets.Egress.policy): the receivers it may reach.
+        self.policy = policy
+        # Loopback receivers need the server's egress_allow_loopback (tests only) and the policy's say.
+        self.loopback_ok = kernel.server_limits["egress_allow_loopback"] == 1
+        self.resolver: Resolver = resolve  # the delivery pass resolves with it too (tests swap it)
+        # Server settings (the tests make them small): backoff, attempts, lease.
         self.retry_base_ms = 1000
         self.retry_cap_ms = 300_000
         self.max_attempts = 30
         self.lease_ms = 30_000
-        self.url_allowed: Callable[[str, str], str | None] = lambda tenant, url: webhook_url_allowed(
-            tenant, url, allow_loopback=self.allow_loopback
+
+    def url_allowed(self, tenant: str, url: str) -> str | None:
+        """Why `url` may not receive `tenant`'s webhooks now (None: it may)."""
+        return webhook_url_refusal(
+            self.policy(tenant), url, loopback_ok=self.loopback_ok, resolver=self.resolver
         )
 
     def _now_ms(self) -> int:

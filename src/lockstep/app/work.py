@@ -205,11 +205,13 @@ class Work:
         with self.kernel.write() as tx:
             return self.claim_in(tx, now, worker, activities, limit, lease_ttl, tenant, queue, versions)
 
-    def abandon_leases(self, worker: str) -> int:
+    def abandon_leases(self, worker: str, tenant: str | None = None) -> int:
         """A worker restarting under the same id gives up the leases of its dead previous incarnation:
-        they expire now (the scheduler retries them at once) instead of after their lease time."""
+        they expire now (the scheduler retries them at once) instead of after their lease time. A
+        remote worker's are those of its tenant only (worker ids are the tenant's own names); a database
+        worker (None) serves every tenant."""
         with self.kernel.write() as tx:
-            return tx.abandon_leases(worker, epoch_ms(self.kernel.clock()))
+            return tx.abandon_leases(worker, epoch_ms(self.kernel.clock()), tenant)
 
     def heartbeat(self, task_id: str, fencing: int, lease_ttl: timedelta) -> bool:
         """Extend a lease (never past the attempt's deadline); False if the lease is no longer ours."""

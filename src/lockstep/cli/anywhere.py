@@ -34,6 +34,8 @@ def _override(attr: str) -> Callable[[click.Context, click.Parameter, Any], None
             c.limits = root.meta["lockstep.limits"](tuple(root.params.get("limit_settings", ())) + value)
         else:
             setattr(c, attr, value)
+            if attr == "db":
+                c.db_given = True
 
     return callback
 
@@ -43,6 +45,8 @@ _GLOBALS: list[tuple[str, str, dict[str, Any]]] = [
     ("--tenant", "tenant", {}),
     ("--key-file", "key_file", {"type": click.Path(dir_okay=False)}),
     ("--limit", "limits", {"multiple": True}),
+    ("--url", "url", {}),
+    ("--api-key-file", "api_key_file", {"type": click.Path(dir_okay=False)}),
 ]
 
 
@@ -57,7 +61,8 @@ def _resolving(callback: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(callback)
     def resolved(*args: Any, **kwargs: Any) -> Any:
         c = click.get_current_context().find_object(Ctx)
-        if c is not None and isinstance(kwargs.get("run_id"), str):
+        # Over --url a run is named by its id (the API has no search by prefix or start key yet).
+        if c is not None and not c.remote and isinstance(kwargs.get("run_id"), str):
             kwargs["run_id"] = c.engine.service.find_run(c.tenant, kwargs["run_id"])
         return callback(*args, **kwargs)
 

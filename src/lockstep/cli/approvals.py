@@ -1,13 +1,27 @@
-"""Approvals (links, approvers of waiting runs) and the signing secret of approval webhooks."""
+"""Approvals (links, approvers of waiting runs) and the signing secret of approval webhooks. The
+`approvals` commands work on the database or, with --url, over the HTTP API as the API key's user (a
+link minted there points at the server's own public URL: --public-url does not apply)."""
 
 from __future__ import annotations
 
 import click
+from rich.table import Table
 
 from ..app.approvals import Approvals
+from ..app.views import (
+    DecisionResult,
+    InboxItem,
+    LinkView,
+    MigrationRequestView,
+    MintedLink,
+    Reassigned,
+    RevokedLink,
+)
+from ..errors import InvalidInput
+from .backend import as_view, as_views
 from .context import Ctx, cli_user, pass_ctx
-from .inputs import duration
-from .render import print_json
+from .inputs import duration, parse_json
+from .render import out, print_json
 from .webhooks import SUBSCRIPTION_COMMANDS
 
 __all__ = ["COMMANDS"]
@@ -57,6 +71,10 @@ def approvals_link(
 ) -> None:
     """Mint and print a fresh single-use link {"url", "token", "expires_at"} (recorded in the history)."""
     expires = duration(expires_in, "--expires-in") if expires_in else None
+    if c.remote:
+        minted = c.client.mint_link(run_id, step, approver, expires_in=expires_in)
+        print_json(as_view(MintedLink, minted))
+        return
     print_json(
         _approvals(c, public_url).mint(c.tenant, run_id, step, approver, expires_in=expires, by=cli_user())
     )
@@ -67,6 +85,9 @@ def approvals_link(
 @pass_ctx
 def approvals_links(c: Ctx, run_id: str) -> None:
     """Links of the run's pending approval request (ids and status, never tokens)."""
+    if c.remote:
+        print_json(as_views(LinkView, c.client.links(run_id)))
+        return
     print_json(_approvals(c).links(c.tenant, run_id))
 
 
@@ -76,6 +97,9 @@ def approvals_links(c: Ctx, run_id: str) -> None:
 @pass_ctx
 def approvals_revoke(c: Ctx, link_id: str, reason: str) -> None:
     """Revoke a pending link (e.g. after resending a new one)."""
+    if c.remote:
+        print_json(as_view(RevokedLink, c.client.revoke_link(link_id, reason)))
+        return
     print_json(_approvals(c).revoke(c.tenant, link_id, reason, actor=cli_user()))
 
 
@@ -88,7 +112,55 @@ def approvals_revoke(c: Ctx, link_id: str, reason: str) -> None:
 @pass_ctx
 def approvals_reassign(c: Ctx, run_id: str, step: str, old: str, new: str, reason: str) -> None:
     """Replace an approver on a pending request; their links are revoked, the new one is notified."""
+    if c.remote:
+        print_json(as_view(Reassigned, c.client.reassign(run_id, step, old, new, reason)))
+        return
     print_json(_approvals(c).reassign(c.tenant, run_id, step, old, new, reason, actor=cli_user()))
+
+
+def _as_approver(c: Ctx, command: str) -> None:
+    """An approver decides with their own key: over --url the server knows who they are. On the database
+    the CLI could record any name, so deciding there is refused (the UI inbox or --url instead)."""
+    if not c.remote:
+        raise InvalidInput(
+            f"`lockstep approvals {command}` works only over --url with your own API key (role approver): "
+            "lockstep --url https://HOST --api-key-file FILE approvals " + command
+        )
+
+
+@approvals.command("inbox")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def approvals_inbox(c: Ctx, as_json: bool) -> None:
+    """The requests your API key's user may decide (over --url): decide one with `approvals decide`."""
+    _as_approver(c, "inbox")
+    items = as_views(InboxItem, c.client.inbox())
+    if as_json:
+        print_json(items)
+        return
+    t = Table("request", "kind", "run", "step", "definition", "decisions", "expires")
+    for i in items:
+        d = i.definition
+        votes = f"{len(i.decisions)}/{i.quorum}"
+        t.add_row(i.request_id, i.kind, i.run_id, i.step, f"{d.name} v{d.version}", votes, i.expires_at)
+    out.print(t)
+
+
+@approvals.command("decide")
+@click.argument("request_id")
+@click.argument("decision", type=click.Choice(["approve", "reject"]))
+@click.option("--comment", help="Recorded with your decision.")
+@click.option("--values", "values", help="The approval form's values as a JSON object, or @file.json.")
+@pass_ctx
+def approvals_decide(c: Ctx, request_id: str, decision: str, comment: str | None, values: str | None) -> None:
+    """Approve or reject REQUEST_ID from your inbox (over --url, as your API key's user)."""
+    _as_approver(c, "decide")
+    form = parse_json(values, "--values")
+    if form is not None and not isinstance(form, dict):
+        raise InvalidInput('--values: give a JSON object of the form\'s fields, e.g. {"amount": 12}')
+    answer = c.client.decide(request_id, decision, comment=comment, values=form)
+    view = DecisionResult if hasattr(answer, "run_id") else MigrationRequestView
+    print_json(as_view(view, answer))
 
 
 # The commands of this group, attached to the root group in root.py.

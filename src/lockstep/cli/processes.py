@@ -10,10 +10,12 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from types import FrameType
 
 import click
 
+from ..core.definition import HTTP_ACTIVITY
 from ..errors import InvalidInput
 from ..runtime.activity import REGISTRY
 from .context import Ctx, pass_ctx
@@ -117,8 +119,8 @@ def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
     "--activities",
     "modules",
     multiple=True,
-    required=True,
-    help="Python module that registers activities with @lockstep.activity (repeatable).",
+    help="Python module that registers activities with @lockstep.activity (repeatable). Without one "
+    "the worker runs the built-in http steps only (a tenant's processes that call HTTP APIs need no code).",
 )
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True)
 @click.option(
@@ -132,6 +134,11 @@ def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
 @click.option("--only", "only", multiple=True, help="Serve only these activity types (repeatable).")
 @click.option("--no-scheduler", is_flag=True, help="Do not also fire timers and expire leases here.")
 @click.option(
+    "--no-http",
+    is_flag=True,
+    help="Do not run http steps here (the built-in lockstep.http; also left out by --only unless named).",
+)
+@click.option(
     "--worker-id",
     help="Name in leases and events (default host:pid). Unique among live workers: a worker started "
     "under an id abandons the leases its dead predecessor held, so they are retried at once.",
@@ -143,6 +150,12 @@ def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
     multiple=True,
     help="Only tasks of these definition versions, NAME:VERSION (repeatable; default: all).",
 )
+@click.option(
+    "--poll-wait",
+    default="10s",
+    show_default=True,
+    help="With --url: how long one long poll of the task API waits for a task (at most 30s).",
+)
 @_metrics_options
 @pass_ctx
 def worker(
@@ -153,26 +166,48 @@ def worker(
     poll_interval: str,
     only: tuple[str, ...],
     no_scheduler: bool,
+    no_http: bool,
     worker_id: str | None,
     queue: str,
     versions: tuple[str, ...],
     metrics_port: int | None,
     metrics_host: str,
     metrics_token: str | None,
+    poll_wait: str,
 ) -> None:
-    """Run activities from MODULE. SIGTERM drains gracefully; SIGKILL loses nothing."""
+    """Run activities from MODULE (and http steps), on the database (--db) or over a server's task API
+    (--url with --api-key-file: the worker never sees the database; http steps stay with database
+    workers, which hold the tenant's secrets). SIGTERM drains gracefully; SIGKILL loses nothing."""
     _import_activities(modules)
-    from ..runtime.worker import Worker  # noqa: PLC0415 - keep `lockstep show` fast
-
-    names = list(only) or REGISTRY.names()
-    if not names:
+    if c.remote:
+        names = [n for n in only if n != HTTP_ACTIVITY] if only else REGISTRY.names()
+        if not names:
+            raise InvalidInput(
+                f"module(s) {', '.join(modules)} registered no activities (use @lockstep.activity)"
+                if modules
+                else "a remote worker runs your activities: give --activities MODULE (http steps run "
+                "on workers of the database, which hold the tenant's secrets)"
+            )
+        if metrics_port is not None:
+            raise InvalidInput(
+                "--metrics-port needs --db: a remote worker's results are counted by the server"
+            )
+        _remote_worker(c, names, concurrency, lease_ttl, poll_wait, worker_id, queue, _versions(versions))
+        return
+    http = not no_http and (not only or HTTP_ACTIVITY in only)
+    names = [n for n in only if n != HTTP_ACTIVITY] if only else REGISTRY.names()
+    if not names and not http:
         raise InvalidInput(
             f"module(s) {', '.join(modules)} registered no activities (use @lockstep.activity)"
+            if modules
+            else "nothing to run: give --activities MODULE, or leave out --no-http to run http steps"
         )
+    from ..runtime.worker import Worker  # noqa: PLC0415 - keep `lockstep show` fast
+
     w = Worker(
         c.engine.service,
         REGISTRY,
-        activities=names,
+        activities=names or [HTTP_ACTIVITY],
         concurrency=concurrency,
         lease_ttl=duration(lease_ttl, "--lease-ttl"),
         poll_interval=duration(poll_interval, "--poll-interval"),
@@ -180,13 +215,54 @@ def worker(
         worker_id=worker_id,
         queue=queue,
         versions=_versions(versions),
+        http=http,
     )
     _event_logs(c)
     stop_metrics = _serve_metrics(c, metrics_port, metrics_host, metrics_token)
     _freeze_startup_heap()
     w.start()
-    err.print(f"worker {w.worker_id} serving {', '.join(names)}" + ("" if no_scheduler else " (+ scheduler)"))
+    err.print(
+        f"worker {w.worker_id} serving {', '.join(w.activities)}" + ("" if no_scheduler else " (+ scheduler)")
+    )
     _run_until_signal([w.stop, stop_metrics], "draining in-flight activities, then exiting")
+
+
+def _remote_worker(
+    c: Ctx,
+    names: list[str],
+    concurrency: int,
+    lease_ttl: str,
+    poll_wait: str,
+    worker_id: str | None,
+    queue: str,
+    versions: list[str] | None,
+) -> None:
+    """`worker --url`: the same activities over the HTTP task API (runtime/remote.py)."""
+    from ..app.observability import configure_logging  # noqa: PLC0415
+    from ..runtime.remote import RemoteWorker  # noqa: PLC0415
+
+    w = RemoteWorker(
+        c.client,
+        REGISTRY,
+        activities=names,
+        concurrency=concurrency,
+        lease_ttl=duration(lease_ttl, "--lease-ttl"),
+        poll_wait=duration(poll_wait, "--poll-wait"),
+        worker_id=worker_id,
+        queue=queue,
+        versions=versions,
+    )
+    if os.environ.get("LOCKSTEP_LOG_FORMAT", "json") != "off":
+        configure_logging(json_logs=os.environ.get("LOCKSTEP_LOG_FORMAT", "json") == "json")
+    _freeze_startup_heap()
+    w.start()
+    err.print(f"worker {w.worker_id} serving {', '.join(names)} via {c.client.url}")
+
+    def drain() -> None:
+        if not w.stop():
+            err.print("drain timed out: the tasks left are retried after their leases expire")
+
+    _run_until_signal([drain], "draining in-flight activities, then exiting")
 
 
 @click.command()
@@ -217,6 +293,20 @@ def worker(
     show_default=True,
     help="Rows the purge deletes per transaction (and, up to 100, runs it tombstones per transaction).",
 )
+@click.option(
+    "--scrub-interval",
+    default="60s",
+    show_default=True,
+    help="How often to verify a batch of runs (hash chain, seq, replay) and mark the damaged ones, whose "
+    "commands are then refused; 0 turns the scrub off.",
+)
+@click.option(
+    "--scrub-batch",
+    type=click.IntRange(1, 100_000),
+    default=200,
+    show_default=True,
+    help="Runs the scrub verifies per pass (round robin over every run, so all are checked in turn).",
+)
 @_metrics_options
 @pass_ctx
 def scheduler(
@@ -226,11 +316,13 @@ def scheduler(
     scheduler_id: str | None,
     purge_interval: str,
     purge_batch: int,
+    scrub_interval: str,
+    scrub_batch: int,
     metrics_port: int | None,
     metrics_host: str,
     metrics_token: str | None,
 ) -> None:
-    """Fire due timers, expire lost leases, purge past retention (any number may run at once)."""
+    """Fire due timers, expire lost leases, purge past retention, scrub (any number may run at once)."""
     from ..runtime.scheduler import Scheduler  # noqa: PLC0415
 
     stop = threading.Event()
@@ -239,6 +331,10 @@ def scheduler(
         poll_interval=duration(poll_interval, "--poll-interval"),
         purge_interval=duration(purge_interval, "--purge-interval"),
         purge_batch=purge_batch,
+        scrub_interval=timedelta(0)
+        if scrub_interval.strip() == "0"
+        else duration(scrub_interval, "--scrub-interval"),
+        scrub_batch=scrub_batch,
     )
     if scheduler_id:
         s.owner = scheduler_id

@@ -67,6 +67,8 @@ def print_run(s: RunView) -> None:
         f"{escape(d.name)} v{d.version}  tenant {escape(s.tenant)}",
         markup=True,
     )
+    if s.damaged:  # the scrub marked it: say so before anything that reads like an ordinary wait
+        out.print(f"[bold red]damaged, every command refused:[/bold red] {escape(s.damaged)}", markup=True)
     if s.current_step:
         out.print(f"current step: {s.current_step}")
     if s.parent is not None:

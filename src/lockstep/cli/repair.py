@@ -1,5 +1,6 @@
 """Operator repair: retry, the dead letters, pause/resume, skip, edit-input, resolve, the four-eyes
-confirm/reject, and migrate to another version."""
+confirm/reject, and migrate to another version. Each works on the database (the actor is $USER) or, with
+--url, over the HTTP API (the actor is the API key's user, with its roles), printing the same JSON."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import click
 from rich.table import Table
 
 from ..app.repair import Repairs
+from ..app.views import DeadLetter, MigrationPlan, RepairResult, RetryResult
 from ..errors import InvalidInput
+from .backend import as_view, as_views
 from .context import Ctx, cli_user, pass_ctx
 from .inputs import parse_json
 from .render import out, print_json
@@ -27,6 +30,9 @@ __all__ = ["COMMANDS"]
 @pass_ctx
 def retry(c: Ctx, run_id: str, step: str, reason: str, new_key: bool) -> None:
     """Run a step that waits for an operator (dead letter, unknown outcome) again, as a new attempt."""
+    if c.remote:
+        print_json(as_view(RetryResult, c.client.retry(run_id, step, reason, new_key=new_key)))
+        return
     print_json(c.engine.service.retry(c.tenant, run_id, step, reason, actor=cli_user(), new_key=new_key))
 
 
@@ -35,7 +41,10 @@ def retry(c: Ctx, run_id: str, step: str, reason: str, new_key: bool) -> None:
 @pass_ctx
 def dead_letters(c: Ctx, as_json: bool) -> None:
     """Runs whose task went to the dead-letter state, with the reason (retry with `lockstep retry`)."""
-    rows = c.engine.service.dead_letters(c.tenant)
+    if c.remote:
+        rows = as_views(DeadLetter, c.client.dead_letters())
+    else:
+        rows = c.engine.service.dead_letters(c.tenant)
     if as_json:
         print_json(rows)
         return
@@ -60,6 +69,9 @@ reason_opt = click.option(
 @pass_ctx
 def pause(c: Ctx, run_id: str, reason: str) -> None:
     """Pause a run: nothing new starts; in-flight attempts finish and are recorded; due timers wait."""
+    if c.remote:
+        print_json(as_view(RepairResult, c.client.pause(run_id, reason)))
+        return
     print_json(_repairs(c).pause(c.tenant, run_id, reason, actor=cli_user()))
 
 
@@ -69,6 +81,9 @@ def pause(c: Ctx, run_id: str, reason: str) -> None:
 @pass_ctx
 def resume(c: Ctx, run_id: str, reason: str) -> None:
     """Resume a paused run: transitions held back while paused (due timers, next steps) happen now."""
+    if c.remote:
+        print_json(as_view(RepairResult, c.client.resume(run_id, reason)))
+        return
     print_json(_repairs(c).resume(c.tenant, run_id, reason, actor=cli_user()))
 
 
@@ -80,13 +95,17 @@ def resume(c: Ctx, run_id: str, reason: str) -> None:
 @pass_ctx
 def skip(c: Ctx, run_id: str, step: str, output: str | None, reason: str) -> None:
     """Skip the current step where the definition allows it (skippable / skip_policy)."""
+    stand_in = parse_json(output, "--output")
+    if c.remote:
+        print_json(as_view(RepairResult, c.client.skip(run_id, step, reason, output=stand_in)))
+        return
     print_json(
         _repairs(c).skip(
             c.tenant,
             run_id,
             step,
             reason,
-            output=parse_json(output, "--output"),
+            output=stand_in,
             actor=cli_user(),
             roles=("operator", "admin"),
         )
@@ -100,9 +119,11 @@ def skip(c: Ctx, run_id: str, step: str, output: str | None, reason: str) -> Non
 @pass_ctx
 def edit_input(c: Ctx, run_id: str, input_: str, reason: str) -> None:
     """Replace the run's input (checked against its version's input_schema) for steps not yet started."""
-    print_json(
-        _repairs(c).edit_input(c.tenant, run_id, parse_json(input_, "--input"), reason, actor=cli_user())
-    )
+    new_input = parse_json(input_, "--input")
+    if c.remote:
+        print_json(as_view(RepairResult, c.client.edit_input(run_id, new_input, reason)))
+        return
+    print_json(_repairs(c).edit_input(c.tenant, run_id, new_input, reason, actor=cli_user()))
 
 
 @click.command()
@@ -114,17 +135,11 @@ def edit_input(c: Ctx, run_id: str, input_: str, reason: str) -> None:
 @pass_ctx
 def resolve(c: Ctx, run_id: str, step: str, outcome: str, output: str | None, reason: str) -> None:
     """Settle a step whose outcome was unknown, after checking the downstream system."""
-    print_json(
-        _repairs(c).resolve(
-            c.tenant,
-            run_id,
-            step,
-            outcome,
-            reason,
-            output=parse_json(output, "--output"),
-            actor=cli_user(),
-        )
-    )
+    value = parse_json(output, "--output")
+    if c.remote:
+        print_json(as_view(RepairResult, c.client.resolve(run_id, step, outcome, reason, output=value)))
+        return
+    print_json(_repairs(c).resolve(c.tenant, run_id, step, outcome, reason, output=value, actor=cli_user()))
 
 
 @click.command()
@@ -134,6 +149,9 @@ def resolve(c: Ctx, run_id: str, step: str, outcome: str, output: str | None, re
 @pass_ctx
 def confirm(c: Ctx, run_id: str, proposal_id: str, reason: str) -> None:
     """Four-eyes: confirm another operator's proposed skip, migrate or resolve (it runs now)."""
+    if c.remote:
+        print_json(as_view(RepairResult, c.client.confirm(run_id, proposal_id, reason)))
+        return
     print_json(
         _repairs(c).confirm(
             c.tenant, run_id, proposal_id, reason, actor=cli_user(), roles=("operator", "admin")
@@ -148,6 +166,9 @@ def confirm(c: Ctx, run_id: str, proposal_id: str, reason: str) -> None:
 @pass_ctx
 def reject_proposal(c: Ctx, run_id: str, proposal_id: str, reason: str) -> None:
     """Four-eyes: reject a proposal (your own proposal: withdraw it)."""
+    if c.remote:
+        print_json(as_view(RepairResult, c.client.reject(run_id, proposal_id, reason)))
+        return
     print_json(_repairs(c).reject(c.tenant, run_id, proposal_id, reason, actor=cli_user()))
 
 
@@ -188,15 +209,24 @@ def migrate(
     if run_id is not None:
         if definition or from_version or where:
             raise InvalidInput("give either RUN_ID or --definition/--from-version/--where, not both")
-        result = _repairs(c).migrate(
-            c.tenant, run_id, to_version, reason, mapping=mapping, dry_run=dry_run, actor=actor
-        )
+        if c.remote:
+            plan = c.client.migrate(run_id, to_version, reason, mapping=mapping, dry_run=dry_run)
+            result = as_view(MigrationPlan, plan)
+        else:
+            result = _repairs(c).migrate(
+                c.tenant, run_id, to_version, reason, mapping=mapping, dry_run=dry_run, actor=actor
+            )
         print_json(result)
         if not result.ok:
             sys.exit(5)
         return
     if not definition or not from_version:
         raise InvalidInput("give a RUN_ID, or --definition NAME --from-version N for a bulk migration")
+    if c.remote:  # the API moves one run per call; a bulk migration is one request for all its runs
+        raise InvalidInput(
+            "a bulk migration (--definition) works only on the database (--db URL), not over --url: "
+            "give a RUN_ID to migrate one run over the API"
+        )
     status = None
     if where:
         key, _, value = where.partition("=")

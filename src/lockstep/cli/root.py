@@ -26,6 +26,7 @@ from . import (
     definitions,
     events,
     keys,
+    migrations,
     principals,
     processes,
     repair,
@@ -34,6 +35,7 @@ from . import (
     trace,
 )
 from . import schedules as schedule_commands
+from . import secrets as secret_commands
 from .anywhere import accept_everywhere
 from .context import Ctx
 from .render import err, fail
@@ -83,10 +85,29 @@ def _server_limits(options: tuple[str, ...]) -> ServerLimits:
     type=click.Path(dir_okay=False),
     help="Key file that seals sensitive values (default: env LOCKSTEP_KEY_FILE, else LOCKSTEP_KEY).",
 )
+@click.option(
+    "--url",
+    envvar="LOCKSTEP_URL",
+    help="A lockstep server (https://HOST) to talk to over its HTTP API instead of --db: for runs, "
+    "show, events, start, cancel, worker, the repair commands, approvals and migrations "
+    "(env LOCKSTEP_URL).",
+)
+@click.option(
+    "--api-key-file",
+    envvar="LOCKSTEP_API_KEY_FILE",
+    type=click.Path(dir_okay=False),
+    help="File holding the API key for --url (env LOCKSTEP_API_KEY_FILE; or the key in LOCKSTEP_API_KEY).",
+)
 @click.version_option(package_name="lockstep")
 @click.pass_context
 def cli(
-    ctx: click.Context, db: str, tenant: str, limit_settings: tuple[str, ...], key_file: str | None
+    ctx: click.Context,
+    db: str,
+    tenant: str,
+    limit_settings: tuple[str, ...],
+    key_file: str | None,
+    url: str | None,
+    api_key_file: str | None,
 ) -> None:
     """lockstep: durable workflows for tenant-defined processes.
 
@@ -100,6 +121,12 @@ def cli(
         err.print(f"warning: fail points are active ({failpoints.ENV}={failpoints.active_spec()})")
     ctx.meta["lockstep.limits"] = _server_limits  # for --limit given after the command (anywhere.py)
     ctx.obj = Ctx(db, tenant, _server_limits(limit_settings), key_file)
+    ctx.obj.url, ctx.obj.api_key_file = url or None, api_key_file
+    source = ctx.get_parameter_source("db")
+    ctx.obj.db_given = source in (
+        click.core.ParameterSource.COMMANDLINE,
+        click.core.ParameterSource.ENVIRONMENT,
+    )
     ctx.call_on_close(ctx.obj.close)
 
 
@@ -116,6 +143,8 @@ for _group in (
     keys,
     audit,
     events,
+    secret_commands,
+    migrations,
 ):
     for _command in _group.COMMANDS:
         cli.add_command(_command)
@@ -126,6 +155,7 @@ runs.runs.add_command(keys.runs_forget)
 principals.tenants.add_command(keys.tenants_shred)
 principals.users.add_command(keys.users_grant)
 principals.users.add_command(keys.users_revoke)
+principals.tenants.add_command(secret_commands.tenants_egress)
 accept_everywhere(cli)
 
 

@@ -11,9 +11,13 @@ from rich.text import Text
 
 from ..app.principals import Principal
 from ..app.retention import Retention
-from ..app.views import RunSummary
+from ..app.search import Filters
+from ..app.views import EventView, RunSummary, RunView
+from ..core.explain import WAIT_KINDS
 from ..core.narrate import narrate
 from ..core.state import STATUSES
+from ..errors import InvalidInput
+from .backend import backend
 from .context import Ctx, cli_user, pass_ctx
 from .inputs import parse_json
 from .render import STATUS_STYLE, out, print_json, print_run
@@ -22,6 +26,16 @@ from .retention import reason_command
 __all__ = ["COMMANDS"]
 
 F = TypeVar("F", bound=Callable[..., object])
+# The search's options that only list newest first (the store's search), by the filter each sets.
+SEARCH_ONLY = {
+    "--waiting": "waiting",
+    "--run": "run",
+    "--key": "key",
+    "--version": "version",
+    "--since": "since",
+    "--until": "until",
+    "--input": "input",
+}
 
 
 @click.command()
@@ -41,16 +55,7 @@ def start(
 ) -> None:
     """Start a run of definition NAME; prints {"run_id"}."""
     payload = parse_json(input_, "--input")
-    run_id = c.engine.start(
-        name,
-        input=payload,
-        key=key,
-        version=version,
-        tenant=c.tenant,
-        actor=cli_user(),
-        traceparent=traceparent or None,
-    )
-    print_json({"run_id": run_id})
+    print_json({"run_id": backend(c).start(name, payload, key, version, traceparent or None)})
 
 
 def _revealer(c: Ctx, who: str | None, run_id: str, what: str) -> Principal:
@@ -78,6 +83,13 @@ def _showing(f: F) -> F:
 @pass_ctx
 def show(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) -> None:
     """Show a run: status, current step, why it waits and what happens next (sensitive values redacted)."""
+    if c.remote:  # a --reveal is made as the API key's user (and audited for them)
+        s = backend(c, unsupported={"--as": who}).show(run_id, reveal)
+        if as_json:
+            print_json(s)
+        else:
+            print_run(s)
+        return
     svc = c.engine.service
     s = (
         svc.reveal.run(_revealer(c, who, run_id, "run"), run_id, channel="cli")
@@ -99,11 +111,18 @@ def show(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) -> N
 @pass_ctx
 def events(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) -> None:
     """The run's event history (append-only, hash-chained; sensitive values redacted)."""
+    if c.remote:  # a --reveal is made as the API key's user (and audited for them)
+        _print_events(backend(c, unsupported={"--as": who}).events(run_id, reveal), as_json)
+        return
     svc = c.engine.service
     if reveal:
         rows = svc.reveal.events(_revealer(c, who, run_id, "events"), run_id, channel="cli")
     else:
         rows = svc.events(c.tenant, run_id)
+    _print_events(rows, as_json)
+
+
+def _print_events(rows: list[EventView], as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
@@ -120,6 +139,18 @@ def events(c: Ctx, run_id: str, as_json: bool, reveal: bool, who: str | None) ->
     type=click.Choice(STATUSES),
 )
 @click.option("--definition", help="Only runs of this definition.")
+@click.option("--waiting", type=click.Choice(WAIT_KINDS), help="Only runs waiting for this.")
+@click.option("--run", "run_prefix", help="Only the run with this id, or the runs whose id begins so.")
+@click.option("--key", help="Only the run started with this start key.")
+@click.option("--version", type=click.IntRange(min=1), help="Only runs of this definition version.")
+@click.option("--since", help="Only runs started at or after this time (ISO 8601; no offset: UTC).")
+@click.option("--until", help="Only runs started before this time (ISO 8601; no offset: UTC).")
+@click.option(
+    "--input",
+    "input_filter",
+    help="Only runs whose input field equals a value: 'customer=ACME', 'address.city=\"Köln\"' "
+    "(a sensitive field never matches).",
+)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
 @click.option("--before", default="", help="Cursor: the next page, older than this run id.")
 @click.option("--after", default=None, help="Cursor: oldest first, from the run after this run id.")
@@ -130,25 +161,38 @@ def runs(
     c: Ctx,
     status: str | None,
     definition: str | None,
+    waiting: str | None,
+    run_prefix: str | None,
+    key: str | None,
+    version: int | None,
+    since: str | None,
+    until: str | None,
+    input_filter: str | None,
     limit: int,
     before: str,
     after: str | None,
     oldest_first: bool,
     as_json: bool,
 ) -> None:
-    """List runs, newest first (as the API and the UI do), with filters and cursors; `runs
-    hold|release|purge RUN` for retention, `runs forget RUN` destroys a run's key."""
+    """List and search runs, newest first (the search of the API and the UI, with --db or --url), with
+    cursors; `runs hold|release|purge RUN` for retention, `runs forget RUN` destroys a run's key."""
     if click.get_current_context().invoked_subcommand is not None:
         return
-    ascending = after is not None or oldest_first
-    rows = c.engine.service.runs(
-        c.tenant,
-        status=status,
-        definition=definition,
-        limit=limit,
-        after=after or "",
-        before=None if ascending else before,
+    f = Filters(
+        status=status or "",
+        definition=definition or "",
+        waiting=waiting or "",
+        run=run_prefix or "",
+        key=key or "",
+        version=str(version or ""),
+        since=since or "",
+        until=until or "",
+        input=input_filter or "",
     )
+    if after is not None or oldest_first:  # the only listing oldest first: on the database, unsearched
+        rows = _oldest_first(c, f, after or "", limit)
+    else:
+        rows = backend(c).runs(f, limit, before)
     if as_json:
         print_json([RunSummary.of(r) for r in rows])
         return
@@ -165,13 +209,26 @@ def runs(
     out.print(t)
 
 
+def _oldest_first(c: Ctx, f: Filters, after: str, limit: int) -> list[RunView]:
+    searched = [o for o, v in SEARCH_ONLY.items() if getattr(f, v)]
+    if c.remote or searched:
+        with_what = "--url" if c.remote else ", ".join(searched)
+        raise InvalidInput(
+            f"--after and --oldest-first list runs oldest first, on the database (--db) by --status and "
+            f"--definition only; with {with_what} runs are listed newest first (page on with --before)"
+        )
+    return c.engine.service.runs(
+        c.tenant, status=f.status or None, definition=f.definition or None, limit=limit, after=after
+    )
+
+
 @click.command()
 @click.argument("run_id")
 @click.option("--reason", required=True, help="Why (recorded in the audit trail).")
 @pass_ctx
 def cancel(c: Ctx, run_id: str, reason: str) -> None:
     """Cancel a run: start nothing new, wait for in-flight work, compensate, end cancelled."""
-    print_json(c.engine.cancel(run_id, reason=reason, tenant=c.tenant, actor=cli_user()))
+    print_json(backend(c).cancel(run_id, reason))
 
 
 reason_command(

@@ -8,7 +8,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ..app.schedules import Schedules
+from ..app.schedules import Schedules, paused_since
 from ..app.views.schedules import ScheduleView
 from ..core.canonical import JSONValue
 from ..core.schedule import CATCH_UPS, OVERLAPS
@@ -185,11 +185,13 @@ def _print(v: ScheduleView) -> None:
     out.print(f"{v.name}  {v.status}  {v.definition} ({version})")
     out.print(f"when: {v.cron} in {v.timezone}: {v.description}")
     out.print(f"policies: overlap {v.overlap}, catch-up {v.catch_up} (limit {v.catch_up_limit})")
-    if v.paused_reason:
-        out.print(f"paused: {v.paused_reason}")
-    out.print("next fire times:")
-    for utc, local in zip(v.next_fire_times, v.next_fire_times_local, strict=True):
-        out.print(f"  {utc}  ({local})")
+    if v.status == "paused":
+        out.print(f"{paused_since(v)}")
+        out.print("next fire times: none while paused (resuming fires from the first slot after it)")
+    else:
+        out.print("next fire times:")
+        for utc, local in zip(v.next_fire_times, v.next_fire_times_local, strict=True):
+            out.print(f"  {utc}  ({local})")
     out.print(f"last slot: {v.last_slot or '-'}  last run: {v.last_run or '-'}")
     out.print(f"runs started {v.runs_started}, slots skipped {v.slots_skipped}, missed {v.slots_missed}")
     if v.last_skipped:

@@ -245,6 +245,9 @@ class MigrateRun:
     mapping: tuple[tuple[str, str], ...]
     reason: str
     actor: str | None = None
+    # A migration that needs approval (core/migapproval.py): the granted request and its decisions.
+    request_id: str | None = None
+    decisions: tuple[JSONObject, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -222,7 +222,7 @@ def _explain(s: RunState, now: datetime) -> Waiting:
         others = f" (and {len(s.event_waits) - 1} more)" if len(s.event_waits) > 1 else ""
         back = " or its callback" if w.get("callback") else ""
         return {
-            "wait_reason": f"{prefix}{_event_wait_text(key, w)} (in {_in(w['expires_at'], now)}){others}",
+            "wait_reason": f"{prefix}{_event_wait_text(key, w)} ({_in(w['expires_at'], now)}){others}",
             "waiting_since": w["at"],
             "waiting_until": w["expires_at"],
             "next_action": f"when POST /v1/events{back} delivers {w['name']} with key {w['key']}, step {key} "

@@ -93,9 +93,12 @@ def _cel_compile(source: str) -> Any:
 
 
 @lru_cache(maxsize=4096)
-def compile_expr(source: str, limits: ExprLimits = DEFAULT_LIMITS) -> Expr:
+def compile_expr(
+    source: str, limits: ExprLimits = DEFAULT_LIMITS, roots: frozenset[str] | None = None
+) -> Expr:
     """Check an expression's size, nesting and worst-case cost (exprcheck), then compile it with CEL;
-    raise ExprError for syntax errors, unknown variables and expressions over a limit."""
+    raise ExprError for syntax errors, unknown variables and expressions over a limit. `roots`: the
+    variables it may use, when not a run's (an http step's `success` sees only `response`)."""
     if not source.strip():
         raise ExprError("empty expression")
     try:
@@ -116,11 +119,15 @@ def compile_expr(source: str, limits: ExprLimits = DEFAULT_LIMITS) -> Expr:
             f"write it without that construct"
         ) from None
     program = _cel_compile(source)
-    roots = frozenset(program.variables())
     # Macros (all, exists, exists_one, map, filter) bind a loop variable that variables() also lists.
     bound = {v for v in _MACRO_VAR.findall(source) if not _used_outside_macros(source, v)}
-    roots = roots - bound
-    unknown = sorted(roots - ALLOWED_ROOTS)
+    free = frozenset(program.variables()) - bound
+    unknown = sorted(free - (ALLOWED_ROOTS if roots is None else roots))
+    if unknown and roots is not None:
+        raise ExprError(
+            f"unknown variable {', '.join(unknown)} in `{source}`: this expression may use only "
+            + ", ".join(sorted(roots))
+        )
     if unknown:
         # `steps.legal-ok.output` is `steps.legal - ok.output` to CEL: name the fix, not just `ok`.
         dashed = _DASHED.search(source)
@@ -135,7 +142,7 @@ def compile_expr(source: str, limits: ExprLimits = DEFAULT_LIMITS) -> Expr:
             f"for_each body){hint}"
         )
     path = tuple(source.strip().split(".")) if _PATH.match(source.strip()) else None
-    return Expr(source, program, roots, path, shape)
+    return Expr(source, program, free, path, shape)
 
 
 def _used_outside_macros(source: str, var: str) -> bool:

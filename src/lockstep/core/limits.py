@@ -287,6 +287,41 @@ SERVER_LIMITS: dict[str, Limit] = {
         Limit(
             "max_yaml_nodes", 50_000, "nodes", "scalars, sequences and mappings in one document", 1_000_000
         ),
+        # Backpressure (app/backlog.py): starts are refused (429, Retry-After) while the activity tasks
+        # waiting for a worker are this many, of the starting tenant or of all together; a tenant's
+        # bound is its share, so filling its own backlog refuses only its own starts.
+        Limit(
+            "max_tenant_backlog",
+            100_000,
+            "tasks",
+            "activity tasks of one tenant ready but not yet taken by a worker; its starts beyond it get 429",
+            100_000_000,
+        ),
+        Limit(
+            "max_backlog",
+            1_000_000,
+            "tasks",
+            "activity tasks of all tenants ready but not yet taken by a worker; any start beyond it gets 429",
+            100_000_000,
+        ),
+        Limit(
+            "backlog_refresh_ms",
+            500,
+            "milliseconds",
+            "how old the backlog count a start is checked against may be (each server process counts the "
+            "ready tasks once per interval, plus the starts it admitted since)",
+            60_000,
+        ),
+        # Egress (core/egress.py): the one switch that lets `http` steps reach loopback, for a server
+        # whose operator runs test receivers on the same machine. 0 (off) is the default; a tenant's
+        # policy must also say allow_loopback, and no tenant can set this.
+        Limit(
+            "egress_allow_loopback",
+            0,
+            "0 or 1",
+            "1: a tenant egress policy with allow_loopback may reach 127.0.0.0/8 and ::1 (tests only)",
+            1,
+        ),
     )
 }
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from msgspec import UNSET
+
 from .canonical import JSONObject
 from .commands import MigrateRun, Rejected
 from .definition import ActivityStep, ApprovalStep, Definition, DefinitionError, WaitStep
 from .events import WorkflowMigrated
 from .flow import Tx, cancel_timers, continue_run, enter, withdraw
+from .migapproval import check_granted, migration_policy
 from .state import RunState
 
 __all__ = ["Plan", "VersionRef", "migrate", "plan_migration"]
@@ -192,6 +195,15 @@ def migrate(tx: Tx, c: MigrateRun) -> None:
         )
     if c.target_version == s.definition["version"]:
         raise Rejected("same_version", f"the run is already on version {c.target_version}")
+    policy = migration_policy(tx.d, s.definition["version"], target, c.target_version)
+    if policy is not None:
+        if c.request_id is None:
+            raise Rejected(
+                "approval_required",
+                f"a migration to version {c.target_version} needs approval (migration: requires_approval "
+                f"of version {policy['version']}): it is asked for, not applied",
+            )
+        check_granted(policy, c.request_id, list(c.decisions), c.actor)
     mapping = dict(c.mapping)
     plan = plan_migration(s, tx.d, target, mapping)
     if plan["problems"]:
@@ -218,6 +230,8 @@ def migrate(tx: Tx, c: MigrateRun) -> None:
             steps_removed=plan["steps_removed"],
             reason=c.reason,
             actor=c.actor,
+            request_id=UNSET if c.request_id is None else c.request_id,
+            decisions=UNSET if c.request_id is None else [dict(d) for d in c.decisions],
         )
     )
     tx.d = target

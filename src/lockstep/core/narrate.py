@@ -325,9 +325,13 @@ def _approvals_and_repairs(d: Rest) -> str:
             return f"task of step {d.step} went to the dead-letter state: {d.reason}"
         case WorkflowMigrated():
             added = f"; added {', '.join(d.steps_added)}" if d.steps_added else ""
+            granted = ""
+            if isinstance(d.request_id, str) and isinstance(d.decisions, list):
+                yes = [x["approver"] for x in d.decisions if x.get("decision") == "approve"]
+                granted = f", approved by {', '.join(yes)} (request {d.request_id})"
             return (
-                f"migrated from v{d.previous['version']} to v{d.definition['version']} by {_by(d.actor)}: "
-                f"{d.reason}{added}"
+                f"migrated from v{d.previous['version']} to v{d.definition['version']} by {_by(d.actor)}"
+                f"{granted}: {d.reason}{added}"
             )
         case RepairProposed():
             c = d.command

@@ -8,7 +8,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from .canonical import JSONObject, JSONValue
+import orjson
+
+from .canonical import JSONObject, JSONValue, canonical_json
 
 __all__ = [
     "SNAPSHOT_VERSION",
@@ -197,7 +199,20 @@ class RunState:
     def to_json(self, *, copy_values: bool = True) -> JSONObject:
         """The snapshot document. `copy_values=False` shares nested values with this (immutable) state:
         for serialising at once, never for handing out."""
-        deep = copy_values
+        return self._document(copy_values, native=False)
+
+    def snapshot_text(self) -> str:
+        """`compact_json(self.to_json(copy_values=False))`, the stored snapshot, without a dict built per
+        step, attempt and timer on every transition (the part of a write that grows with the run):
+        orjson writes those frozen dataclasses itself, every field in definition order, the same text
+        (tests/core pin it). Where orjson refuses a value, the stdlib writes the document as before."""
+        try:
+            return orjson.dumps(self._document(False, native=True)).decode()
+        except TypeError:
+            return canonical_json(self.to_json(copy_values=False))
+
+    def _document(self, deep: bool, *, native: bool) -> JSONObject:
+        """The snapshot document; `native`: steps, the active attempt and timers left as dataclasses."""
         out: JSONObject = {
             "snapshot_version": SNAPSHOT_VERSION,
             "run_id": self.run_id,
@@ -213,9 +228,9 @@ class RunState:
             "output": self.output,
             "error": self.error,
             "current_step": self.current_step,
-            "steps": {k: _asdict(v, deep) for k, v in self.steps.items()},
-            "active": _asdict(self.active, deep) if self.active else None,
-            "timers": {k: _asdict(t, deep) for k, t in self.timers.items()},
+            "steps": self.steps if native else {k: _asdict(v, deep) for k, v in self.steps.items()},
+            "active": (self.active if native else _asdict(self.active, deep)) if self.active else None,
+            "timers": self.timers if native else {k: _asdict(t, deep) for k, t in self.timers.items()},
             "completed": list(self.completed),
             "compensating": list(self.compensating) if self.compensating is not None else None,
             "compensation_cause": self.compensation_cause,

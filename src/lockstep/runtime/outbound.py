@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..app.resolve import resolve
 from ..errors import InvalidInput
 
 __all__ = ["IPAddress", "OutboundPolicy", "read_secret", "resolve"]
@@ -93,21 +93,6 @@ class OutboundPolicy:
                     f"{what} to {host} ({address}) would carry working approval links in clear text: use "
                     f"TLS, a receiver on loopback, or start with {insecure_flag} (on a network you trust)"
                 )
-
-
-def resolve(host: str, port: int) -> list[IPAddress]:
-    """Every address `host` resolves to (an IP literal is itself); OSError when it does not resolve."""
-    try:
-        return [ipaddress.ip_address(host.strip("[]"))]
-    except ValueError:
-        pass
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    out: list[IPAddress] = []
-    for *_, sockaddr in infos:
-        address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
-        if address not in out:
-            out.append(address)
-    return out
 
 
 def read_secret(env: Mapping[str, str], name: str, what: str, how: str) -> str | None:

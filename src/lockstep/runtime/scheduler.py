@@ -1,5 +1,6 @@
-"""The scheduler's duties: fire due timers, expire lost leases, and purge finished runs past their
-tenant's retention (every `purge_interval`, in bounded batches). State lives in the database, so any
+"""The scheduler's duties: fire due timers, expire lost leases, purge finished runs past their
+tenant's retention (every `purge_interval`, in bounded batches), and scrub: verify a bounded batch of
+runs every `scrub_interval`, marking the damaged ones (app/scrub.py). State lives in the database, so any
 number of schedulers may run; a restart recovers everything from the timer, task and tombstone rows."""
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class Scheduler:
         owner: str | None = None,
         purge_interval: timedelta = timedelta(seconds=60),
         purge_batch: int = 1000,
+        scrub_interval: timedelta = timedelta(seconds=60),
+        scrub_batch: int = 200,
     ) -> None:
         self.service = service
         self.poll = poll_interval.total_seconds()
@@ -57,6 +60,10 @@ class Scheduler:
         self._purged_at = 0.0
         self._purge_more = False
         self._rewrapped_at = 0.0
+        # 0 turns the scrub off; the first pass waits one interval, not to slow a start-up.
+        self.scrub_interval = scrub_interval.total_seconds()
+        self.scrub_batch = scrub_batch
+        self._migrations_at = 0.0
 
     def _refresh_partitions(self) -> None:
         """Renew (or rebalance) this scheduler's share of partitions a few times per lease period."""
@@ -74,6 +81,11 @@ class Scheduler:
         done += self.service.expire_leases(self.batch, self.partitions)
         done += self.service.run_children(self.batch)
         done += self.service.deliver_buffered_events(self.batch)  # a buffered event for a new wait
+        if time.monotonic() - self._migrations_at >= 1.0:
+            # Migrations that need approval (app/migrations/apply.py): expire the undecided past their
+            # time, apply the granted ones a crash left unfinished (idempotent: one outcome row per run).
+            self._migrations_at = time.monotonic()
+            done += self.service.run_migrations(self.batch)
         if time.monotonic() - self._swept_at >= 1.0:
             self._swept_at = time.monotonic()
             done += self.service.dead_letter_unserved()
@@ -107,6 +119,26 @@ class Scheduler:
         self._purge_more = report.more
         return report.tombstoned + report.purged
 
+    def _scrub_loop(self, stop: threading.Event) -> None:
+        while not stop.wait(self.scrub_interval):
+            self._scrub()
+
+    def _scrub(self) -> int:
+        """One scrub pass (the scheduler holding partition 0, or the only one: each run is checked by
+        one scheduler); returns how many runs it marked. A failure is logged and retried a scrub
+        interval later."""
+        parts = self.partitions
+        if parts is not None and 0 not in parts:
+            return 0
+        try:
+            report = self.service.scrub.run_pass(self.scrub_batch)
+        except Exception as exc:
+            if not isinstance(exc, LockstepError):
+                log.exception("scrub pass failed unexpectedly")
+            log.warning("scrub pass failed: %s; retrying in %.0fs", exc, self.scrub_interval)
+            return 0
+        return len(report.damaged)
+
     def _sleep_for(self) -> float:
         nxt = self.service.next_wakeup()
         if nxt is None:
@@ -124,6 +156,12 @@ class Scheduler:
         # holds up timers and leases.
         sender = WebhookSender(self.service.webhooks)
         threading.Thread(target=sender.run, args=(stop,), name="lockstep-webhooks", daemon=True).start()
+        if self.scrub_interval > 0:
+            # The scrub (app/scrub.py) reads whole histories: on a thread of its own, so a pass over long
+            # ones never delays a timer or a lease expiry.
+            threading.Thread(
+                target=self._scrub_loop, args=(stop,), name="lockstep-scrub", daemon=True
+            ).start()
         try:
             self._run(stop)
         finally:

@@ -1,14 +1,17 @@
 """The delivery pass of run webhooks: claim due deliveries (app/webhooks.py), post each with httpx,
 signed per Standard Webhooks (`webhook-id` = the delivery's id on every attempt, `webhook-timestamp`,
 `webhook-signature` under the subscription's `whsec_` secret), and record the outcome. No transaction
-is open while posting. Redirects are not followed; the URL is checked again before every post (a name
-may resolve somewhere else later). The scheduler runs it on a thread of its own, so a slow receiver
-never delays timers or leases.
+is open while posting. Redirects are not followed. Before every post the URL is checked again against
+the tenant's egress policy and its host resolved once (runtime/egress.py); the connection goes to that
+checked address only (PinnedTransport, TLS verified against the URL's name), so a name that resolves
+somewhere else later, or between the check and the connect (DNS rebinding), reaches nothing. The
+scheduler runs it on a thread of its own, so a slow receiver never delays timers or leases.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from datetime import datetime
 
@@ -17,6 +20,7 @@ from standardwebhooks.webhooks import Webhook
 
 from ..app import failpoints
 from ..app.webhooks import Claimed, Webhooks
+from .egress import EgressGuard, EgressRefused, PinnedTransport, Resolver, Unresolved
 
 __all__ = ["WebhookSender"]
 
@@ -24,13 +28,23 @@ log = logging.getLogger("lockstep.webhooks")
 
 
 class WebhookSender:
-    def __init__(self, webhooks: Webhooks, *, timeout: float = 5.0, batch: int = 50) -> None:
+    def __init__(
+        self,
+        webhooks: Webhooks,
+        *,
+        timeout: float = 5.0,
+        batch: int = 50,
+        resolver: Resolver | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.webhooks = webhooks
         self.batch = batch
-        self.client = httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False)
+        self.timeout = timeout
+        self.guard = EgressGuard(resolver or webhooks.resolver, loopback_ok=webhooks.loopback_ok)
+        self.ssl_context = ssl_context or ssl.create_default_context()
 
     def close(self) -> None:
-        self.client.close()
+        """Nothing to release: each post has a client of its own, pinned to its checked address."""
 
     def headers(self, c: Claimed, now: datetime) -> dict[str, str]:
         signature = Webhook(c.secret).sign(c.id, now, c.body)
@@ -44,12 +58,17 @@ class WebhookSender:
     def post(self, c: Claimed) -> tuple[int | None, str | None]:
         """(the receiver's status, why it failed): a status outside 2xx, a refused URL or a transport
         error are failures, retried."""
-        why = self.webhooks.url_allowed(c.tenant, c.url)
-        if why is not None:
-            return None, f"url refused: {why}"
-        now = self.webhooks.kernel.clock()
         try:
-            r = self.client.post(c.url, content=c.body.encode(), headers=self.headers(c, now))
+            hop = self.guard.vet(self.webhooks.policy(c.tenant), c.url)
+        except (EgressRefused, Unresolved) as exc:
+            return None, f"url refused: {exc}"[:500]
+        now = self.webhooks.kernel.clock()
+        transport = PinnedTransport(hop, self.ssl_context)
+        try:
+            with httpx.Client(
+                transport=transport, timeout=self.timeout, follow_redirects=False, trust_env=False
+            ) as client:
+                r = client.post(c.url, content=c.body.encode(), headers=self.headers(c, now))
         except httpx.HTTPError as exc:
             return None, f"{type(exc).__name__}: {exc}"[:500]
         # The receiver has it, the outcome is not recorded yet: a crash here must cost a second copy

@@ -12,36 +12,31 @@ in memory and its lease keeps being renewed.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import os
 import socket
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal, TypeVar
 
 from ..app import failpoints
 from ..app.service import Service, TaskLease
-from ..core.canonical import JSONValue
 from ..core.commands import ReportFailure, ReportSuccess
 from ..core.events import ActivityScheduled, ActivityStarted, CompensationScheduled, Event
 from ..core.state import RunState
 from ..errors import LockstepError
-from .activity import REGISTRY, ActivityContext, ActivityError, LeaseLost, Registry
+from .activity import REGISTRY, Registry
+from .execute import Attempt, Outcome, execute
+from .httpstep import builtin_activities
 from .scheduler import Scheduler
 
 __all__ = ["Worker"]
 
 log = logging.getLogger("lockstep.worker")
-T = TypeVar("T")
-# What running an activity came to: its output, or (code, message, retryable, unexpected).
-Outcome = tuple[Literal["ok"], JSONValue] | tuple[Literal["fail"], tuple[str, str, bool, bool]]
 
 
 MAX_BATCH = 64  # results per transaction: enough to amortise the commit, small enough to stay short
@@ -77,6 +72,7 @@ class Worker:
         worker_id: str | None = None,
         queue: str = "default",
         versions: list[str] | None = None,
+        http: bool = True,
     ) -> None:
         self.service = service
         self.queue = queue
@@ -84,10 +80,14 @@ class Worker:
         # deployment each take only the tasks of the versions their code implements.
         self.versions = versions
         self.registry = registry or REGISTRY
+        # Built-in activities (`http` steps): executed here, with the tenant's egress policy and secrets;
+        # `http=False` leaves them to other workers.
+        self.builtins = builtin_activities(service) if http else {}
         self.activities = activities or self.registry.names()
-        missing = [a for a in self.activities if a not in self.registry]
+        missing = [a for a in self.activities if a not in self.registry and a not in self.builtins]
         if missing:
             raise LockstepError(f"no function registered for activity type(s) {', '.join(missing)}")
+        self.activities += [a for a in self.builtins if a not in self.activities]
         if concurrency < 1:
             raise LockstepError("concurrency must be at least 1")
         self.concurrency = concurrency
@@ -326,19 +326,32 @@ class Worker:
     # --- one task ------------------------------------------------------------------------------
     def _execute(self, lease: TaskLease) -> None:
         """Run one attempt in a pool thread and queue its result for the pump."""
-        where = {"task": lease.task_id, "attempt": lease.attempt, "worker": self.worker_id}
-        failpoints.hit("worker.before_call", **where)
-        try:
-            results = [self._command(lease, self._call(lease))]
-        except BaseException as exc:  # never leave a lease in flight without a result
-            results = [
-                self._command(lease, ("fail", (type(exc).__name__, str(exc) or "worker error", True, True)))
-            ]
-        failpoints.hit("worker.after_call", **where)  # the effect is done, the report not yet sent
-        if failpoints.enabled("worker.deliver_twice", **where):
-            # What a broker redelivering the message would cause: the same attempt runs and reports
-            # twice. The fencing token must turn the second report into evidence only.
-            results.append(self._command(lease, self._call(lease)))
+
+        def beat() -> bool:
+            with self._lock:
+                item = self._inflight.get(lease.task_id)
+            if item is None or item.lost:
+                return False
+            ok = self._beat(lease)
+            item.lost = not ok
+            return ok
+
+        attempt = Attempt(
+            lease.task_id,
+            lease.tenant,
+            lease.run_id,
+            lease.step,
+            lease.attempt,
+            lease.kind,
+            lease.activity,
+            lease.input,
+            lease.idempotency_key,
+            lease.definition,
+            lease.version,
+            lease.traceparent,
+        )
+        outcomes = execute(self.registry, attempt, beat, self.worker_id, self.builtins)
+        results = [self._command(lease, o) for o in outcomes]
         with self._lock:
             item = self._inflight.get(lease.task_id)
             if item is not None:
@@ -359,53 +372,3 @@ class Worker:
             retryable=retryable,
             unexpected=unexpected,
         )
-
-    def _call(self, lease: TaskLease) -> Outcome:
-        fn = self.registry.get(lease.activity)
-        if fn is None:
-            return (
-                "fail",
-                ("UnknownActivity", f"no function for {lease.activity} on {self.worker_id}", True, False),
-            )
-
-        def beat() -> bool:
-            with self._lock:
-                item = self._inflight.get(lease.task_id)
-            if item is None or item.lost:
-                return False
-            ok = self._beat(lease)
-            item.lost = not ok
-            return ok
-
-        key = lease.idempotency_key
-        if failpoints.enabled("unsafe.key_per_attempt", task=lease.task_id):
-            key = f"{key}#{lease.attempt}"  # a broken build: retries look like new requests downstream
-        ctx = ActivityContext(
-            lease.tenant,
-            lease.run_id,
-            lease.step,
-            lease.attempt,
-            key,
-            lease.activity,
-            lease.definition,
-            lease.version,
-            lease.kind,
-            beat,
-            lease.traceparent,
-        )
-        try:
-            args = (lease.input, ctx) if self.registry.takes_context(lease.activity) else (lease.input,)
-            result = fn(*args)
-            if inspect.isawaitable(result):
-                result = asyncio.run(_await(result))
-            return ("ok", result)
-        except ActivityError as exc:
-            return ("fail", (exc.code, exc.message, exc.retryable, False))
-        except LeaseLost as exc:
-            return ("fail", ("LeaseLost", str(exc), True, True))
-        except Exception as exc:
-            return ("fail", (type(exc).__name__, str(exc) or type(exc).__name__, True, True))
-
-
-async def _await(aw: Awaitable[T]) -> T:
-    return await aw

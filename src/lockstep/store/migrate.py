@@ -9,9 +9,28 @@ from importlib import resources
 
 from .port import SchemaError
 
-__all__ = ["Migration", "check_applied", "migrations"]
+__all__ = [
+    "Migration",
+    "check_applied",
+    "created_indexes",
+    "created_tables",
+    "created_triggers",
+    "migrations",
+]
 
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+# A table a migration creates by name (not a partition: retention drops those, and `%I` ones are dynamic).
+_CREATE = re.compile(
+    r"^\s*CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)(?![^;]*PARTITION\s+OF)",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+# Indexes and triggers a migration creates by name (no migration drops or renames one): the start-up
+# check that none went missing, and that no append-only trigger was switched off.
+_INDEX = re.compile(
+    r"^\s*CREATE\s+(?:UNIQUE\s+)?INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)", re.IGNORECASE | re.MULTILINE
+)
+_TRIGGER = re.compile(r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?TRIGGER\s+(\w+)", re.IGNORECASE | re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -56,3 +75,16 @@ def check_applied(wanted: list[Migration], applied: dict[int, str], where: str) 
             f"database {where} has schema version {max(applied)}, newer than this lockstep "
             f"({wanted[-1].version}): upgrade lockstep"
         )
+
+
+def created_tables(wanted: list[Migration]) -> list[str]:
+    """The tables the migrations create by name: the start-up check that none of them went missing."""
+    return sorted({name for m in wanted for name in _CREATE.findall(m.sql)})
+
+
+def created_indexes(wanted: list[Migration]) -> list[str]:
+    return sorted({name for m in wanted for name in _INDEX.findall(m.sql)})
+
+
+def created_triggers(wanted: list[Migration]) -> list[str]:
+    return sorted({name for m in wanted for name in _TRIGGER.findall(m.sql)})

@@ -9,22 +9,32 @@ __all__ = ["backup_store", "open_store", "upgrade_store"]
 
 
 def open_store(
-    url: str, *, busy_timeout_s: float = 30.0, synchronous: str = "FULL", check_schema: bool = True
+    url: str,
+    *,
+    busy_timeout_s: float = 30.0,
+    synchronous: str = "FULL",
+    check_schema: bool = True,
+    refuse_damaged: bool = True,
 ) -> Store:
     """Open a store from a URL: `sqlite:///path.db`, `sqlite://:memory:` or `postgresql://...`.
 
-    An empty database is set up on first use; one whose schema is behind is refused (see upgrade_store).
-    """
+    An empty database is set up on first use; one whose schema is behind is refused (see upgrade_store),
+    and so is one whose tables (SQLite: also columns, indexes, triggers) are damaged, unless
+    `refuse_damaged` is False (`lockstep verify`, which reports them through `check_files`)."""
     if url.startswith("sqlite:///") or url == "sqlite://:memory:":
         from .sqlite.adapter import SqliteStore  # noqa: PLC0415 - adapters load only when their URL is used
 
         return SqliteStore(
-            url, busy_timeout_s=busy_timeout_s, synchronous=synchronous, check_schema=check_schema
+            url,
+            busy_timeout_s=busy_timeout_s,
+            synchronous=synchronous,
+            check_schema=check_schema,
+            refuse_damaged=refuse_damaged,
         )
     if url.startswith(("postgresql://", "postgres://")):
         from .postgres.adapter import PgStore  # noqa: PLC0415
 
-        return PgStore(url, check_schema=check_schema)
+        return PgStore(url, check_schema=check_schema, refuse_damaged=refuse_damaged)
     raise SchemaError(f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or postgresql://...")
 
 

@@ -8,12 +8,14 @@ caches.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, Response
+from markupsafe import Markup, escape
 
 from ..api import html
 from ..app.approvals import Approvals
@@ -30,6 +32,14 @@ FIELD = "field_"
 __all__ = ["router"]
 
 router = APIRouter(include_in_schema=False)
+
+
+def _code_spans(text: str) -> Markup:
+    """An outcome's `step` names as code; everything else escaped (a step id is the author's text)."""
+    return Markup(re.sub(r"`([^`<>]*)`", r"<code>\1</code>", str(escape(text))))  # noqa: S704
+
+
+html.env.filters["code_spans"] = _code_spans
 
 
 def _approvals(request: Request) -> Approvals:
@@ -109,7 +119,8 @@ def _with_errors(
     """The approval page again, the errors next to their fields and what was typed kept (nothing was
     recorded)."""
     me, csrf = session
-    context = {"me": me, "csrf": csrf, "link": view.link, "run": view.run, "approval": view.approval, **ctx}
+    context = {"me": me, "csrf": csrf, "link": view.link, "run": view.run, "approval": view.approval}
+    context = {**context, "outcomes": view.outcomes, **ctx}
     return page(request, "approve.html", context, 422)
 
 
@@ -127,6 +138,7 @@ def approve_page(request: Request, token: str, session: Session) -> Response:
         "link": view.link,
         "run": view.run,
         "approval": view.approval,
+        "outcomes": view.outcomes,
     }
     return page(request, "approve.html", context)
 
@@ -179,14 +191,36 @@ def approve_submit(
     return page(request, "decided.html", {"me": me, "csrf": expected, "result": result})
 
 
+# How the inbox can be sorted: the soonest to expire first (the default), the oldest request first, or
+# by process.
+INBOX_SORTS = {
+    "expires": lambda i: (i.expires_at, i.requested_at),
+    "requested": lambda i: (i.requested_at, i.expires_at),
+    "definition": lambda i: (i.definition.name, i.expires_at),
+}
+
+
 @router.get("/ui/approvals", response_class=HTMLResponse)
-def inbox(request: Request, session: Session) -> Response:
+def inbox(request: Request, session: Session, sort: str = "expires", definition: str = "") -> Response:
     me, csrf = session
     items = _approvals(request).inbox(me) if me.can("approve") else []
+    processes = sorted({i.definition.name for i in items})
+    if definition:
+        items = [i for i in items if i.definition.name == definition]
+    sort = sort if sort in INBOX_SORTS else "expires"
+    items = sorted(items, key=INBOX_SORTS[sort])
     return page(
         request,
         "inbox.html",
-        {"me": me, "csrf": csrf, "items": items, "can_approve": me.can("approve")},
+        {
+            "me": me,
+            "csrf": csrf,
+            "items": items,
+            "can_approve": me.can("approve"),
+            "sort": sort,
+            "definition": definition,
+            "processes": processes,
+        },
     )
 
 
@@ -227,6 +261,7 @@ def _review(
         "link": view.link,
         "run": view.run,
         "approval": view.approval,
+        "outcomes": view.outcomes,
         "revealed": revealed,
     }
     return page(request, "approve.html", context)

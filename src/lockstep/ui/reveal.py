@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse
 
 from ..errors import LockstepError
 from .pages import Session, check_csrf, page, service_of
+from .runpage import run_diagram
 
 __all__ = ["router"]
 
@@ -41,6 +42,7 @@ def reveal(
             "csrf": expected,
             "run": run,
             "events": events,
+            "diagram": run_diagram(svc, me.tenant, run, events),
             "can_cancel": me.can("cancel"),
             "can_operate": me.can("operate"),
             "revealed": True,

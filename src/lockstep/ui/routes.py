@@ -10,17 +10,21 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, FastAPI, Form, Request
+from fastapi import APIRouter, FastAPI, Form, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from ..api import html
-from ..app.views import MigrationPlan
+from ..app.search import Filters
+from ..app.views import MigrationPlan, MigrationRequestView
 from ..core.explain import WAIT_KINDS
 from ..core.state import STATUSES
-from ..errors import Gone, InvalidInput, LockstepError, NotFound, RateLimited
+from ..errors import InvalidInput, LockstepError, RateLimited
 from .approve import router as approve_router
 from .audit import router as audit_router
+from .bulk import router as bulk_router
+from .definitions import router as definitions_router
+from .migrations import router as migrations_router
 from .pages import (
     SESSION_COOKIE,
     CsrfRejected,
@@ -33,6 +37,7 @@ from .pages import (
     service_of,
 )
 from .reveal import router as reveal_router
+from .runpage import router as runpage_router
 from .schedules import router as schedules_router
 from .webhooks import router as webhooks_router
 
@@ -144,10 +149,18 @@ def runs_page(
     status: str = "",
     definition: str = "",
     waiting: str = "",
+    run: str = "",
+    key: str = "",
+    version: str = "",
+    since: str = "",
+    until: str = "",
     cursor: str = "",
-) -> HTMLResponse:
+    input_filter: Annotated[str, Query(alias="input")] = "",
+) -> Response:
     me, csrf = session
     if not me.can("read"):
+        if me.can("approve"):  # an approver's work is in their inbox, not in a list they may not read
+            return html.redirect("/ui/approvals")
         return page(
             request,
             "message.html",
@@ -159,15 +172,12 @@ def runs_page(
             },
             403,
         )
-    limit = 50
-    runs = service_of(request).runs(
-        me.tenant,
-        status=status or None,
-        definition=definition or None,
-        before=cursor,
-        limit=limit,
-        wait_kind=waiting or None,
-    )
+    f = Filters(status, definition, waiting, run, key, version, since, until, input_filter)
+    problem = ""
+    try:
+        runs, next_cursor = service_of(request).find_runs(me.tenant, f, cursor, 50)
+    except InvalidInput as exc:
+        runs, next_cursor, problem = [], None, str(exc)
     counts: dict[str, int] = {}
     with service_of(request).read() as tx:
         for tenant, st, n in tx.stats(0)["runs"]:
@@ -183,61 +193,13 @@ def runs_page(
             "statuses": STATUSES,
             "wait_kinds": WAIT_KINDS,
             "counts": counts,
-            "f": {"status": status, "definition": definition, "waiting": waiting},
+            "f": f,
+            "problem": problem,
             "definitions": sorted({d.name for d in service_of(request).definitions(me.tenant)}),
-            "next_cursor": runs[-1].run_id if len(runs) == limit else None,
+            "next_cursor": next_cursor,
+            "can_bulk": me.can("cancel") or me.can("operate"),
         },
-    )
-
-
-@router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, run_id: str, session: Session) -> HTMLResponse:
-    me, csrf = session
-    if not me.can("read"):
-        return page(
-            request,
-            "message.html",
-            {
-                "me": me,
-                "csrf": csrf,
-                "title": "Not allowed",
-                "message": "Your roles do not include reading runs.",
-            },
-            403,
-        )
-    svc = service_of(request)
-    try:
-        run = svc.show(me.tenant, run_id)
-    except NotFound:
-        return page(
-            request,
-            "message.html",
-            {
-                "me": me,
-                "csrf": csrf,
-                "title": "Run not found",
-                "message": f"There is no run {run_id} in tenant {me.tenant}.",
-            },
-            404,
-        )
-    except Gone as exc:  # purged: what its tombstone says
-        return page(
-            request, "message.html", {"me": me, "csrf": csrf, "title": "Run purged", "message": str(exc)}, 410
-        )
-    events = svc.events(me.tenant, run_id)
-    return page(
-        request,
-        "run.html",
-        {
-            "me": me,
-            "csrf": csrf,
-            "run": run,
-            "events": events,
-            "can_cancel": me.can("cancel"),
-            "can_operate": me.can("operate"),
-            "revealed": False,
-            "holds": svc.retention.holding(me.tenant, run_id),
-        },
+        400 if problem else 200,
     )
 
 
@@ -338,6 +300,13 @@ def operator_action(
 
 
 def _describe_plan(plan: MigrationPlan) -> str:
+    request = plan.request if isinstance(plan.request, MigrationRequestView) else None
+    if request is not None:  # `migration: requires_approval`: asked for, nothing changed yet
+        return (
+            f"Not migrated yet: migration request {request.request_id} (v{request.from_version} -> "
+            f"v{request.to_version}) waits for the approval of {request.approvers.quorum} approver(s); "
+            f"you may not decide it yourself"
+        )
     head = "Dry run: " if plan.dry_run else "Migrated: "
     if plan.problems:
         return head + "refused — " + "; ".join(plan.problems)
@@ -353,17 +322,6 @@ def _describe_plan(plan: MigrationPlan) -> str:
     return head + "; ".join(parts)
 
 
-@router.get("/definitions", response_class=HTMLResponse)
-def definitions_page(request: Request, session: Session) -> HTMLResponse:
-    me, csrf = session
-    me.require("read")
-    return page(
-        request,
-        "definitions.html",
-        {"me": me, "csrf": csrf, "definitions": service_of(request).definitions(me.tenant)},
-    )
-
-
 def _page_of(path: str) -> str:
     if path.startswith("/ui/runs/") and path.endswith(("/cancel", "/retry")):
         return path.rsplit("/", 1)[0]
@@ -374,9 +332,13 @@ def mount(app: FastAPI) -> None:
     app.include_router(router)
     app.include_router(approve_router)
     app.include_router(reveal_router)
+    app.include_router(runpage_router)
+    app.include_router(definitions_router)
+    app.include_router(bulk_router)
     app.include_router(audit_router)
     app.include_router(schedules_router)
     app.include_router(webhooks_router)
+    app.include_router(migrations_router)
     app.mount("/ui/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")
 
     @app.exception_handler(LoginRequired)

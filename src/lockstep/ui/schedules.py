@@ -1,5 +1,6 @@
-"""The schedules page (/ui/schedules): the tenant's schedules with their next fire times and what their
-last slots did, read only for every role that reads runs; users who may change schedules (permission
+"""The schedules page (/ui/schedules): the tenant's schedules with their next fire times (a paused one:
+since when and by whom it is paused, never fire times that will start nothing) and what their last slots
+did, read only for every role that reads runs; users who may change schedules (permission
 `schedule`) get a pause form (with a reason) or a resume button, each with the session's CSRF token.
 Creating and changing schedules is the CLI's and the API's (issue 21 brings more of it here)."""
 
@@ -10,7 +11,9 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
 
+from ..api import html
 from ..app.principals import Principal
+from ..app.schedules import paused_since
 from ..errors import LockstepError
 from .pages import Session, check_csrf, flash_redirect, page, principals_of, service_of
 
@@ -18,6 +21,7 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 PAGE = "/ui/schedules"
+html.env.filters["paused_since"] = paused_since  # what a paused schedule shows instead of fire times
 
 
 @router.get("/schedules", response_class=HTMLResponse)

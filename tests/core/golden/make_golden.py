@@ -40,6 +40,7 @@ from lockstep.core.commands import (
     ExpireLease,
     FireTimer,
     IssueCallback,
+    MigrateRun,
     RejectRepair,
     ReportFailure,
     ReportSuccess,
@@ -264,6 +265,21 @@ steps:
     input: {customer: "${input.customer}"}
 """
 
+# An http step (issue 19): an activity attempt of the built-in lockstep.http whose input is the
+# rendered request; the secret is named, never a value.
+CHARGE_HTTP = """
+name: charge-http
+steps:
+  - id: charge
+    http:
+      method: POST
+      url: "https://api.example.com/charges"
+      body: {amount: "${input.amount}"}
+      auth: {secret: payments-api-key}
+      retry: {max_attempts: 3, initial_interval: 1s}
+    idempotency_key: "charge-${input.order}"
+"""
+
 
 PARCELS = """
 name: parcels
@@ -284,6 +300,35 @@ steps:
   - id: chase
     fail: {error: NotDelivered, message: "parcel ${input.tracking_no} not delivered"}
 """
+
+
+MIGRATING = """
+name: migrating
+steps:
+  - id: reserve
+    activity: inventory.reserve
+    timeout: 30s
+  - id: hold
+    wait: 1h
+  - id: ship
+    activity: shipping.create
+    timeout: 10s
+"""
+
+# Version 2 of MIGRATING: a new step, and a migration onto it needs two approvers.
+MIGRATING_V2 = (
+    MIGRATING.replace(
+        "name: migrating\n",
+        """name: migrating
+migration:
+  requires_approval: {approvers: {users: [ana, ben]}, quorum: 2, timeout: 2d}
+""",
+    )
+    + """  - id: notify
+    activity: email.send
+    timeout: 10s
+"""
+)
 
 
 class Recorder:
@@ -572,6 +617,48 @@ def events_wait_timed_out() -> Recorder:
     return r
 
 
+def http_call_retried() -> Recorder:
+    """An http step whose first answer is a 503 (retried on a timer) and whose second is the output."""
+    r = Recorder(CHARGE_HTTP, {"order": "o-19", "amount": 1900})
+    r.fail("HttpStatus503", "POST https://api.example.com/charges answered 503 Service Unavailable")
+    r.fire()
+    r.ok(
+        {
+            "status": 201,
+            "headers": {"content-type": "application/json"},
+            "body": {"id": "ch_19"},
+            "url": "https://api.example.com/charges",
+            "auth": {"secret": "payments-api-key", "version": 1},
+        }
+    )
+    return r
+
+
+def migapproval_granted() -> Recorder:
+    """A migration that needed approval: granted by two approvers, applied; the run completes on v2."""
+    r = Recorder(MIGRATING, {"order_id": "o-9"})
+    r.ok({"reserved": True})
+    r.wait(600)
+    target = parse_definition(yaml.safe_load(MIGRATING_V2))
+    decisions = tuple(
+        {
+            "approver": who,
+            "decision": "approve",
+            "comment": None,
+            "at": iso(r.now),
+            "roles": ["approver"],
+            "groups": [],
+        }
+        for who in ("ana", "ben")
+    )
+    r.send(MigrateRun(target, 2, (), "add the notification", "olga", "mig_0123456789abcdef", decisions))
+    r.d = target
+    r.fire()
+    r.ok({"shipped": True})
+    r.ok({"sent": True})
+    return r
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
     "happy_path_with_retry": (
         "one failed attempt retried on a durable timer, a late duplicate result ignored, a wait, completed",
@@ -631,6 +718,15 @@ SCENARIOS: dict[str, tuple[str, Callable[[], Recorder]]] = {
     "forms_two_approvers_with_values": (
         "an approval form: the policy records the form, each decision its values, the output merges them",
         forms_two_approvers_with_values,
+    ),
+    "http_call_retried": (
+        "an http step (the built-in lockstep.http): a 503 retried on a timer, then the response as output",
+        http_call_retried,
+    ),
+    "migapproval_granted": (
+        "a migration that needs approval (migration: requires_approval of v2): WorkflowMigrated names the "
+        "granted request and its two decisions; the run completes on v2",
+        migapproval_granted,
     ),
 }
 

@@ -16,6 +16,7 @@ from ...core.commands import DecideApproval, Rejected
 from ...core.definition import Definition
 from ...core.form import check_values
 from ...core.lanes import approval_at, approval_by_request
+from ...core.outcomes import approval_outcomes
 from ...core.shape import for_view
 from ...core.state import RunState, StepState
 from ...core.timeutil import iso
@@ -24,13 +25,23 @@ from ...store import ApplyTx, ApproveTx, DecisionRow, LinkRow, LoadedRun
 from ..port import KernelPort
 from ..principals import Principal, Principals
 from ..runs import Runs
-from ..views import ApprovalPage, DecisionResult, LinkRef, RunStatus
+from ..views import ApprovalOutcomes, ApprovalPage, DecisionResult, LinkRef, RunStatus
 from ..views.recorded import Decision
 from .links import TOKEN_RE, token_hash
 
-__all__ = ["UNKNOWN", "ApprovalDecisions", "check_form", "check_seat", "settled"]
+__all__ = ["UNKNOWN", "ApprovalDecisions", "approval_page", "check_form", "check_seat", "settled"]
 
 UNKNOWN = "unknown approval link (it does not exist, or it was mistyped)"
+
+
+def approval_page(runs: Runs, state: RunState, ref: LinkRef, a: JSONObject | None) -> ApprovalPage:
+    """The approval page of request `a` (None: no longer pending) of the redacted `state`: the run as
+    its view shows it (sensitive input redacted) and what each decision leads to."""
+    outcomes = None
+    if a is not None:
+        d = runs.kernel.definition(state.tenant, state.definition["name"], state.definition["version"])
+        outcomes = ApprovalOutcomes(**approval_outcomes(d, state, str(a["step"]), a["policy"]))
+    return ApprovalPage(link=ref, run=runs.describe(state), approval=for_view(a), outcomes=outcomes)
 
 
 class ApprovalDecisions:
@@ -50,7 +61,7 @@ class ApprovalDecisions:
         ref = LinkRef(
             request_id=link["request_id"], step=link["step"], approver=link["approver"], run_id=link["run_id"]
         )
-        return ApprovalPage(link=ref, run=self.runs.describe(state), approval=for_view(a))
+        return approval_page(self.runs, state, ref, a)
 
     def _link_for(self, principal: Principal, token: str, *, consuming: bool) -> LinkRow:
         well_formed = TOKEN_RE.match(token) is not None

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 from ...core.approval import eligible
 from ...core.lanes import approval_at, approval_by_request
 from ...core.shape import for_view
@@ -14,8 +12,7 @@ from ..port import KernelPort
 from ..principals import Principal
 from ..runs import Runs
 from ..views import ApprovalPage, DefinitionRef, InboxItem, LinkRef
-from ..views.recorded import ApprovalRequest
-from .decisions import check_seat
+from .decisions import approval_page, check_seat
 
 __all__ = ["Inbox"]
 
@@ -80,4 +77,4 @@ class Inbox:
             why = f"run {run_id} is not waiting for your approval at step {step}"
             raise Conflict(why, code="not_waiting")
         link = LinkRef(request_id=a["request_id"], step=step, approver=principal.name, run_id=run_id)
-        return ApprovalPage(link=link, run=self.runs.describe(state), approval=cast(ApprovalRequest, a))
+        return approval_page(self.runs, state, link, a)

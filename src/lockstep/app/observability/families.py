@@ -62,6 +62,12 @@ _COUNTERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Approvers' decisions (approve or reject) recorded",
         (*DEFINITION, "decision"),
     ),
+    "damaged_runs": (
+        "lockstep_runs_damaged",
+        "Runs the background scrub found damaged and marked (every command on one is refused until "
+        "its rows are restored); counted once, by the process that marked it",
+        ("tenant",),
+    ),
     "refusals": (
         "lockstep_refusals",
         "Requests refused by the API with 403 or 429, by problem code",
@@ -134,6 +140,7 @@ class Families:
         self.operator_commands = counters["operator_commands"]
         self.decisions = counters["decisions"]
         self.refusals = counters["refusals"]
+        self.damaged_runs = counters["damaged_runs"]
         self.timer_lag = histograms["timer_lag"]
         self.queue_delay = histograms["queue_delay"]
         self.attempt_duration = histograms["attempt_duration"]

@@ -18,8 +18,12 @@ NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_.-]{0,62}[a-z0-9])?$")
 # endpoints.
 # `schedule` (create, change, pause, resume, delete, trigger schedules) is a standing start: whoever holds
 # it starts runs in the future, unattended, so it goes with `start` and `cancel`, never to a viewer.
+# `secrets` (set, list, delete secrets; set the egress policy) decides what the tenant's http steps may
+# reach and with which credentials: the tenant admin's alone.
 PERMISSIONS: dict[str, frozenset[str]] = {
-    "admin": frozenset({"read", "start", "cancel", "publish", "operate", "audit", "schedule", "webhooks"}),
+    "admin": frozenset(
+        {"read", "start", "cancel", "publish", "operate", "audit", "schedule", "webhooks", "secrets"}
+    ),
     "operator": frozenset({"read", "start", "cancel", "operate", "schedule"}),
     "viewer": frozenset({"read"}),
     "approver": frozenset({"approve"}),

@@ -11,5 +11,6 @@ The slots themselves (which are due, which are missed, DST) are the pure core's:
 from .fire import Firing
 from .inputs import InputSeal
 from .manage import ACTOR_PREFIX, Schedules, actor_of
+from .rules import paused_since
 
-__all__ = ["ACTOR_PREFIX", "Firing", "InputSeal", "Schedules", "actor_of"]
+__all__ = ["ACTOR_PREFIX", "Firing", "InputSeal", "Schedules", "actor_of", "paused_since"]

@@ -186,7 +186,13 @@ class Firing:
         stamp = iso(now)
         tx.add_slot(row.id, SlotRow(row.next_at, "refused", None, why, recorded_at=stamp), KEEP_SLOTS)
         paused = replace(
-            row, status="paused", paused_reason=why, generation=row.generation + 1, updated_at=stamp
+            row,
+            status="paused",
+            paused_reason=why,
+            generation=row.generation + 1,
+            updated_at=stamp,
+            paused_at=stamp,
+            paused_by=None,  # the scheduler itself
         )
         if not tx.update_schedule(paused, row.generation):
             raise ConcurrencyError(f"schedule {row.name} changed meanwhile")

@@ -232,6 +232,8 @@ class Schedules:
                 generation=row.generation + 1,
                 updated_at=iso(now),
                 updated_by=actor,
+                paused_at=iso(now) if status == "paused" else None,
+                paused_by=actor if status == "paused" else None,
             )
             self._write(tx, updated, row.generation)
             extra = {"reason": reason} if reason else {"next_fire_at": at(updated.next_at)}

@@ -32,6 +32,7 @@ __all__ = [
     "at",
     "check_cron",
     "check_policies",
+    "paused_since",
     "slot_view",
     "view_of",
 ]
@@ -129,6 +130,14 @@ def _described(cron: Cron) -> str:
         return f"{cron.expr} ({cron.zone})"
 
 
+def paused_since(v: ScheduleView) -> str:
+    """The line a paused schedule shows instead of fire times (the UI and `schedules show` alike)."""
+    since = f" since {v.paused_at}" if v.paused_at else ""
+    by = f" by {v.paused_by}" if v.paused_by else ""
+    why = f": {v.paused_reason}" if v.paused_reason else ""
+    return f"paused{since}{by}{why}"
+
+
 def slot_view(s: SlotRow) -> SlotView:
     return SlotView(
         slot=at(s.slot_at),
@@ -145,11 +154,22 @@ def view_of(
     row: ScheduleRow, now_ms: int, slots: list[SlotRow] | None = None, *, forgotten: bool = False
 ) -> ScheduleView:
     """The view of a schedule; `slots` (newest first) fill in its recent history."""
-    cron = parse_cron(row.cron, row.timezone)
-    if row.status == "active":
-        nxt = [row.next_at, *upcoming_slots(cron, row.next_at, SHOWN_SLOTS - 1)]
-    else:
-        nxt = upcoming_slots(cron, now_ms, SHOWN_SLOTS)
+    cron: Cron | None
+    try:
+        readable = parse_cron(row.cron, row.timezone)
+        cron, description = readable, _described(readable)
+    except ScheduleError as exc:
+        # Stored readable, unreadable now (its zone gone from the tz database, a damaged row): the
+        # scheduler pauses it at its next slot (fire.py), and it must still be shown, and listed with
+        # the others, to say so and why.
+        cron, description = None, f"{row.cron} ({row.timezone}): can no longer be read: {exc}"
+    # A paused schedule lists no fire times: the slots that fall while paused start nothing, ever, and
+    # resuming fires from the first slot after the resume, so any time shown would be a false promise.
+    nxt = (
+        [row.next_at, *upcoming_slots(cron, row.next_at, SHOWN_SLOTS - 1)]
+        if row.status == "active" and cron is not None
+        else []
+    )
     recent = [slot_view(s) for s in slots or []]
     input_shown: JSONValue = redacted(row.input, forgotten)
     return ScheduleView(
@@ -158,17 +178,21 @@ def view_of(
         version=row.version,
         cron=row.cron,
         timezone=row.timezone,
-        description=_described(cron),
+        description=description,
         input=input_shown,
         overlap=row.overlap,  # type: ignore[arg-type]
         catch_up=row.catch_up,  # type: ignore[arg-type]
         catch_up_limit=row.catch_up_limit,
         status=row.status,  # type: ignore[arg-type]
         paused_reason=row.paused_reason,
+        paused_at=row.paused_at if row.status == "paused" else None,
+        paused_by=row.paused_by if row.status == "paused" else None,
         next_fire_at=at(row.next_at) if row.status == "active" else None,
         next_fire_times=[at(t) for t in nxt],
         next_fire_times_local=[
-            datetime.fromtimestamp(t / 1000, cron.tz).isoformat(timespec="seconds") for t in nxt
+            datetime.fromtimestamp(t / 1000, cron.tz).isoformat(timespec="seconds")
+            for t in nxt
+            if cron is not None
         ],
         last_slot=at(row.last_slot) if row.last_slot is not None else None,
         last_run=row.last_run,

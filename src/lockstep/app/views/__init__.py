@@ -3,6 +3,7 @@ show, one frozen model per thing shown (base.py says why pydantic). The recorded
 error, an approval request, ...) has its shape in recorded.py."""
 
 from .approvals import (
+    ApprovalOutcomes,
     ApprovalPage,
     DecisionResult,
     InboxItem,
@@ -23,6 +24,13 @@ from .keys import (
     RunForgotten,
     TenantKeys,
     TenantShredded,
+)
+from .migrations import (
+    MigrationApprovers,
+    MigrationDecision,
+    MigrationRequestView,
+    MigrationRunOutcome,
+    MigrationSummary,
 )
 from .operate import (
     BulkMigration,
@@ -67,6 +75,7 @@ from .runs import (
 )
 
 __all__ = [
+    "ApprovalOutcomes",
     "ApprovalPage",
     "AuditChainCheck",
     "AuditEntry",
@@ -98,8 +107,13 @@ __all__ = [
     "LinkView",
     "Marker",
     "Membership",
+    "MigrationApprovers",
+    "MigrationDecision",
     "MigrationOutcome",
     "MigrationPlan",
+    "MigrationRequestView",
+    "MigrationRunOutcome",
+    "MigrationSummary",
     "MintedLink",
     "NewUser",
     "ParentRef",

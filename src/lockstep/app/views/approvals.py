@@ -8,10 +8,12 @@ from typing import Literal
 from pydantic import Field
 
 from .base import Marker, Recorded, TenantJson, View
+from .migrations import MigrationSummary
 from .recorded import ApprovalRequest, Decision, FormField
 from .runs import DefinitionRef, RunStatus, RunView
 
 __all__ = [
+    "ApprovalOutcomes",
     "ApprovalPage",
     "DecisionResult",
     "InboxItem",
@@ -96,6 +98,12 @@ class InboxItem(View):
     form: list[FormField] | None = Field(
         default=None, description="the fields to send as `values` when deciding (null: no form)"
     )
+    kind: Literal["approval", "migration"] = Field(
+        default="approval",
+        description="approval: an approval step's request; migration: a migration that needs approval "
+        "(`migration` says what it is; `run_id` is its first run, `step` is empty)",
+    )
+    migration: MigrationSummary | None = Field(default=None, description="a migration request only")
 
 
 class LinkRef(View):
@@ -107,11 +115,21 @@ class LinkRef(View):
     run_id: str
 
 
+class ApprovalOutcomes(View):
+    """What a decision leads to, in words (core/outcomes.py), from the definition and the run's state."""
+
+    approve: str
+    reject: str
+    timeout: str
+
+
 class ApprovalPage(View):
-    """What the approval page shows (UI only): the link or inbox entry, the run, the pending request."""
+    """What the approval page shows (UI only): the link or inbox entry, the run (its input redacted), the
+    pending request, and what approving, rejecting or letting it expire leads to."""
 
     link: LinkRef
     run: RunView
     approval: Recorded[ApprovalRequest | Marker | None] = Field(
         description="null when the request is no longer pending"
     )
+    outcomes: ApprovalOutcomes | None = Field(default=None, description="null when not pending")

@@ -7,6 +7,7 @@ from pydantic import MISSING, ConfigDict, Field
 
 from ...core.canonical import JSONObject
 from .base import Recorded, View
+from .migrations import MigrationRequestView
 from .recorded import Proposal, StepChange, VersionRef
 from .runs import DefinitionRef, RunStatus
 
@@ -91,6 +92,9 @@ class MigrationPlan(View):
     proposal: Recorded[Proposal] | MISSING = Field(
         default=MISSING, description="when the migration waits for a second operator"
     )
+    request: MigrationRequestView | MISSING = Field(
+        default=MISSING, description="when the migration waits for its approvers (nothing migrated yet)"
+    )
 
 
 class MigrationOutcome(View):
@@ -109,3 +113,8 @@ class BulkMigration(View):
     runs: int
     migrated: int
     report: list[MigrationOutcome]
+    request: MigrationRequestView | MISSING = Field(
+        default=MISSING,
+        description="when the migration needs approval: the one request for the runs the report marks ok "
+        "(none is migrated before it is granted)",
+    )

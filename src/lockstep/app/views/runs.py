@@ -9,6 +9,8 @@ from typing import Literal, cast
 from pydantic import ConfigDict, Field
 
 from ...core.canonical import JSONObject
+from ...core.definition.model import STEP_KINDS
+from ...core.events import EVENT_TYPES
 from ...core.paths import is_item_lane, lane_name
 from ...core.shape import for_view
 from ...core.state import STEP_OPEN, Lane, StepState
@@ -66,6 +68,30 @@ WaitKind = Literal[
 ]
 
 
+# Every status a step can have (tests/api/test_openapi_types.py folds the golden histories and checks each
+# status they reach is one of these). In the schema as an enum, not a Literal: a stored snapshot's status is
+# shown as recorded, never refused.
+STEP_STATUSES = (
+    "pending",
+    "scheduled",
+    "running",
+    "retrying",
+    "unknown",
+    "waiting",
+    "waiting_approval",
+    "paused",
+    "succeeded",
+    "failed",
+    "skipped",
+    "cancelled",
+    "dead_letter",
+    "rejected",
+    "timed_out",
+    "not_taken",
+)
+
+EVENT_TYPE_NAMES = tuple(sorted(EVENT_TYPES))
+
 TaskKind = Literal["action", "compensation"]
 LaneStatus = Literal["running", "cancelling", "succeeded", "failed", "cancelled"]
 
@@ -89,8 +115,9 @@ class StepView(View):
     """One step of a run, as far as it got."""
 
     status: str = Field(
-        description="pending, scheduled, running, waiting, waiting_approval, succeeded, failed, skipped, "
-        "compensated, cancelled, ..."
+        description="where the step is; not_taken: a step a finished run never entered (while the run "
+        "goes on, such a step is pending)",
+        json_schema_extra={"enum": list(STEP_STATUSES)},
     )
     attempts: int
     output: TenantJson
@@ -102,7 +129,8 @@ class StepView(View):
     finished_at: str | None
     kind: str | None = Field(
         default=None,
-        description="activity, wait, approval, choice, fail or succeed (null: not a step of its version)",
+        description="the step's kind (null: not a step of its version)",
+        json_schema_extra={"anyOf": [{"type": "string", "enum": list(STEP_KINDS)}, {"type": "null"}]},
     )
     duration_seconds: float | None = Field(
         default=None,
@@ -244,6 +272,12 @@ class RunView(View):
     seq: int = Field(description="the sequence number of the run's last event")
     start_key: str | None
     ignored_results: int = Field(description="stale results that changed nothing (recorded as ResultIgnored)")
+    damaged: str | None = Field(
+        default=None,
+        exclude_if=_is_none,
+        description="what the background scrub found wrong with its stored rows (only when it marked the "
+        "run damaged): every command on it is refused (corrupt_run) until they are restored",
+    )
 
 
 class RunSummary(View):
@@ -274,7 +308,10 @@ class EventView(View):
     """One event of a run's history."""
 
     seq: int
-    type: str
+    type: str = Field(
+        description="the event's type (core/events/): what `data` holds",
+        json_schema_extra={"enum": list(EVENT_TYPE_NAMES)},
+    )
     at: str
     step: str | None = None
     attempt: int | None = None
@@ -340,6 +377,7 @@ class TaskView(View):
     delivery: str
     fencing_token: int
     deadline: str
+    tenant: str = Field(default="", description="the tenant whose run this task belongs to (the key's)")
     traceparent: str = Field(
         description="W3C traceparent of this attempt's span: send it as the parent of the activity's own "
         "spans (e.g. as the `traceparent` header of the downstream calls it makes)"
@@ -361,5 +399,6 @@ class TaskView(View):
             delivery=lease.delivery,
             fencing_token=lease.fencing,
             deadline=lease.deadline.isoformat(),
+            tenant=lease.tenant,
             traceparent=lease.traceparent,
         )

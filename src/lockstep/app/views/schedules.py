@@ -46,8 +46,16 @@ class ScheduleView(View):
     catch_up_limit: int
     status: Literal["active", "paused"]
     paused_reason: str | None
+    paused_at: str | None = Field(
+        default=None, description="when it was paused (null: active, or paused before this was kept)"
+    )
+    paused_by: str | None = Field(
+        default=None, description="who paused it (null: active, or paused by the scheduler itself)"
+    )
     next_fire_at: str | None = Field(description="the next slot (UTC); null while paused")
-    next_fire_times: list[str] = Field(description="the next slots (UTC), also while paused")
+    next_fire_times: list[str] = Field(
+        description="the next slots (UTC); empty while paused (those slots will start nothing)"
+    )
     next_fire_times_local: list[str] = Field(description="the same in the schedule's time zone")
     last_slot: str | None = Field(description="the last slot that started a run")
     last_run: str | None = Field(description="the run started last (by a slot or a trigger)")

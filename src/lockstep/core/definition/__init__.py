@@ -5,6 +5,7 @@ a whole in `shapes`) and the publish-time checks they share (`checks`).
 Import from here: `from lockstep.core.definition import Definition, parse_definition`.
 """
 
+from .migration import MigrationApproval
 from .model import (
     ActivityStep,
     ApprovalStep,
@@ -15,6 +16,7 @@ from .model import (
     DefinitionError,
     FailStep,
     ForEachStep,
+    HttpStep,
     Limits,
     ParallelStep,
     RetryPolicy,
@@ -25,8 +27,10 @@ from .model import (
     WaitStep,
 )
 from .parse import parse_definition
+from .parse_http import HTTP_ACTIVITY
 
 __all__ = [
+    "HTTP_ACTIVITY",
     "ActivityStep",
     "ApprovalStep",
     "Branch",
@@ -36,7 +40,9 @@ __all__ = [
     "DefinitionError",
     "FailStep",
     "ForEachStep",
+    "HttpStep",
     "Limits",
+    "MigrationApproval",
     "ParallelStep",
     "RetryPolicy",
     "RunStep",

@@ -19,6 +19,7 @@ from ..limits import SERVER_LIMITS, TENANT_LIMITS
 from ..paths import step_id
 from ..pointer import covers, format_pointer, overlaps, parse_pointer
 from ..sensitive import NOT_SENSITIVE, Sensitivity
+from .migration import MigrationApproval
 
 __all__ = [
     "COMPENSATION_RETRY",
@@ -35,6 +36,7 @@ __all__ = [
     "DefinitionError",
     "FailStep",
     "ForEachStep",
+    "HttpStep",
     "Limits",
     "ParallelStep",
     "RetryPolicy",
@@ -59,6 +61,7 @@ STEP_KINDS = (
     "for_each",
     "run",
     "wait_event",
+    "http",
 )
 # How a parallel or for-each step ends: every lane, the first success, or K successes.
 JOINS = ("all", "any", "n_of")
@@ -136,6 +139,16 @@ class ActivityStep:
     # Declared sensitive places of the activity's output (JSON pointers; "" is all of it).
     output_sensitive: tuple[str, ...] = ()
     kind: str = "activity"
+
+
+@dataclass(frozen=True)
+class HttpStep(ActivityStep):
+    """An HTTP request made by lockstep's own workers: an activity step of the built-in activity
+    `lockstep.http` whose input is the rendered request (definition/parse_http.py), so attempts,
+    leases, fencing and retries are an activity's. `url` is kept for the publish-time policy warning."""
+
+    url: Template | None = None
+    kind: str = "http"
 
 
 @dataclass(frozen=True)
@@ -314,6 +327,8 @@ class Definition:
     skip_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Repairs that need a second operator's confirmation on runs of this definition (`four_eyes:`).
     four_eyes: frozenset[str] = frozenset()
+    # Who must approve a migration of a run to this version (`migration: requires_approval`; None: nobody).
+    migration_approval: MigrationApproval | None = None
     # What its runs hold that is sensitive (core/sensitive.py); `.any` is False when nothing is.
     sensitivity: Sensitivity = NOT_SENSITIVE
     # What publishing accepted but tells the author, as (path, reason): not part of the version.

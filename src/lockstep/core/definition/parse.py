@@ -16,6 +16,7 @@ import jsonschema
 from ..canonical import digest
 from .checks import NAME_RE, Checker, check_graph, non_json, step_outputs
 from .model import FOUR_EYES_REPAIRS, Definition, DefinitionError, Limits, Step
+from .parse_migration import parse_migration
 from .references import check_references
 from .sensitivity import classify
 from .shapes import all_steps, check_shapes, nested_places, parse_any
@@ -35,7 +36,16 @@ def parse_definition(document: object, limits: Limits | None = None) -> Definiti
     c.keys(
         "$",
         document,
-        ("name", "description", "input_schema", "steps", "output", "four_eyes", "sensitive_input"),
+        (
+            "name",
+            "description",
+            "input_schema",
+            "steps",
+            "output",
+            "four_eyes",
+            "sensitive_input",
+            "migration",
+        ),
     )
     name = document.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
@@ -77,6 +87,7 @@ def parse_definition(document: object, limits: Limits | None = None) -> Definiti
     output = c.template("output", document["output"]) if "output" in document else None
     check_shapes(c, steps, lim, output)
     four_eyes = _four_eyes(c, document.get("four_eyes", []))
+    migration = parse_migration(c, document.get("migration"), lim.max_wait)
     desc = document.get("description", "")
     if not isinstance(desc, str):
         c.add("description", "must be a string")
@@ -98,6 +109,7 @@ def parse_definition(document: object, limits: Limits | None = None) -> Definiti
         index={s.id: i for i, s in enumerate(steps)},
         skip_roles=skip_roles,
         four_eyes=four_eyes,
+        migration_approval=migration,
         sensitivity=sensitivity,
         warnings=tuple(c.warnings),
         nested=nested_places(steps),

@@ -34,6 +34,7 @@ from .model import (
     ChoiceStep,
     FailStep,
     ForEachStep,
+    HttpStep,
     ParallelStep,
     RunStep,
     Step,
@@ -68,6 +69,8 @@ def sites(step: Step) -> list[tuple[str, Template | Expr | None, Point]]:
     """Where `step`'s expressions are (a path suffix after `steps[i](id)`) and when they are evaluated."""
     enter = Point("enter", step.id)
     match step:
+        case HttpStep():
+            return [(".http", step.input, enter), (".idempotency_key", step.idempotency_key, enter)]
         case ActivityStep():
             out: list[tuple[str, Template | Expr | None, Point]] = [
                 (".input", step.input, enter),

@@ -40,6 +40,7 @@ from .model import (
     WaitEventStep,
     WaitStep,
 )
+from .parse_http import parse_http_step
 from .parse_run import parse_run_step
 from .parse_steps import parse_step
 from .parse_wait_event import parse_wait_event_step
@@ -74,6 +75,8 @@ def parse_any(
             return parse_run_step(c, i, raw, lim, at), None
         if len(kinds) == 1 and kinds[0] == "wait_event":
             return parse_wait_event_step(c, i, raw, lim, at), None
+        if len(kinds) == 1 and kinds[0] == "http":
+            return parse_http_step(c, i, raw, lim, at), None
     return parse_step(c, i, raw, lim, at)
 
 

@@ -106,6 +106,10 @@ class WorkflowMigrated(RepairRecord, frozen=True, kw_only=True):
     steps_removed: list[str]
     reason: str
     actor: str | None
+    # A migration that needed approval: the request that granted it and its decisions (not written
+    # otherwise, so earlier migrations are stored as they always were).
+    request_id: str | UnsetType = UNSET
+    decisions: list[Doc] | UnsetType = UNSET
 
 
 class RepairProposed(RepairRecord, frozen=True, kw_only=True):

@@ -19,6 +19,8 @@ A `Store` opens transactions; a transaction, `Tx`, offers every aggregate's oper
     MetricsTx        aggregates for the metrics endpoint
     KeysTx           tenant data keys and run keys (wrapped: the store never sees a clear key)
     SchedulesTx      schedules (fired by the scheduler like timers) and the record of their slots
+    SecretsTx        tenants' secrets (sealed versions) and egress policies (the http step)
+    MigrationsTx     migrations that need approval: requests, decisions, each run's outcome
 
 Each protocol is declared in the module of the same name here and implemented by the one in `sqltx/`
 (RunsTx in `port/runs.py`, by `sqltx/runs.py`); RetentionTx lives in `store/retention.py`, the errors in
@@ -46,6 +48,9 @@ own one):
     AccountsTx  TenantsTx + PrincipalsTx + AuditTx: tenants and users (app/principals/accounts.py)
     AuthTx      PrincipalsTx + AuditTx: logins, API keys, sessions (app/principals/credentials.py)
     ScheduleTx  TxControl + StartTx + SchedulesTx + AuditTx: schedules (app/schedules/)
+    SecretTx    SecretsTx + SealTx + TenantsTx: secrets and egress policies (app/secrets.py)
+    MigrateTx   TxControl + CommandTx + MigrationsTx + AuditTx: migrations that need
+                approval (app/migrations/)
 
 One write transaction per command: load the run, decide, then `append` the events with the expected
 sequence, the new snapshot and the outbox effects. A lost race raises ConcurrencyError (retry it).
@@ -67,11 +72,13 @@ from .compose import (
     ClaimTx,
     CommandTx,
     EventTx,
+    MigrateTx,
     ObserveTx,
     PublishTx,
     QuotaTx,
     RepairTx,
     ScheduleTx,
+    SecretTx,
     StartTx,
     Store,
     SweepTx,
@@ -81,15 +88,17 @@ from .compose import (
     WebhookTx,
 )
 from .definitions import DefinitionRow, DefinitionsTx, DefinitionVersionRow
-from .errors import ConcurrencyError, RowLocked, SchemaError, StoreUnavailable
+from .errors import ConcurrencyError, CorruptRow, RowLocked, SchemaError, StoreUnavailable
 from .events import CallbackRow, EventsTx, InboxRow, WaitRow
 from .keys import KeysTx, RunKeyRow, Sealer, SealTx, TenantKeyRow
 from .metrics import MetricsTx, StoreStats
+from .migrations import MigrationDecisionRow, MigrationRequestRow, MigrationRunRow, MigrationsTx
 from .notifications import NotificationRow, NotificationsTx
 from .principals import PrincipalsTx, UserRow
-from .runs import LoadedRun, RunsTx
+from .runs import DamagedRun, LoadedRun, RunsTx
 from .scheduler import DueTimer, ExpiredLease, SchedulerTx
 from .schedules import ScheduleRow, SchedulesTx, SlotRow
+from .secrets import EgressRow, SecretRow, SecretsTx
 from .tenants import TenantRow, TenantsTx
 from .tx import TxControl
 from .webhooks import DeliveryRow, DueDelivery, SubscriptionRow, WebhooksTx
@@ -113,6 +122,8 @@ __all__ = [
     "ClaimTx",
     "CommandTx",
     "ConcurrencyError",
+    "CorruptRow",
+    "DamagedRun",
     "DeadTaskRow",
     "DecisionRow",
     "DefinitionRow",
@@ -121,6 +132,7 @@ __all__ = [
     "DeliveryRow",
     "DueDelivery",
     "DueTimer",
+    "EgressRow",
     "EventPartition",
     "EventTx",
     "EventsTx",
@@ -131,6 +143,11 @@ __all__ = [
     "LinkRow",
     "LoadedRun",
     "MetricsTx",
+    "MigrateTx",
+    "MigrationDecisionRow",
+    "MigrationRequestRow",
+    "MigrationRunRow",
+    "MigrationsTx",
     "NewLink",
     "NotificationRow",
     "NotificationsTx",
@@ -150,6 +167,9 @@ __all__ = [
     "SchemaError",
     "SealTx",
     "Sealer",
+    "SecretRow",
+    "SecretTx",
+    "SecretsTx",
     "SlotRow",
     "StartTx",
     "Store",

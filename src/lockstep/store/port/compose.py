@@ -18,11 +18,14 @@ from .definitions import DefinitionsTx
 from .events import EventsTx
 from .keys import KeysTx, Sealer, SealTx
 from .metrics import MetricsTx
+from .migrations import MigrationsTx
 from .notifications import NotificationsTx
 from .principals import PrincipalsTx
 from .runs import RunsTx
 from .scheduler import SchedulerTx
 from .schedules import SchedulesTx
+from .search import RunSearchTx
+from .secrets import SecretsTx
 from .tenants import TenantsTx
 from .tx import TxControl
 from .webhooks import WebhooksTx
@@ -38,11 +41,13 @@ __all__ = [
     "ClaimTx",
     "CommandTx",
     "EventTx",
+    "MigrateTx",
     "ObserveTx",
     "PublishTx",
     "QuotaTx",
     "RepairTx",
     "ScheduleTx",
+    "SecretTx",
     "StartTx",
     "Store",
     "SweepTx",
@@ -57,6 +62,7 @@ class Tx(
     TxControl,
     DefinitionsTx,
     RunsTx,
+    RunSearchTx,
     WorkTx,
     SchedulerTx,
     ApprovalsTx,
@@ -71,6 +77,8 @@ class Tx(
     ChildrenTx,
     EventsTx,
     WebhooksTx,
+    SecretsTx,
+    MigrationsTx,
     Protocol,
 ):
     """Operations inside one transaction: every aggregate's."""
@@ -129,12 +137,19 @@ class EventTx(TxControl, CommandTx, EventsTx, AuditTx, Protocol):
     audit row of every delivery and refusal, and the integrations' sealed secrets (SealTx)."""
 
 
-class RepairTx(DefinitionsTx, AuditTx, Protocol):
-    """Operator repairs: the run's definition versions, and the audit row of each command."""
+class SecretTx(SecretsTx, SealTx, TenantsTx, Protocol):
+    """Secrets and egress policies: their rows, the secrets' data keys (sealing, opening, destroying
+    them), the tenant each belongs to, and the audit of every change and refused use."""
 
 
-class PublishTx(DefinitionsTx, TenantsTx, PrincipalsTx, Protocol):
-    """Publishing a definition within its tenant's limits (and warning of approvers it does not have)."""
+class RepairTx(DefinitionsTx, AuditTx, RunsTx, Protocol):
+    """Operator repairs: the run's definition versions, and the audit row of each command (and the
+    run's clear state, which a migration's plan checks against the target's input_schema)."""
+
+
+class PublishTx(DefinitionsTx, TenantsTx, PrincipalsTx, SecretsTx, Protocol):
+    """Publishing a definition within its tenant's limits (and warning of approvers it does not have,
+    and of http steps whose constant URL is outside its egress policy)."""
 
 
 class ObserveTx(DefinitionsTx, MetricsTx, Protocol):
@@ -171,6 +186,21 @@ class Store(Protocol):
         """Create the coming months' event partitions (idempotent); a no-op without partitions."""
         ...
 
+    def check_files(self) -> list[str]:
+        """The database's own check of its files (SQLite: integrity_check, every page); what is wrong,
+        empty when sound. PostgreSQL checks its pages itself (data checksums): nothing here."""
+        ...
+
+    def database_clock_ms(self) -> int | None:
+        """The database server's clock (epoch ms), or None where the database has no clock apart from
+        this host's (SQLite): app/dbclock.py decides every time against it."""
+        ...
+
 
 class WebhookTx(TxControl, WebhooksTx, TenantsTx, SealTx, AuditTx, Protocol):
     """Run webhooks (app/webhooks.py): subscriptions, their sealed secrets, the deliveries, the audit."""
+
+
+class MigrateTx(TxControl, CommandTx, MigrationsTx, AuditTx, Protocol):
+    """Migrations that need approval (app/migrations/): the requests, decisions and runs, the approver's
+    account, the migration command on each run, and the audit row of each step."""

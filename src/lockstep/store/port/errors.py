@@ -4,7 +4,7 @@ A leaf: the other modules of the port and both backends import it, it imports no
 
 from __future__ import annotations
 
-__all__ = ["ConcurrencyError", "RowLocked", "SchemaError", "StoreUnavailable"]
+__all__ = ["ConcurrencyError", "CorruptRow", "RowLocked", "SchemaError", "StoreUnavailable"]
 
 
 class ConcurrencyError(Exception):
@@ -21,3 +21,14 @@ class StoreUnavailable(Exception):
 
 class SchemaError(Exception):
     """The database schema is not the one this build needs (message says what to run)."""
+
+
+class CorruptRow(Exception):
+    """A stored row of a run cannot be decoded (a byte changed on disk or by hand): that run cannot be
+    used until it is repaired; `seq` is the event's, None for the run's snapshot."""
+
+    def __init__(self, run_id: str, seq: int | None, reason: str) -> None:
+        where = f"event seq {seq}" if seq is not None else "snapshot"
+        super().__init__(f"run {run_id}: its stored {where} cannot be decoded ({reason})")
+        self.run_id = run_id
+        self.seq = seq

@@ -9,8 +9,9 @@ from typing import Protocol, cast
 from ...core.effects import Effect
 from ...core.events import Event
 from ...core.state import RunState
+from .errors import CorruptRow
 
-__all__ = ["LoadedRun", "RunsTx"]
+__all__ = ["DamagedRun", "LoadedRun", "RunsTx"]
 
 
 class LoadedRun:
@@ -48,12 +49,34 @@ class LoadedRun:
         return self._open is not None or self.stored is not self._state
 
 
+class DamagedRun(CorruptRow):
+    """A run the background scrub marked damaged (app/scrub.py): its rows still decode, but `verify`
+    found them not to be what was written (`problem`). Every command on it is refused; `loaded` is the
+    run as stored, for the views that say why (never for a decision)."""
+
+    def __init__(self, run_id: str, problem: str, loaded: LoadedRun) -> None:
+        super().__init__(run_id, None, problem)
+        self.args = (f"run {run_id} was found damaged by the background scrub: {problem}",)
+        self.problem = problem
+        self.loaded = loaded
+
+
 class RunsTx(Protocol):
     def load_run(self, run_id: str, *, skip_locked: bool = False) -> LoadedRun | None: ...
     def load_runs(self, run_ids: Sequence[str], *, skip_locked: bool = False) -> dict[str, LoadedRun]: ...
     def run_by_key(self, tenant: str, start_key: str) -> tuple[str, str | None] | None: ...
     def runs_with_prefix(self, tenant: str, prefix: str, limit: int) -> list[str]:
         """The tenant's run ids that begin with `prefix` (lowercase hex), in order, at most `limit`."""
+        ...
+
+    def runs_to_scrub(self, after: str, limit: int) -> list[tuple[str, str]]:
+        """(run id, tenant) of the next `limit` runs after the id `after` that are not marked damaged,
+        in run-id order: the background scrub's round robin over every tenant."""
+        ...
+
+    def mark_damaged(self, run_id: str, problem: str) -> bool:
+        """Mark the run damaged with `problem` (what verify found); False if it was marked already or
+        is gone. Loading it then raises DamagedRun."""
         ...
 
     def append(

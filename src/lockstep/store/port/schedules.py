@@ -38,6 +38,8 @@ class ScheduleRow:
     created_by: str | None
     updated_at: str
     updated_by: str | None
+    paused_at: str | None = None  # when it was paused (None: active, or paused before this was kept)
+    paused_by: str | None = None  # who paused it (None: the scheduler itself, or not known)
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,15 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...core.effects import CancelChild, CreateTask, CreateTimer, Effect, EndChild, LeaseTask, StartChild
+from ...core.effects import Effect
 from ...core.timeutil import iso
-from ..migrate import check_applied, migrations
+from ..migrate import check_applied, created_indexes, created_tables, created_triggers, migrations
 from ..port import ConcurrencyError, LoadedRun, RowLocked, SchemaError, Sealer, StoreUnavailable
 from ..sql import load_queries
 from ..sqltx import SqlTx
+from ..sqltx.base import wake_channels
 from ..states import StateCache
+from .options import split_options
 from .partitions import PgPartitionsTx
 
 __all__ = ["PgStore", "PgTx"]
@@ -75,11 +77,11 @@ class PgTx(PgPartitionsTx, SqlTx):
     def hint(self, effects: Sequence[Effect]) -> None:
         # NOTIFY is transactional: delivered only if this transaction commits, once per channel. A task
         # leased in the same transition (eager dispatch) is nobody else's to wake up for.
-        leased = {fx.task_id for fx in effects if isinstance(fx, LeaseTask)}
-        if any(isinstance(fx, CreateTask) and fx.task_id not in leased for fx in effects):
+        channels = wake_channels(effects)
+        if "lockstep_tasks" in channels:
             self._notify("notify_tasks")
-        if any(isinstance(fx, CreateTimer | StartChild | CancelChild | EndChild) for fx in effects):
-            self._notify("notify_timers")  # a child run's row is the scheduler's work too
+        if "lockstep_timers" in channels:
+            self._notify("notify_timers")
 
     def _notify(self, query: str) -> None:
         if self._pending is not None:
@@ -119,23 +121,38 @@ class PgTx(PgPartitionsTx, SqlTx):
 
 
 class PgStore:
-    """A pooled PostgreSQL database. URL: postgresql://user:pass@host:port/db"""
+    """A pooled PostgreSQL database. URL: postgresql://user:pass@host:port/db, optionally with
+    `?prepare_threshold=none` (options.py: behind a PgBouncer before 1.21 in transaction mode)."""
 
     def __init__(
-        self, url: str, *, pool_size: int = 8, connect_timeout: float = 5.0, check_schema: bool = True
+        self,
+        url: str,
+        *,
+        pool_size: int = 8,
+        connect_timeout: float = 5.0,
+        check_schema: bool = True,
+        refuse_damaged: bool = True,
     ) -> None:
-        self.url = url
+        self.url, self.prepare_threshold = split_options(url)
+        url = self.url
+        self.refuse_damaged = refuse_damaged  # False for `lockstep verify`: see SqliteStore
         self._closed = False
         self._lock = threading.Lock()
         self.states = StateCache()
         self.sealer: Sealer | None = None
+        self._clock_lock = threading.Lock()
+        self._clock_conn: psycopg.Connection[Any] | None = None
         self.pool = ConnectionPool(
             url,
             min_size=1,
             max_size=pool_size,
             open=False,
             timeout=connect_timeout,
-            kwargs={"autocommit": False, "connect_timeout": max(1, int(connect_timeout))},
+            kwargs={
+                "autocommit": False,
+                "connect_timeout": max(1, int(connect_timeout)),
+                "prepare_threshold": self.prepare_threshold,
+            },
             configure=_configure,
             reconnect_timeout=60,
             name="lockstep",
@@ -186,6 +203,39 @@ class PgStore:
             self.upgrade(fresh_only=True)  # checks for foreign tables under the migration lock
             return
         check_applied(wanted, applied, _safe(self.url))
+        missing = self._missing_objects()
+        if missing and self.refuse_damaged:
+            raise SchemaError(
+                f"database {_safe(self.url)} is damaged: {'; '.join(missing)}, though its migration record "
+                f"says the schema is complete; restore it from a backup and run `lockstep verify`"
+            )
+
+    def _missing_objects(self) -> list[str]:
+        """Tables and indexes of the recorded schema that are gone, and triggers gone or disabled (an
+        append-only trigger switched off is a history anyone can rewrite)."""
+        wanted = migrations("lockstep.store.postgres")
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                "SELECT"
+                " (SELECT array_agg(t ORDER BY t) FROM unnest(%s::text[]) t WHERE to_regclass(t) IS NULL),"
+                " (SELECT array_agg(t ORDER BY t) FROM unnest(%s::text[]) t WHERE to_regclass(t) IS NULL),"
+                " (SELECT array_agg(t ORDER BY t) FROM unnest(%s::text[]) t WHERE NOT EXISTS ("
+                "   SELECT 1 FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid"
+                "   WHERE g.tgname = t AND g.tgenabled <> 'D'"
+                "     AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())))",
+                (created_tables(wanted), created_indexes(wanted), created_triggers(wanted)),
+            ).fetchone()
+        tables, indexes, triggers = row if row is not None else (None, None, None)
+        return (
+            [f"table {t} is missing" for t in tables or ()]
+            + [f"index {i} is missing" for i in indexes or ()]
+            + [f"trigger {t} is missing or disabled" for t in triggers or ()]
+        )
+
+    def check_files(self) -> list[str]:
+        """The tables, indexes and triggers of the recorded schema that are gone (or, triggers,
+        disabled); PostgreSQL checks its own pages (data checksums, amcheck): see docs/design.md."""
+        return [f"schema: {what}" for what in self._missing_objects()]
 
     def upgrade(self, fresh_only: bool = False) -> list[str]:
         """Apply pending migrations, each in its own transaction, under an advisory lock.
@@ -256,11 +306,32 @@ class PgStore:
                 "+ make_interval(months => m))::date) FROM generate_series(0, 3) AS m"
             )
 
+    def database_clock_ms(self) -> int | None:
+        """The server's clock_timestamp(), on a connection of its own: never waits for the pool (a clock
+        read inside a transaction would need a second pooled connection)."""
+        with self._clock_lock:
+            try:
+                if self._clock_conn is None or self._clock_conn.closed:
+                    self._clock_conn = psycopg.connect(self.url, autocommit=True, connect_timeout=2)
+                row = self._clock_conn.execute(
+                    "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+                ).fetchone()
+            except psycopg.Error as exc:
+                if self._clock_conn is not None:
+                    self._clock_conn.close()
+                self._clock_conn = None
+                raise StoreUnavailable(f"PostgreSQL is unavailable: {str(exc).splitlines()[0]}") from None
+            return int(row[0]) if row else None
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:
                 self._closed = True
                 self.pool.close()
+        with self._clock_lock:
+            if self._clock_conn is not None:
+                self._clock_conn.close()
+                self._clock_conn = None
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:

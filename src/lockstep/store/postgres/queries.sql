@@ -21,18 +21,26 @@ SELECT name, version, digest, created_at FROM definitions
 WHERE tenant = %(tenant)s ORDER BY name, version;
 
 -- name: run_load
-SELECT tenant, snapshot, last_hash, seq FROM runs WHERE run_id = %(run_id)s;
+SELECT tenant, snapshot, last_hash, seq, damaged FROM runs WHERE run_id = %(run_id)s;
 
 -- name: run_load_for_update
-SELECT tenant, snapshot, last_hash, seq FROM runs WHERE run_id = %(run_id)s FOR UPDATE;
+SELECT tenant, snapshot, last_hash, seq, damaged FROM runs WHERE run_id = %(run_id)s FOR UPDATE;
 
 -- name: runs_load_for_update
-SELECT run_id, tenant, snapshot, last_hash, seq FROM runs WHERE run_id = ANY(%(run_ids)s)
+SELECT run_id, tenant, snapshot, last_hash, seq, damaged FROM runs WHERE run_id = ANY(%(run_ids)s)
 ORDER BY run_id FOR UPDATE;
 
 -- name: runs_load_skip_locked_many
-SELECT run_id, tenant, snapshot, last_hash, seq FROM runs WHERE run_id = ANY(%(run_ids)s)
+SELECT run_id, tenant, snapshot, last_hash, seq, damaged FROM runs WHERE run_id = ANY(%(run_ids)s)
 ORDER BY run_id FOR UPDATE SKIP LOCKED;
+
+-- name: runs_to_scrub
+-- The next unmarked runs after a cursor, in run-id order (the primary key): the scrub's round robin.
+SELECT run_id, tenant FROM runs WHERE run_id > %(after)s AND damaged IS NULL ORDER BY run_id
+LIMIT %(limit)s;
+
+-- name: run_mark_damaged
+UPDATE runs SET damaged = %(damaged)s WHERE run_id = %(run_id)s AND damaged IS NULL;
 
 -- name: run_by_key
 SELECT run_id, request_digest FROM runs WHERE tenant = %(tenant)s AND start_key = %(start_key)s;
@@ -113,7 +121,8 @@ WHERE task_id = %(task_id)s AND fencing = %(fencing)s AND status = 'leased';
 
 -- name: leases_abandon
 UPDATE tasks SET lease_expires_at = %(now)s
-WHERE status = 'leased' AND lease_owner = %(owner)s AND lease_expires_at > %(now)s;
+WHERE status = 'leased' AND lease_owner = %(owner)s AND lease_expires_at > %(now)s
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
 
 -- name: timer_insert
 INSERT INTO timers (run_id, key, generation, tenant, fire_at, status)
@@ -127,28 +136,44 @@ WHERE run_id = %(run_id)s AND key = %(key)s AND generation = %(generation)s AND 
 SELECT run_id, key, generation FROM timers
 WHERE status = 'scheduled' AND fire_at <= %(now)s
   AND (CAST(%(partitions)s AS INTEGER[]) IS NULL OR part = ANY(%(partitions)s))
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = timers.run_id AND r.damaged IS NOT NULL)
 ORDER BY fire_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
 
 -- name: leases_expired
 SELECT task_id, run_id, attempt, fencing, lease_owner, deadline FROM tasks
 WHERE status = 'leased' AND lease_expires_at <= %(now)s
   AND (CAST(%(partitions)s AS INTEGER[]) IS NULL OR part = ANY(%(partitions)s))
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = tasks.run_id AND r.damaged IS NOT NULL)
 ORDER BY lease_expires_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
 
 -- name: next_timer
-SELECT MIN(fire_at) FROM timers WHERE status = 'scheduled';
+-- A run the scrub marked damaged refuses its timers and leases: they are not due work (app/scrub.py).
+-- ORDER BY + LIMIT, not MIN: the index timers_due is walked in order and the first sound row ends it.
+SELECT fire_at FROM timers WHERE status = 'scheduled'
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = timers.run_id AND r.damaged IS NOT NULL)
+ORDER BY fire_at LIMIT 1;
 
 -- name: next_lease_expiry
-SELECT MIN(lease_expires_at) FROM tasks WHERE status = 'leased';
+SELECT lease_expires_at FROM tasks WHERE status = 'leased'
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = tasks.run_id AND r.damaged IS NOT NULL)
+ORDER BY lease_expires_at LIMIT 1;
 
 -- name: task_counts
 SELECT status, COUNT(*) FROM tasks GROUP BY status;
+
+-- name: ready_backlog
+-- Backpressure (app/backlog.py): a scan of the partial index of ready tasks, at most once per interval.
+SELECT tenant, COUNT(*) FROM tasks WHERE status = 'ready' GROUP BY tenant;
 
 -- name: tenant_get
 SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants WHERE name = %(name)s;
 
 -- name: tenant_insert
 INSERT INTO tenants (name, settings, created_at) VALUES (%(name)s, %(settings)s, %(created_at)s);
+
+-- name: tenant_insert_default
+-- The default tenant's row, made by its first audited action (sqltx/audit.py); two at once: one row.
+INSERT INTO tenants (name, settings, created_at) VALUES (%(name)s, '{}', %(created_at)s) ON CONFLICT (name) DO NOTHING;
 
 -- name: tenant_update_settings
 UPDATE tenants SET settings = %(settings)s WHERE name = %(name)s;
@@ -363,7 +388,7 @@ SELECT tenant, name, roles, groups, key_hash, password_hash, disabled, created_a
 WHERE tenant = %(tenant)s;
 
 -- name: run_load_skip_locked
-SELECT tenant, snapshot, last_hash, seq FROM runs WHERE run_id = %(run_id)s FOR UPDATE SKIP LOCKED;
+SELECT tenant, snapshot, last_hash, seq, damaged FROM runs WHERE run_id = %(run_id)s FOR UPDATE SKIP LOCKED;
 
 -- name: run_exists
 SELECT 1 FROM runs WHERE run_id = %(run_id)s;
@@ -382,6 +407,7 @@ SELECT task_id FROM tasks
 WHERE status = 'ready' AND tenant = %(tenant)s AND queue = %(queue)s AND available_at <= %(now)s
   AND activity = ANY(%(activities)s)
   AND (CAST(%(served)s AS TEXT[]) IS NULL OR definition || ':' || version = ANY(%(served)s))
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = tasks.run_id AND r.damaged IS NOT NULL)
 ORDER BY priority DESC, available_at LIMIT %(limit)s;
 
 -- name: leased_count
@@ -694,25 +720,25 @@ WHERE r.run_id = ANY(%(run_ids)s);
 -- name: schedule_insert
 INSERT INTO schedules (id, tenant, name, definition, version, cron, timezone, input, overlap,
     catch_up, catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
-    slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by)
-VALUES (%(id)s, %(tenant)s, %(name)s, %(definition)s, %(version)s, %(cron)s, %(timezone)s, %(input)s, %(overlap)s, %(catch_up)s, %(catch_up_limit)s, %(status)s, %(paused_reason)s, %(next_at)s, %(generation)s, %(last_slot)s, %(last_run)s, %(runs_started)s, %(slots_skipped)s, %(slots_missed)s, %(created_at)s, %(created_by)s, %(updated_at)s, %(updated_by)s);
+    slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by, paused_at, paused_by)
+VALUES (%(id)s, %(tenant)s, %(name)s, %(definition)s, %(version)s, %(cron)s, %(timezone)s, %(input)s, %(overlap)s, %(catch_up)s, %(catch_up_limit)s, %(status)s, %(paused_reason)s, %(next_at)s, %(generation)s, %(last_slot)s, %(last_run)s, %(runs_started)s, %(slots_skipped)s, %(slots_missed)s, %(created_at)s, %(created_by)s, %(updated_at)s, %(updated_by)s, %(paused_at)s, %(paused_by)s);
 
 -- name: schedule_get
 SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
        catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
-       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by, paused_at, paused_by FROM schedules
 WHERE tenant = %(tenant)s AND name = %(name)s;
 
 -- name: schedule_lock
 SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
        catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
-       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by, paused_at, paused_by FROM schedules
 WHERE tenant = %(tenant)s AND name = %(name)s FOR UPDATE;
 
 -- name: schedules_of
 SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
        catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
-       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules WHERE tenant = %(tenant)s ORDER BY name;
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by, paused_at, paused_by FROM schedules WHERE tenant = %(tenant)s ORDER BY name;
 
 -- name: schedules_count
 SELECT COUNT(*) FROM schedules WHERE tenant = %(tenant)s;
@@ -720,7 +746,7 @@ SELECT COUNT(*) FROM schedules WHERE tenant = %(tenant)s;
 -- name: schedules_due
 SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
        catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
-       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by, paused_at, paused_by FROM schedules
 WHERE status = 'active' AND next_at <= %(now)s
   AND (CAST(%(partitions)s AS INTEGER[]) IS NULL OR part = ANY(%(partitions)s))
 ORDER BY next_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
@@ -745,7 +771,9 @@ UPDATE schedules SET name = %(name)s,
     slots_skipped = %(slots_skipped)s,
     slots_missed = %(slots_missed)s,
     updated_at = %(updated_at)s,
-    updated_by = %(updated_by)s
+    updated_by = %(updated_by)s,
+    paused_at = %(paused_at)s,
+    paused_by = %(paused_by)s
 WHERE id = %(id)s AND generation = %(expected)s;
 
 -- name: schedule_delete
@@ -960,3 +988,147 @@ WHERE tenant = %(tenant)s AND subscription = %(subscription)s AND id = %(id)s;
 -- name: purge_webhook_deliveries
 DELETE FROM webhook_deliveries WHERE id IN (
     SELECT id FROM webhook_deliveries WHERE run_id = %(run_id)s LIMIT %(limit)s);
+-- Secrets and egress policies (issue 19): see migrations/0011_secrets_egress.sql.
+
+-- name: secret_versions
+SELECT tenant, name, version, key_id, sealed, created_at, created_by FROM secrets
+WHERE tenant = %(tenant)s AND name = %(name)s ORDER BY version;
+
+-- name: secrets_of
+SELECT tenant, name, version, key_id, sealed, created_at, created_by FROM secrets
+WHERE tenant = %(tenant)s ORDER BY name, version;
+
+-- name: secret_insert
+INSERT INTO secrets (tenant, name, version, key_id, sealed, created_at, created_by)
+VALUES (%(tenant)s, %(name)s, %(version)s, %(key_id)s, %(sealed)s, %(created_at)s, %(created_by)s);
+
+-- name: secret_delete_all
+DELETE FROM secrets WHERE tenant = %(tenant)s AND name = %(name)s;
+
+-- name: secret_delete_version
+DELETE FROM secrets WHERE tenant = %(tenant)s AND name = %(name)s AND version = %(version)s;
+
+-- name: egress_get
+SELECT tenant, policy, updated_at, updated_by FROM egress_policies WHERE tenant = %(tenant)s;
+
+-- name: egress_set
+INSERT INTO egress_policies (tenant, policy, updated_at, updated_by)
+VALUES (%(tenant)s, %(policy)s, %(updated_at)s, %(updated_by)s)
+ON CONFLICT (tenant) DO UPDATE SET policy = excluded.policy, updated_at = excluded.updated_at,
+    updated_by = excluded.updated_by;
+
+-- Migrations that need approval (sqltx/migrations.py).
+-- name: migration_request_insert
+INSERT INTO migration_requests (request_id, tenant, definition, from_version, to_version, mapping, reason,
+    requested_by, policy, bulk, status, created_at, expires_at)
+VALUES (%(request_id)s, %(tenant)s, %(definition)s, %(from_version)s, %(to_version)s, %(mapping)s, %(reason)s, %(requested_by)s,
+    %(policy)s, %(bulk)s, 'pending', %(created_at)s, %(expires_at)s);
+
+-- name: migration_run_insert
+-- Nothing when the run is in another open request already (the partial unique index): the caller refuses.
+INSERT INTO migration_request_runs (request_id, run_id, tenant, open) VALUES (%(request_id)s, %(run_id)s, %(tenant)s, 1)
+ON CONFLICT DO NOTHING;
+
+-- name: migration_open_for_run
+SELECT request_id FROM migration_request_runs WHERE run_id = %(run_id)s AND open = 1;
+
+-- name: migration_request_get
+SELECT request_id, tenant, definition, from_version, to_version, mapping, reason, requested_by, policy, bulk,
+    status, created_at, expires_at, decided_at, applied_at
+FROM migration_requests WHERE tenant = %(tenant)s AND request_id = %(request_id)s;
+
+-- name: migration_request_lock
+SELECT request_id, tenant, definition, from_version, to_version, mapping, reason, requested_by, policy, bulk,
+    status, created_at, expires_at, decided_at, applied_at
+FROM migration_requests WHERE tenant = %(tenant)s AND request_id = %(request_id)s FOR UPDATE;
+
+-- name: migration_requests_list
+SELECT request_id, tenant, definition, from_version, to_version, mapping, reason, requested_by, policy, bulk,
+    status, created_at, expires_at, decided_at, applied_at
+FROM migration_requests WHERE tenant = %(tenant)s AND (%(status)s::text IS NULL OR status = %(status)s)
+ORDER BY created_at DESC, request_id LIMIT %(limit)s;
+
+-- name: migration_runs_of
+SELECT request_id, run_id, outcome, detail, at FROM migration_request_runs WHERE request_id = %(request_id)s
+ORDER BY run_id;
+
+-- name: migration_run_lock
+SELECT request_id, run_id, outcome, detail, at FROM migration_request_runs
+WHERE request_id = %(request_id)s AND run_id = %(run_id)s FOR UPDATE;
+
+-- name: migration_run_outcome
+UPDATE migration_request_runs SET outcome = %(outcome)s, detail = %(detail)s, at = %(at)s, open = NULL
+WHERE request_id = %(request_id)s AND run_id = %(run_id)s AND outcome IS NULL;
+
+-- name: migration_runs_close
+UPDATE migration_request_runs SET outcome = %(outcome)s, at = %(at)s, open = NULL
+WHERE request_id = %(request_id)s AND outcome IS NULL;
+
+-- name: migration_decisions_of
+SELECT approver, decision, comment, at, roles, groups_ FROM migration_decisions WHERE request_id = %(request_id)s
+ORDER BY at, approver;
+
+-- name: migration_decision_insert
+INSERT INTO migration_decisions (request_id, approver, decision, comment, at, roles, groups_)
+VALUES (%(request_id)s, %(approver)s, %(decision)s, %(comment)s, %(at)s, %(roles)s, %(groups)s) ON CONFLICT DO NOTHING;
+
+-- name: migration_request_status
+UPDATE migration_requests SET status = %(status)s, decided_at = COALESCE(%(decided_at)s, decided_at),
+    applied_at = COALESCE(%(applied_at)s, applied_at)
+WHERE request_id = %(request_id)s AND status = %(from_status)s;
+
+-- name: migration_due
+-- Pending requests past their expiry, and approved ones whose runs a pass still has to migrate.
+SELECT tenant, request_id FROM migration_requests
+WHERE (status = 'pending' AND expires_at <= %(now)s) OR status = 'approved'
+ORDER BY created_at, request_id LIMIT %(limit)s;
+
+-- name: purge_migration_request_runs
+DELETE FROM migration_request_runs WHERE (request_id, run_id) IN (
+    SELECT request_id, run_id FROM migration_request_runs WHERE run_id = %(run_id)s LIMIT %(limit)s);
+
+-- name: purge_migration_decisions
+-- A request's decisions and the request itself go with the purge of its last run (sqltx/retention.py).
+DELETE FROM migration_decisions WHERE request_id IN (
+    SELECT m.request_id FROM migration_request_runs m WHERE m.run_id = %(run_id)s
+    AND NOT EXISTS (SELECT 1 FROM migration_request_runs o WHERE o.request_id = m.request_id AND o.run_id <> %(run_id)s)
+    LIMIT %(limit)s);
+
+-- name: purge_migration_requests
+DELETE FROM migration_requests WHERE request_id IN (
+    SELECT m.request_id FROM migration_request_runs m WHERE m.run_id = %(run_id)s
+    AND NOT EXISTS (SELECT 1 FROM migration_request_runs o WHERE o.request_id = m.request_id AND o.run_id <> %(run_id)s)
+    LIMIT %(limit)s);
+
+-- name: runs_search
+-- The UI's runs list (store/port/search.py): newest first below a cursor; each filter is off when NULL.
+SELECT snapshot FROM runs
+WHERE tenant = %(tenant)s AND run_id < %(before)s
+  AND (CAST(%(status)s AS TEXT) IS NULL OR status = %(status)s)
+  AND (CAST(%(definition)s AS TEXT) IS NULL OR definition = %(definition)s)
+  AND (CAST(%(version)s AS INTEGER) IS NULL OR version = %(version)s)
+  AND (CAST(%(low)s AS TEXT) IS NULL OR (run_id >= %(low)s AND run_id < %(high)s))
+  AND (CAST(%(start_key)s AS TEXT) IS NULL OR start_key = %(start_key)s)
+  AND (CAST(%(since)s AS TEXT) IS NULL OR created_at >= %(since)s)
+  AND (CAST(%(until)s AS TEXT) IS NULL OR created_at < %(until)s)
+ORDER BY run_id DESC LIMIT %(limit)s;
+
+-- name: runs_search_input
+-- runs_search with an input field equal to a value (text, or a number or boolean as JSON writes it); a
+-- sealed value is an object and never matches. Its own statement, so no other search parses snapshots.
+SELECT snapshot FROM runs
+WHERE tenant = %(tenant)s AND run_id < %(before)s
+  AND (CAST(%(status)s AS TEXT) IS NULL OR status = %(status)s)
+  AND (CAST(%(definition)s AS TEXT) IS NULL OR definition = %(definition)s)
+  AND (CAST(%(version)s AS INTEGER) IS NULL OR version = %(version)s)
+  AND (CAST(%(low)s AS TEXT) IS NULL OR (run_id >= %(low)s AND run_id < %(high)s))
+  AND (CAST(%(start_key)s AS TEXT) IS NULL OR start_key = %(start_key)s)
+  AND (CAST(%(since)s AS TEXT) IS NULL OR created_at >= %(since)s)
+  AND (CAST(%(until)s AS TEXT) IS NULL OR created_at < %(until)s)
+  AND jsonb_typeof(CAST(snapshot AS jsonb) #> CAST(%(keys)s AS TEXT[])) IN ('string', 'number', 'boolean')
+  AND CAST(snapshot AS jsonb) #>> CAST(%(keys)s AS TEXT[]) = %(value)s
+ORDER BY run_id DESC LIMIT %(limit)s;
+
+-- name: run_counts
+SELECT version, status, COUNT(*) FROM runs WHERE tenant = %(tenant)s AND definition = %(definition)s
+GROUP BY version, status ORDER BY version, status;

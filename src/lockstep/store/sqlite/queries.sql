@@ -21,7 +21,15 @@ SELECT name, version, digest, created_at FROM definitions
 WHERE tenant = :tenant ORDER BY name, version;
 
 -- name: run_load
-SELECT tenant, snapshot, last_hash, seq FROM runs WHERE run_id = :run_id;
+SELECT tenant, snapshot, last_hash, seq, damaged FROM runs WHERE run_id = :run_id;
+
+-- name: runs_to_scrub
+-- The next unmarked runs after a cursor, in run-id order (the primary key): the scrub's round robin.
+SELECT run_id, tenant FROM runs WHERE run_id > :after AND damaged IS NULL ORDER BY run_id
+LIMIT :limit;
+
+-- name: run_mark_damaged
+UPDATE runs SET damaged = :damaged WHERE run_id = :run_id AND damaged IS NULL;
 
 -- name: run_by_key
 SELECT run_id, request_digest FROM runs WHERE tenant = :tenant AND start_key = :start_key;
@@ -102,7 +110,8 @@ WHERE task_id = :task_id AND fencing = :fencing AND status = 'leased';
 
 -- name: leases_abandon
 UPDATE tasks SET lease_expires_at = :now
-WHERE status = 'leased' AND lease_owner = :owner AND lease_expires_at > :now;
+WHERE status = 'leased' AND lease_owner = :owner AND lease_expires_at > :now
+  AND (:tenant IS NULL OR tenant = :tenant);
 
 -- name: timer_insert
 INSERT INTO timers (run_id, key, generation, tenant, fire_at, status)
@@ -114,26 +123,44 @@ WHERE run_id = :run_id AND key = :key AND generation = :generation AND status = 
 
 -- name: timers_due
 SELECT run_id, key, generation FROM timers
-WHERE status = 'scheduled' AND fire_at <= :now ORDER BY fire_at LIMIT :limit;
+WHERE status = 'scheduled' AND fire_at <= :now
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = timers.run_id AND r.damaged IS NOT NULL)
+ORDER BY fire_at LIMIT :limit;
 
 -- name: leases_expired
 SELECT task_id, run_id, attempt, fencing, lease_owner, deadline FROM tasks
-WHERE status = 'leased' AND lease_expires_at <= :now ORDER BY lease_expires_at LIMIT :limit;
+WHERE status = 'leased' AND lease_expires_at <= :now
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = tasks.run_id AND r.damaged IS NOT NULL)
+ORDER BY lease_expires_at LIMIT :limit;
 
 -- name: next_timer
-SELECT MIN(fire_at) FROM timers WHERE status = 'scheduled';
+-- A run the scrub marked damaged refuses its timers and leases: they are not due work (app/scrub.py).
+-- ORDER BY + LIMIT, not MIN: the index timers_due is walked in order and the first sound row ends it.
+SELECT fire_at FROM timers WHERE status = 'scheduled'
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = timers.run_id AND r.damaged IS NOT NULL)
+ORDER BY fire_at LIMIT 1;
 
 -- name: next_lease_expiry
-SELECT MIN(lease_expires_at) FROM tasks WHERE status = 'leased';
+SELECT lease_expires_at FROM tasks WHERE status = 'leased'
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = tasks.run_id AND r.damaged IS NOT NULL)
+ORDER BY lease_expires_at LIMIT 1;
 
 -- name: task_counts
 SELECT status, COUNT(*) FROM tasks GROUP BY status;
+
+-- name: ready_backlog
+-- Backpressure (app/backlog.py): a scan of the partial index of ready tasks, at most once per interval.
+SELECT tenant, COUNT(*) FROM tasks WHERE status = 'ready' GROUP BY tenant;
 
 -- name: tenant_get
 SELECT name, settings, bucket_tokens, bucket_at_ms, created_at FROM tenants WHERE name = :name;
 
 -- name: tenant_insert
 INSERT INTO tenants (name, settings, created_at) VALUES (:name, :settings, :created_at);
+
+-- name: tenant_insert_default
+-- The default tenant's row, made by its first audited action (sqltx/audit.py); two at once: one row.
+INSERT INTO tenants (name, settings, created_at) VALUES (:name, '{}', :created_at) ON CONFLICT (name) DO NOTHING;
 
 -- name: tenant_update_settings
 UPDATE tenants SET settings = :settings WHERE name = :name;
@@ -361,6 +388,7 @@ SELECT task_id FROM tasks
 WHERE status = 'ready' AND tenant = :tenant AND queue = :queue AND available_at <= :now
   AND activity IN (SELECT value FROM json_each(:activities))
   AND (:served IS NULL OR definition || ':' || version IN (SELECT value FROM json_each(:served)))
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = tasks.run_id AND r.damaged IS NOT NULL)
 ORDER BY priority DESC, available_at LIMIT :limit;
 
 -- name: leased_count
@@ -615,25 +643,25 @@ WHERE r.run_id IN (SELECT value FROM json_each(:run_ids));
 -- name: schedule_insert
 INSERT INTO schedules (id, tenant, name, definition, version, cron, timezone, input, overlap,
     catch_up, catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
-    slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by)
-VALUES (:id, :tenant, :name, :definition, :version, :cron, :timezone, :input, :overlap, :catch_up, :catch_up_limit, :status, :paused_reason, :next_at, :generation, :last_slot, :last_run, :runs_started, :slots_skipped, :slots_missed, :created_at, :created_by, :updated_at, :updated_by);
+    slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by, paused_at, paused_by)
+VALUES (:id, :tenant, :name, :definition, :version, :cron, :timezone, :input, :overlap, :catch_up, :catch_up_limit, :status, :paused_reason, :next_at, :generation, :last_slot, :last_run, :runs_started, :slots_skipped, :slots_missed, :created_at, :created_by, :updated_at, :updated_by, :paused_at, :paused_by);
 
 -- name: schedule_get
 SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
        catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
-       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by, paused_at, paused_by FROM schedules
 WHERE tenant = :tenant AND name = :name;
 
 -- name: schedule_lock
 SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
        catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
-       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by, paused_at, paused_by FROM schedules
 WHERE tenant = :tenant AND name = :name;
 
 -- name: schedules_of
 SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
        catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
-       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules WHERE tenant = :tenant ORDER BY name;
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by, paused_at, paused_by FROM schedules WHERE tenant = :tenant ORDER BY name;
 
 -- name: schedules_count
 SELECT COUNT(*) FROM schedules WHERE tenant = :tenant;
@@ -641,7 +669,7 @@ SELECT COUNT(*) FROM schedules WHERE tenant = :tenant;
 -- name: schedules_due
 SELECT id, tenant, name, definition, version, cron, timezone, input, overlap, catch_up,
        catch_up_limit, status, paused_reason, next_at, generation, last_slot, last_run, runs_started,
-       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by FROM schedules
+       slots_skipped, slots_missed, created_at, created_by, updated_at, updated_by, paused_at, paused_by FROM schedules
 WHERE status = 'active' AND next_at <= :now ORDER BY next_at LIMIT :limit;
 
 -- name: schedule_update
@@ -664,7 +692,9 @@ UPDATE schedules SET name = :name,
     slots_skipped = :slots_skipped,
     slots_missed = :slots_missed,
     updated_at = :updated_at,
-    updated_by = :updated_by
+    updated_by = :updated_by,
+    paused_at = :paused_at,
+    paused_by = :paused_by
 WHERE id = :id AND generation = :expected;
 
 -- name: schedule_delete
@@ -877,3 +907,152 @@ WHERE tenant = :tenant AND subscription = :subscription AND id = :id;
 -- name: purge_webhook_deliveries
 DELETE FROM webhook_deliveries WHERE rowid IN (
     SELECT rowid FROM webhook_deliveries WHERE run_id = :run_id LIMIT :limit);
+-- Secrets and egress policies (issue 19): see migrations/0014_secrets_egress.sql.
+
+-- name: secret_versions
+SELECT tenant, name, version, key_id, sealed, created_at, created_by FROM secrets
+WHERE tenant = :tenant AND name = :name ORDER BY version;
+
+-- name: secrets_of
+SELECT tenant, name, version, key_id, sealed, created_at, created_by FROM secrets
+WHERE tenant = :tenant ORDER BY name, version;
+
+-- name: secret_insert
+INSERT INTO secrets (tenant, name, version, key_id, sealed, created_at, created_by)
+VALUES (:tenant, :name, :version, :key_id, :sealed, :created_at, :created_by);
+
+-- name: secret_delete_all
+DELETE FROM secrets WHERE tenant = :tenant AND name = :name;
+
+-- name: secret_delete_version
+DELETE FROM secrets WHERE tenant = :tenant AND name = :name AND version = :version;
+
+-- name: egress_get
+SELECT tenant, policy, updated_at, updated_by FROM egress_policies WHERE tenant = :tenant;
+
+-- name: egress_set
+INSERT INTO egress_policies (tenant, policy, updated_at, updated_by)
+VALUES (:tenant, :policy, :updated_at, :updated_by)
+ON CONFLICT (tenant) DO UPDATE SET policy = excluded.policy, updated_at = excluded.updated_at,
+    updated_by = excluded.updated_by;
+
+-- Migrations that need approval (sqltx/migrations.py).
+-- name: migration_request_insert
+INSERT INTO migration_requests (request_id, tenant, definition, from_version, to_version, mapping, reason,
+    requested_by, policy, bulk, status, created_at, expires_at)
+VALUES (:request_id, :tenant, :definition, :from_version, :to_version, :mapping, :reason, :requested_by,
+    :policy, :bulk, 'pending', :created_at, :expires_at);
+
+-- name: migration_run_insert
+-- Nothing when the run is in another open request already (the partial unique index): the caller refuses.
+INSERT INTO migration_request_runs (request_id, run_id, tenant, open) VALUES (:request_id, :run_id, :tenant, 1)
+ON CONFLICT DO NOTHING;
+
+-- name: migration_open_for_run
+SELECT request_id FROM migration_request_runs WHERE run_id = :run_id AND open = 1;
+
+-- name: migration_request_get
+SELECT request_id, tenant, definition, from_version, to_version, mapping, reason, requested_by, policy, bulk,
+    status, created_at, expires_at, decided_at, applied_at
+FROM migration_requests WHERE tenant = :tenant AND request_id = :request_id;
+
+-- name: migration_request_lock
+SELECT request_id, tenant, definition, from_version, to_version, mapping, reason, requested_by, policy, bulk,
+    status, created_at, expires_at, decided_at, applied_at
+FROM migration_requests WHERE tenant = :tenant AND request_id = :request_id;
+
+-- name: migration_requests_list
+SELECT request_id, tenant, definition, from_version, to_version, mapping, reason, requested_by, policy, bulk,
+    status, created_at, expires_at, decided_at, applied_at
+FROM migration_requests WHERE tenant = :tenant AND (:status IS NULL OR status = :status)
+ORDER BY created_at DESC, request_id LIMIT :limit;
+
+-- name: migration_runs_of
+SELECT request_id, run_id, outcome, detail, at FROM migration_request_runs WHERE request_id = :request_id
+ORDER BY run_id;
+
+-- name: migration_run_lock
+SELECT request_id, run_id, outcome, detail, at FROM migration_request_runs
+WHERE request_id = :request_id AND run_id = :run_id;
+
+-- name: migration_run_outcome
+UPDATE migration_request_runs SET outcome = :outcome, detail = :detail, at = :at, open = NULL
+WHERE request_id = :request_id AND run_id = :run_id AND outcome IS NULL;
+
+-- name: migration_runs_close
+UPDATE migration_request_runs SET outcome = :outcome, at = :at, open = NULL
+WHERE request_id = :request_id AND outcome IS NULL;
+
+-- name: migration_decisions_of
+SELECT approver, decision, comment, at, roles, groups_ FROM migration_decisions WHERE request_id = :request_id
+ORDER BY at, approver;
+
+-- name: migration_decision_insert
+INSERT INTO migration_decisions (request_id, approver, decision, comment, at, roles, groups_)
+VALUES (:request_id, :approver, :decision, :comment, :at, :roles, :groups) ON CONFLICT DO NOTHING;
+
+-- name: migration_request_status
+UPDATE migration_requests SET status = :status, decided_at = COALESCE(:decided_at, decided_at),
+    applied_at = COALESCE(:applied_at, applied_at)
+WHERE request_id = :request_id AND status = :from_status;
+
+-- name: migration_due
+-- Pending requests past their expiry, and approved ones whose runs a pass still has to migrate.
+SELECT tenant, request_id FROM migration_requests
+WHERE (status = 'pending' AND expires_at <= :now) OR status = 'approved'
+ORDER BY created_at, request_id LIMIT :limit;
+
+-- name: purge_migration_request_runs
+DELETE FROM migration_request_runs WHERE rowid IN (
+    SELECT rowid FROM migration_request_runs WHERE run_id = :run_id LIMIT :limit);
+
+-- name: purge_migration_decisions
+-- A request's decisions and the request itself go with the purge of its last run (sqltx/retention.py).
+DELETE FROM migration_decisions WHERE request_id IN (
+    SELECT m.request_id FROM migration_request_runs m WHERE m.run_id = :run_id
+    AND NOT EXISTS (SELECT 1 FROM migration_request_runs o WHERE o.request_id = m.request_id AND o.run_id <> :run_id)
+    LIMIT :limit);
+
+-- name: purge_migration_requests
+DELETE FROM migration_requests WHERE request_id IN (
+    SELECT m.request_id FROM migration_request_runs m WHERE m.run_id = :run_id
+    AND NOT EXISTS (SELECT 1 FROM migration_request_runs o WHERE o.request_id = m.request_id AND o.run_id <> :run_id)
+    LIMIT :limit);
+
+-- name: runs_search
+-- The UI's runs list (store/port/search.py): newest first below a cursor; each filter is off when NULL.
+SELECT snapshot FROM runs
+WHERE tenant = :tenant AND run_id < :before
+  AND (:status IS NULL OR status = :status)
+  AND (:definition IS NULL OR definition = :definition)
+  AND (:version IS NULL OR version = :version)
+  AND (:low IS NULL OR (run_id >= :low AND run_id < :high))
+  AND (:start_key IS NULL OR start_key = :start_key)
+  AND (:since IS NULL OR created_at >= :since)
+  AND (:until IS NULL OR created_at < :until)
+ORDER BY run_id DESC LIMIT :limit;
+
+-- name: runs_search_input
+-- runs_search with an input field equal to a value (text, or a number or boolean as JSON writes it); a
+-- sealed value is an object and never matches. Its own statement, so no other search parses snapshots.
+SELECT snapshot FROM runs
+WHERE tenant = :tenant AND run_id < :before
+  AND (:status IS NULL OR status = :status)
+  AND (:definition IS NULL OR definition = :definition)
+  AND (:version IS NULL OR version = :version)
+  AND (:low IS NULL OR (run_id >= :low AND run_id < :high))
+  AND (:start_key IS NULL OR start_key = :start_key)
+  AND (:since IS NULL OR created_at >= :since)
+  AND (:until IS NULL OR created_at < :until)
+  AND (CASE json_type(snapshot, :path)
+         WHEN 'text' THEN json_extract(snapshot, :path)
+         WHEN 'integer' THEN CAST(json_extract(snapshot, :path) AS TEXT)
+         WHEN 'real' THEN CAST(json_extract(snapshot, :path) AS TEXT)
+         WHEN 'true' THEN 'true'
+         WHEN 'false' THEN 'false'
+       END) = :value
+ORDER BY run_id DESC LIMIT :limit;
+
+-- name: run_counts
+SELECT version, status, COUNT(*) FROM runs WHERE tenant = :tenant AND definition = :definition
+GROUP BY version, status ORDER BY version, status;

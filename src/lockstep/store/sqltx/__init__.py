@@ -15,7 +15,9 @@
     retention.py      RetentionTx: legal holds, tombstones, the purge's reads and deletes
     keys.py           KeysTx: tenant data keys and run keys (wrapped)
     schedules.py      SchedulesTx: schedule rows and the record of their slots
+    secrets.py        SecretsTx: secret versions (sealed) and egress policies
     metrics.py        MetricsTx
+    migrations.py     MigrationsTx: migration requests, their decisions and runs
 
 A backend (`sqlite/adapter.py`, `postgres/adapter.py`) subclasses SqlTx with its connection, its own
 `queries.sql` (the same query names in its dialect) and what its database does differently.
@@ -29,12 +31,15 @@ from .base import GENESIS, ms_of
 from .definitions import SqlDefinitionsTx
 from .keys import SqlKeysTx
 from .metrics import SqlMetricsTx
+from .migrations import SqlMigrationsTx
 from .notifications import SqlNotificationsTx
 from .principals import SqlPrincipalsTx
 from .retention import SqlRetentionTx
 from .runs import SqlRunsTx
 from .scheduler import SqlSchedulerTx
 from .schedules import SqlSchedulesTx
+from .search import SqlRunSearchTx
+from .secrets import SqlSecretsTx
 from .tenants import SqlTenantsTx
 from .work import SqlWorkTx
 
@@ -42,6 +47,7 @@ __all__ = ["GENESIS", "SqlTx", "ms_of"]
 
 
 class SqlTx(
+    SqlRunSearchTx,  # builds on SqlRunsTx
     SqlRunsTx,
     SqlWorkTx,
     SqlSchedulerTx,
@@ -55,6 +61,8 @@ class SqlTx(
     SqlRetentionTx,
     SqlKeysTx,
     SqlSchedulesTx,
+    SqlSecretsTx,
+    SqlMigrationsTx,
 ):
     """Operations inside one transaction, shared by the SQL backends: every protocol of the port's Tx.
     (SqlRunsTx already builds on work, scheduler, approvals and notifications: an append writes their

@@ -25,6 +25,9 @@ def _stored(r: Sequence[Any]) -> StoredAudit:
     return StoredAudit(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], parse_json(r[7]), r[8], r[9], r[10])
 
 
+DEFAULT_TENANT = "default"  # app/principals/accounts.py: the tenant that exists before anyone creates it
+
+
 class SqlAuditTx(SqlBase):
     def audit(
         self,
@@ -40,6 +43,15 @@ class SqlAuditTx(SqlBase):
         if why is not None:
             raise ValueError(f"audit row for {action} refused: {why}")
         if tenant is not None and self._one("audit_tenant_exists", name=tenant) is None:
+            if tenant == DEFAULT_TENANT:
+                # The default tenant works before anyone creates it (publish, start and repairs on it
+                # need no `tenants create`): its first audited action makes its row, audited as an
+                # implicit create like app/principals/accounts.py does, so the action lands in its
+                # own chain rather than among the rows of no tenant.
+                made = self.c.execute(self.q["tenant_insert_default"], {"name": tenant, "created_at": at})
+                if made.rowcount == 1:
+                    self.audit(at, tenant, actor, "tenant.create", tenant, "ok", {"implicit": True})
+                return self.audit(at, tenant, actor, action, target, outcome, detail)
             # A name typed at a login that is no tenant: the row goes to the chain of rows without one,
             # so made-up names neither start chains nor show up in a tenant created later.
             detail = {**detail, "tenant_given": tenant[:100]}

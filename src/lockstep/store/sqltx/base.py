@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-from ...core.effects import Effect
+from ...core.effects import CancelChild, CreateTask, CreateTimer, Effect, EndChild, LeaseTask, StartChild
 from ...core.timeutil import parse_iso
 from ..port import ConcurrencyError, Sealer
 from ..states import StateCache
@@ -42,6 +42,19 @@ _FLUSH_ORDER = (
     "notify_tasks",
     "notify_timers",
 )
+
+
+def wake_channels(effects: Sequence[Effect]) -> set[str]:
+    """The channels a transition's effects wake other processes on (PostgreSQL NOTIFY, SQLite's wake
+    directory): tasks queued for any worker (a task leased in the same transition, by eager dispatch,
+    is nobody else's), and timers and child runs for the schedulers."""
+    leased = {fx.task_id for fx in effects if isinstance(fx, LeaseTask)}
+    out = set()
+    if any(isinstance(fx, CreateTask) and fx.task_id not in leased for fx in effects):
+        out.add("lockstep_tasks")
+    if any(isinstance(fx, CreateTimer | StartChild | CancelChild | EndChild) for fx in effects):
+        out.add("lockstep_timers")  # a child run's row is the scheduler's work too
+    return out
 
 
 class _FlushFirst:

@@ -30,6 +30,10 @@ RUN_ROWS = (
     "event_callbacks",
     "event_inbox",  # not deleted (the tenant's event ids stay idempotent): the run's id is blanked
     "webhook_deliveries",  # the outbox of the run's webhook deliveries (sqltx/webhooks.py)
+    # A migration request's decisions and the request go with its last run; then the run's own row.
+    "migration_decisions",
+    "migration_requests",
+    "migration_request_runs",
     "holds",
     "run_keys",  # the run's data key (app/keys): its sealed values go with it
 )

@@ -33,7 +33,7 @@ from ...core.explain import wait_kind
 from ...core.lanes import attempts
 from ...core.sealed import maybe_sealed
 from ...core.state import OutdatedSnapshot, RunState
-from ..port import ConcurrencyError, LoadedRun
+from ..port import ConcurrencyError, CorruptRow, DamagedRun, LoadedRun
 from .approvals import SqlApprovalsTx
 from .base import GENESIS
 from .children import SqlChildrenTx
@@ -85,13 +85,21 @@ class SqlRunsTx(
         return loaded
 
     def _loaded(self, run_id: str, row: Any) -> LoadedRun | None:
+        """The run of a `run_load` row (tenant, snapshot, last hash, seq, damaged): a run the scrub
+        marked damaged raises DamagedRun, so no command is decided on it."""
+        loaded = self._decoded(run_id, row)
+        if loaded is not None and row[4] is not None:
+            raise DamagedRun(run_id, str(row[4]), loaded)
+        return loaded
+
+    def _decoded(self, run_id: str, row: Any) -> LoadedRun | None:
         if row is None:
             return None
         cached = self.states.get(run_id, row[2]) if self.states is not None else None
         if cached is not None:
             return LoadedRun(cached[0], row[2], stored=cached[1])
-        raw = parse_json(row[1])
         try:
+            raw = parse_json(row[1])
             stored = RunState.from_json(raw)
         except OutdatedSnapshot:
             # Written by an older lockstep: the events are the facts, so rebuild the snapshot from them.
@@ -99,6 +107,8 @@ class SqlRunsTx(
             if rebuilt is None:  # pragma: no cover - a run row always has its RunStarted event
                 return None
             stored, raw = rebuilt, rebuilt.to_json(copy_values=False)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptRow(run_id, None, _reason(exc)) from None
         if not maybe_sealed(row[1]):
             return LoadedRun(stored, row[2])
         return LoadedRun(None, row[2], stored=stored, opener=lambda: self._opened(stored, raw))
@@ -110,6 +120,14 @@ class SqlRunsTx(
         # This transaction is the whole Tx (SqlTx); the mixins alone do not say so to mypy.
         tx = cast("Tx", self)
         return RunState.from_json(self.sealer.open(tx, stored.tenant, stored.run_id, raw))
+
+    def runs_to_scrub(self, after: str, limit: int) -> list[tuple[str, str]]:
+        rows = self.c.execute(self.q["runs_to_scrub"], {"after": after, "limit": limit}).fetchall()
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def mark_damaged(self, run_id: str, problem: str) -> bool:
+        cur = self.c.execute(self.q["run_mark_damaged"], {"run_id": run_id, "damaged": problem})
+        return bool(cur.rowcount == 1)
 
     def run_by_key(self, tenant: str, start_key: str) -> tuple[str, str | None] | None:
         row = self._one("run_by_key", tenant=tenant, start_key=start_key)
@@ -156,7 +174,7 @@ class SqlRunsTx(
             "status": after.status,
             "seq": after.seq,
             "current_step": after.current_step,
-            "snapshot": compact_json(after.to_json(copy_values=False)),
+            "snapshot": after.snapshot_text(),
             "last_hash": h,
             "updated_at": after.updated_at,
             "wait_kind": wait_kind(after),  # what /metrics counts runs by (lockstep_runs_at_step)
@@ -264,7 +282,17 @@ class SqlRunsTx(
 
     def events(self, run_id: str) -> list[tuple[Event, str]]:
         rows = self.c.execute(self.q["events_of_run"], {"run_id": run_id}).fetchall()
-        return [(Event.from_row(r[0], r[1], r[2], r[3], r[4]), r[5]) for r in rows]
+        out = []
+        for r in rows:
+            try:
+                out.append((Event.from_row(r[0], r[1], r[2], r[3], r[4]), r[5]))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise CorruptRow(run_id, r[0], _reason(exc)) from None
+        return out
 
     def active_runs(self, tenant: str) -> int:
         return int(self._one("active_runs_count", tenant=tenant)[0])
+
+
+def _reason(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'}"[:200]

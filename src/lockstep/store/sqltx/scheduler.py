@@ -39,8 +39,8 @@ class SqlSchedulerTx(SqlBase):
         return None
 
     def next_wakeup_ms(self) -> int | None:
-        a = self._one("next_timer")[0]
-        b = self._one("next_lease_expiry")[0]
+        a = (self._one("next_timer") or (None,))[0]
+        b = (self._one("next_lease_expiry") or (None,))[0]
         vals = [v for v in (a, b) if v is not None]
         return min(vals) if vals else None
 

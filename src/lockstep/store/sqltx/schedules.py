@@ -39,6 +39,8 @@ def _row(r: Any) -> ScheduleRow:
         r[21],
         r[22],
         r[23],
+        r[24],
+        r[25],
     )
 
 
@@ -68,6 +70,8 @@ def _params(row: ScheduleRow) -> dict[str, Any]:
         "created_by": row.created_by,
         "updated_at": row.updated_at,
         "updated_by": row.updated_by,
+        "paused_at": row.paused_at,
+        "paused_by": row.paused_by,
     }
 
 

@@ -59,8 +59,8 @@ class SqlWorkTx(SqlBase):
         )
         return bool(cur.rowcount == 1)
 
-    def abandon_leases(self, owner: str, now_ms: int) -> int:
-        cur = self.c.execute(self.q["leases_abandon"], {"owner": owner, "now": now_ms})
+    def abandon_leases(self, owner: str, now_ms: int, tenant: str | None = None) -> int:
+        cur = self.c.execute(self.q["leases_abandon"], {"owner": owner, "now": now_ms, "tenant": tenant})
         return int(cur.rowcount)
 
     def close_task(self, task_id: str, status: str) -> None:
@@ -121,6 +121,9 @@ class SqlWorkTx(SqlBase):
 
     def task_counts(self) -> dict[str, int]:
         return {r[0]: r[1] for r in self.c.execute(self.q["task_counts"])}
+
+    def ready_backlog(self) -> dict[str, int]:
+        return {r[0]: int(r[1]) for r in self.c.execute(self.q["ready_backlog"], {})}
 
     # --- the task rows of an append ------------------------------------------------------------
     def _write_task_effect(

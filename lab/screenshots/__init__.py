@@ -1,0 +1,1 @@
+"""`make screenshots`: the pictures of docs/ui.md, taken from a real `lockstep serve --example`."""
