@@ -6,16 +6,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 
 from ..errors import Conflict, Gone, NotFound, RateLimited
 from . import calls
-from .calls import Call
+from .calls import Call, RunFilters
 from .config import Settings
 from .problems import WaitTimedOut, unreachable
 from .types import (
@@ -130,70 +129,26 @@ class AsyncClient:
     async def runs_page(
         self,
         *,
-        status: str | None = None,
-        definition: str | None = None,
-        waiting: str | None = None,
-        run: str | None = None,
-        key: str | None = None,
-        version: int | None = None,
-        started_from: str | datetime | None = None,
-        started_to: str | datetime | None = None,
-        input: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        **filters: Unpack[RunFilters],
     ) -> RunPage:
         """One page of runs, newest first; pass its `next_cursor` as `cursor` for the next one.
 
-        The filters are the UI's runs search (each None: any): `run` a run id or its beginning, `key`
-        the start key, `started_from` (inclusive) and `started_to` (exclusive) ISO 8601 times or
-        datetimes (naive: UTC), `input` an input field equal to a value (`customer = ACME`,
-        `address.city = "Köln"`). A bad filter raises InvalidInput with the server's message."""
-        return await self.send(
-            calls.page(
-                {
-                    "status": status,
-                    "definition": definition,
-                    "waiting": waiting,
-                    "run": run,
-                    "key": key,
-                    "version": version,
-                    "started_from": started_from,
-                    "started_to": started_to,
-                    "input": input,
-                },
-                limit,
-                cursor,
-            )
-        )
+        The filters are the UI's runs search, `calls.RunFilters` (each absent or None: any), e.g.
+        `status="waiting"`, `run="8f3a"`, `input="customer = ACME"`. A bad filter value raises
+        InvalidInput with the server's message, an unknown filter name TypeError."""
+        return await self.send(calls.page(filters, limit, cursor))
 
     async def list_runs(
         self,
         *,
-        status: str | None = None,
-        definition: str | None = None,
-        waiting: str | None = None,
-        run: str | None = None,
-        key: str | None = None,
-        version: int | None = None,
-        started_from: str | datetime | None = None,
-        started_to: str | datetime | None = None,
-        input: str | None = None,
         page_size: int = 50,
         limit: int | None = None,
+        **filters: Unpack[RunFilters],
     ) -> AsyncIterator[Run]:
         """Every run that matches (at most `limit`), newest first, fetched a page at a time (the filters
         are runs_page's)."""
-        filters: dict[str, str | int | datetime | None] = {
-            "status": status,
-            "definition": definition,
-            "waiting": waiting,
-            "run": run,
-            "key": key,
-            "version": version,
-            "started_from": started_from,
-            "started_to": started_to,
-            "input": input,
-        }
         cursor: str | None = None
         seen = 0
         while True:

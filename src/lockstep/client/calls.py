@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, cast
 from urllib.parse import quote
 
 import msgspec
@@ -33,7 +33,7 @@ from .types import (
     Task,
 )
 
-__all__ = ["Call", "EventsPage", "none"]
+__all__ = ["Call", "EventsPage", "RunFilters", "none"]
 
 T = TypeVar("T")
 
@@ -133,9 +133,33 @@ def get(run_id: str, reveal: bool) -> Call[Run]:
     return Call("GET", f"/v1/runs/{_id(run_id)}", _RUN, params={"reveal": "true"} if reveal else {})
 
 
-def page(filters: dict[str, str | int | datetime | None], limit: int, cursor: str | None) -> Call[RunPage]:
+class RunFilters(TypedDict, total=False):
+    """The runs search of GET /v1/runs (and of the UI), by query name; an absent or None filter: any.
+
+    `run` a run id or its beginning, `key` the start key, `started_from` (inclusive) and `started_to`
+    (exclusive) ISO 8601 times or datetimes (naive: UTC), `input` an input field equal to a value
+    (`customer = ACME`, `address.city = "Köln"`)."""
+
+    status: str | None
+    definition: str | None
+    waiting: str | None
+    run: str | None
+    key: str | None
+    version: int | None
+    started_from: str | datetime | None
+    started_to: str | datetime | None
+    input: str | None
+
+
+def page(filters: RunFilters, limit: int, cursor: str | None) -> Call[RunPage]:
     """GET /v1/runs: `filters` by their query names (None: any), a datetime as ISO 8601 (naive: UTC)."""
-    params: dict[str, Any] = {k: _when(v) for k, v in filters.items() if v is not None}
+    unknown = sorted(set(filters) - set(RunFilters.__annotations__))
+    if unknown:
+        raise TypeError(
+            f"unknown runs filter(s) {', '.join(unknown)}; known: {', '.join(RunFilters.__annotations__)}"
+        )
+    given = cast("dict[str, str | int | datetime | None]", filters)
+    params: dict[str, Any] = {k: _when(v) for k, v in given.items() if v is not None}
     return Call("GET", "/v1/runs", _PAGE, params=_drop_none({**params, "limit": limit, "cursor": cursor}))
 
 
