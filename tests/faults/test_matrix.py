@@ -22,10 +22,11 @@ def test_a_clean_scenario_passes_and_the_broken_build_is_caught(tmp_path: Path) 
         runs=6,
         soak=False,
         workdir=tmp_path / "work",
-        only=["lost_response"],
+        only=["lost_response", "broken_key_per_attempt"],
         say=lines.append,
     )
     by_name = {r.name: r for r in results}
+    assert set(by_name) == {"lost_response", "broken_key_per_attempt"}, "--only picks by exact name"
     clean, broken = by_name["lost_response"], by_name["broken_key_per_attempt"]
     assert clean.error is None, lines
     assert broken.error is None, lines
