@@ -88,8 +88,9 @@ def test_a_scheduler_sigkilled_mid_purge_is_resumed_by_the_next_one(
     wait_until(lambda: tombstones(cluster) == dict.fromkeys(due, "purged"), 60, "every due run to be purged")
     for run_id in due:
         assert rows(cluster, run_id) == dict.fromkeys(RUN_TABLES, 0)
-        shown = cluster.cli("show", run_id, expect=9)
-        assert "was purged at" in shown.stderr
+    # One `show` stands for all: every due run has the same purged tombstone (a CLI process costs seconds).
+    shown = cluster.cli("show", due[-1], expect=9)
+    assert "was purged at" in shown.stderr
     kept = engine.show(held)
     assert kept["status"] == "completed"
     assert rows(cluster, held)["events"] == kept["seq"]  # the held run keeps every event
