@@ -8,7 +8,9 @@ per idempotency key) and `lockstep verify`.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import signal
 import time
 from collections import Counter
@@ -222,6 +224,31 @@ def test_serve_sigterm_drains_its_in_process_worker_and_exits_zero(
     shown = engine.show(run)  # reported before serve exited: no other process is running
     assert shown["status"] == "completed"
     assert not events(engine, run, "ActivityTimedOut", "ActivityFailed", "ResultIgnored")
+    assert [(c["finished"], c["applied"]) for c in ledger.calls(run)] == [(1, 1)]
+
+
+def _tgkill(pid: int, tid: int, sig: signal.Signals) -> None:
+    """Send `sig` to one thread of `pid` (Linux tgkill: a signal the kernel may not redirect)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(234, pid, tid, int(sig)) != 0:  # 234: SYS_tgkill on x86-64
+        raise OSError(ctypes.get_errno(), f"tgkill({pid}, {tid}, {sig.name})")
+
+
+def test_sigterm_received_by_a_thread_other_than_main_still_drains(
+    cluster: Cluster, engine: Engine, ledger: Ledger
+) -> None:
+    """SIGTERM that the kernel hands to one of the worker's other threads (it may pick any) still drains
+    the worker and exits 0: the main thread does not sleep through it in an untimed wait."""
+    engine.publish(one_step("drain-thread"))
+    w1 = cluster.worker("drainer")
+    run = engine.start("drain-thread", input={"order": "t1", "sleep_ms": 1000})
+    wait_until(lambda: ledger.started(run, 1), 20, "the activity to start")
+    others = sorted(int(t) for t in os.listdir(f"/proc/{w1.pid}/task") if int(t) != w1.pid)
+    assert others, "the worker runs no thread besides its main one"
+    _tgkill(w1.pid, others[-1], signal.SIGTERM)
+    assert w1.wait(60) == 0, w1.log()
+    assert "received SIGTERM" in w1.log()
+    assert engine.show(run)["status"] == "completed"
     assert [(c["finished"], c["applied"]) for c in ledger.calls(run)] == [(1, 1)]
 
 

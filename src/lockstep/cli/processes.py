@@ -109,7 +109,11 @@ def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
-    stop.wait()
+    # Python runs a signal's handler in the main thread, and only when that thread executes bytecode.
+    # The kernel may deliver SIGTERM to any of the worker's threads; a main thread blocked in an untimed
+    # wait is then never woken and the process never drains. Waking up regularly lets the handler run.
+    while not stop.wait(0.25):
+        pass
     for s in stoppers:
         s()
 
