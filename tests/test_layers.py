@@ -77,7 +77,8 @@ def test_the_rings_are_folders() -> None:
     """Every ring named in the rule exists as a folder, and no application module sits at the root."""
     assert all((SRC / ring / "__init__.py").exists() for ring in RINGS)
     root = {p.stem for p in SRC.glob("*.py")}
-    assert root <= {"__init__", "__main__", "engine", "errors", "serve"}, root
+    # _deferred is import-time plumbing of the package itself (it defers a dependency's start-up cost).
+    assert root <= {"__init__", "__main__", "_deferred", "engine", "errors", "serve"}, root
 
 
 def test_imports_point_inward() -> None:
