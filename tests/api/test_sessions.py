@@ -19,6 +19,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from lab import clifork
 from lockstep.app.principals import Principals, check_password_policy
 from lockstep.examples.bootstrap import APPROVERS, EXAMPLE_PASSWORD
 
@@ -31,7 +32,7 @@ NEW_PASSWORD = "velvet-compass-thunder-kiln"  # noqa: S105
 def lockstep(db_path: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """The real CLI on the test's database file."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
-    return subprocess.run(
+    return clifork.run(
         [sys.executable, "-m", "lockstep", "--db", f"sqlite:///{db_path}", *args],
         input=stdin,
         capture_output=True,

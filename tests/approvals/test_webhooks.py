@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from lab import clifork
 from lockstep.errors import InvalidInput
 from lockstep.runtime import webhook as webhook_module
 from lockstep.runtime.notify import Notifier, OutboundPolicy, WebhookChannel, channel_from_spec
@@ -233,7 +234,7 @@ def test_the_secret_can_come_from_a_file(tmp_path: Path, hook: Receiver, world: 
 def _lockstep(
     tmp_path: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return clifork.run(
         [sys.executable, "-m", "lockstep", "--db", f"sqlite:///{tmp_path / 'cli.db'}", *args],
         check=False,
         capture_output=True,

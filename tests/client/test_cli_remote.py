@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lab import clifork
 from lab.fleet import free_port
 
 from .serverkit import Server
@@ -30,7 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def _cli(server: Server, *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
+    done = clifork.run(
         [sys.executable, "-m", "lockstep", *args],
         env=server.env,
         cwd=server.dir,

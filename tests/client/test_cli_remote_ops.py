@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from lab import clifork
 from lockstep.client import Client
 
 from .serverkit import TENANT, Server, wait_until
@@ -76,7 +77,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def _cli(server: Server, *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
+    done = clifork.run(
         [sys.executable, "-m", "lockstep", *args],
         env=server.env,
         cwd=server.dir,

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from lab import clifork
+
 TABLES = ("definitions", "runs", "events", "tasks", "timers")
 
 
@@ -30,7 +32,7 @@ class Cli:
     def run(self, *args: str, expect: int | None = 0, db: bool = True) -> subprocess.CompletedProcess[str]:
         """Run one command; assert its exit status equals `expect` (None: any)."""
         cmd = [sys.executable, "-m", "lockstep", *(["--db", self.url] if db else []), *args]
-        done = subprocess.run(
+        done = clifork.run(
             cmd, env=self.env, cwd=self.cwd, capture_output=True, text=True, timeout=120, check=False
         )
         if expect is not None:

@@ -26,6 +26,7 @@ import ui_fixtures as fx  # tests/e2e has no __init__.py: pytest puts this folde
 from clikit import fresh_url
 from standardwebhooks.webhooks import Webhook
 
+from lab import clifork
 from lockstep.app.keys import create_key_file
 
 SECRET = "sk_live_4f1d9a7c-never-in-clear"  # noqa: S105 - the test's own stored secret
@@ -167,7 +168,7 @@ def test_a_tenant_without_code_calls_waits_asks_and_is_notified(
     }
 
     def cli(*args: str, stdin: str | None = None) -> Any:
-        done = subprocess.run(
+        done = clifork.run(
             [sys.executable, "-m", "lockstep", *args],
             env=env,
             cwd=tmp_path,
@@ -328,7 +329,7 @@ def test_a_tenant_without_code_calls_waits_asks_and_is_notified(
 def test_a_worker_with_nothing_to_run_says_what_to_give(tmp_path: Path) -> None:
     """`lockstep worker --no-http` without --activities: one line saying what to give, exit 2."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
-    done = subprocess.run(
+    done = clifork.run(
         [sys.executable, "-m", "lockstep", "--db", f"sqlite:///{tmp_path}/w.db", "worker", "--no-http"],
         env=env,
         capture_output=True,

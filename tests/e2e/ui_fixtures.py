@@ -19,6 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
+from lab import clifork
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -147,7 +149,7 @@ class Server:
         return run_id
 
     def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
+        proc = clifork.run(
             [sys.executable, "-m", "lockstep", "--db", self.db_url, *args],
             input=stdin,
             capture_output=True,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lab import clifork
 from lockstep.app import failpoints
 
 
@@ -38,7 +39,7 @@ def test_parse_rejects_a_malformed_spec_naming_the_bad_part(spec: str, fragment:
 
 def _child(code: str, spec: str, log: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, failpoints.ENV: spec, failpoints.LOG_ENV: str(log)}
-    return subprocess.run(
+    return clifork.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False
     )
 
@@ -84,7 +85,7 @@ def test_the_cli_refuses_a_bad_spec_with_one_line_and_warns_about_an_active_one(
     """A bad spec stops every command with one `error:` line; an active one is announced on stderr."""
     db = f"sqlite:///{tmp_path / 'l.db'}"
     env = {**os.environ, failpoints.ENV: "x=bogus"}
-    bad = subprocess.run(
+    bad = clifork.run(
         [sys.executable, "-m", "lockstep", "--db", db, "definitions"],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -92,7 +93,7 @@ def test_the_cli_refuses_a_bad_spec_with_one_line_and_warns_about_an_active_one(
     assert bad.stderr.strip().startswith("error: LOCKSTEP_FAILPOINTS: unknown action 'bogus'")
     assert "Traceback" not in bad.stderr
     env[failpoints.ENV] = "unsafe.no_fencing=on"
-    ok = subprocess.run(
+    ok = clifork.run(
         [sys.executable, "-m", "lockstep", "--db", db, "definitions"],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

@@ -12,6 +12,8 @@ from typing import Any
 
 from httpworld import OTHER, TENANT, Api, World, definition
 
+from lab import clifork
+
 VALUE = "sk_test_do_not_show_1234567890"
 
 
@@ -66,7 +68,7 @@ def test_an_admin_replaces_the_egress_policy_over_the_api_and_a_bad_entry_is_nam
 
 def _cli(world: World, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LOCKSTEP_KEY_FILE": str(world.key_file)}
-    return subprocess.run(
+    return clifork.run(
         [sys.executable, "-m", "lockstep", "--db", world.url, *args],
         input=stdin,
         capture_output=True,

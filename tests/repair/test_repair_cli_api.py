@@ -20,6 +20,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from lab import clifork
 from lockstep.api.app import create_app
 from lockstep.engine import Engine
 
@@ -61,7 +62,7 @@ class Cli:
 
     def run(self, *args: str, expect: int | None = 0) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "lockstep", "--db", self.url, *args]
-        done = subprocess.run(
+        done = clifork.run(
             cmd, env=self.env, cwd=self.tmp, capture_output=True, text=True, timeout=120, check=False
         )
         if expect is not None:

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from prockit import Cluster, Ledger, wait_until
 
+from lab import clifork
 from lab.fleet import free_port
 from lockstep import Engine
 
@@ -38,7 +39,7 @@ def raw_update(path: Path, statement: str, params: tuple[object, ...]) -> None:
 
 
 def lockstep(db_url: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return clifork.run(
         [sys.executable, "-m", "lockstep", "--db", db_url, *args],
         capture_output=True,
         text=True,

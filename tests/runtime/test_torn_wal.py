@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from prockit import wait_until
 
+from lab import clifork
 from lockstep import Engine
 from lockstep.errors import NotFound
 
@@ -67,7 +68,7 @@ def crashed_with_a_big_wal(tmp_path: Path) -> tuple[Path, list[str]]:
 def sound(path: Path) -> dict[str, object]:
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-    done = subprocess.run(
+    done = clifork.run(
         [sys.executable, "-m", "lockstep", "--db", f"sqlite:///{path}", "verify", "--json"],
         capture_output=True,
         text=True,

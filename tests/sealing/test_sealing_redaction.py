@@ -17,6 +17,7 @@ import pytest
 from sealkit import CARD, CLEAR_REF, SECRETS, TENANT, TOKEN
 from sealworld import World
 
+from lab import clifork
 from lockstep.core.narrate import narrate
 from lockstep.core.sealed import SENSITIVE, redaction
 from lockstep.engine import Engine
@@ -132,7 +133,7 @@ def _cli(
     argv = [sys.executable, "-m", "lockstep", "--db", world.url, "--tenant", TENANT]
     if key:
         argv += ["--key-file", str(world.key_file)]
-    done = subprocess.run([*argv, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = clifork.run([*argv, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == expect, (args, done.returncode, done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
     return done

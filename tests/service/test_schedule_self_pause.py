@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 from datetime import UTC, datetime
 
 import httpx
 import pytest
 
+from lab import clifork
 from lockstep.api.app import create_app
 from lockstep.app.schedules import paused_since
 from lockstep.app.service import Service
@@ -127,12 +127,12 @@ def test_the_api_and_the_cli_show_it_paused_by_the_scheduler(
     assert listed.status_code == 200, listed.text
     assert [v["status"] for v in listed.json()] == ["paused"]  # one unreadable schedule breaks no list
     cli = [sys.executable, "-m", "lockstep", "--db", db_url, "--tenant", "acme", "schedules", "show"]
-    shown = subprocess.run([*cli, "nightly"], capture_output=True, text=True, timeout=60, check=False)
+    shown = clifork.run([*cli, "nightly"], capture_output=True, text=True, timeout=60, check=False)
     assert shown.returncode == 0, shown.stderr
     line = next(x for x in shown.stdout.splitlines() if x.startswith("paused"))
     assert line.startswith(f"paused since {body['paused_at']}: its schedule can no longer be read")
     assert " by " not in line.split(":")[0]  # nobody named: the scheduler paused it
-    as_json = subprocess.run(
+    as_json = clifork.run(
         [*cli, "nightly", "--json"], capture_output=True, text=True, timeout=60, check=False
     )
     assert as_json.returncode == 0, as_json.stderr

@@ -5,7 +5,6 @@ output fails its attempt without a retry; values stored before the limits still 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from datetime import timedelta
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import lockstep
+from lab import clifork
 from lockstep import Engine, Registry
 from lockstep.app.principals import Principal, Principals
 from lockstep.app.service import Service, new_run_id
@@ -183,9 +183,7 @@ def test_a_stored_deep_run_still_shows_everywhere(svc: Service, tenant: Principa
     base = [sys.executable, "-m", "lockstep", "--db", svc.store.url, "--tenant", T]
     for args in (["show", run_id], ["events", run_id], ["runs"]):
         for fmt in ([], ["--json"]):
-            done = subprocess.run(
-                [*base, *args, *fmt], capture_output=True, text=True, timeout=120, check=False
-            )
+            done = clifork.run([*base, *args, *fmt], capture_output=True, text=True, timeout=120, check=False)
             assert done.returncode == 0, (args, done.stderr)
             assert run_id in done.stdout or args[0] == "events"
             if fmt and args[0] != "runs":

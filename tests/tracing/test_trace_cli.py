@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lab import clifork
 from lab.fleet.otlp import otlp_receiver
 from lockstep import Engine, Registry
 from lockstep.app.tracing import history_spans
@@ -23,7 +24,7 @@ PLAIN = {
 
 def lockstep(db: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    return subprocess.run(
+    return clifork.run(
         [sys.executable, "-m", "lockstep", "--db", db, *args],
         env={**clean, **(env or {})},
         capture_output=True,

@@ -5,7 +5,6 @@ HTTPS is 422 and nothing is stored; the CLI creates and lists the same way."""
 from __future__ import annotations
 
 import functools
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 from click.testing import CliRunner
 
+from lab import clifork
 from lockstep import Engine
 from lockstep.api.app import create_app
 from lockstep.app.keys import create_key_file
@@ -138,7 +138,7 @@ def test_the_cli_creates_lists_and_shows_deliveries(tmp_path: Path, monkeypatch:
     assert listed.exit_code == 0, listed.output
     assert "run.completed" in listed.output
     assert "whsec_" not in listed.output
-    bad = subprocess.run(
+    bad = clifork.run(
         [sys.executable, "-m", "lockstep", *args, "--events", "run.exploded"],
         capture_output=True,
         text=True,
