@@ -360,7 +360,8 @@ def pipeline() -> dict[str, Any]:
 def test_two_workers_two_schedulers_thirty_runs_all_complete_once(
     cluster: Cluster, engine: Engine, ledger: Ledger
 ) -> None:
-    """2 workers + 2 schedulers, 30 runs with a flaky step: all complete, no duplicate success, one effect."""
+    """2 workers + 2 schedulers, 30 runs with a flaky step: all complete, no duplicate success, one effect;
+    every attempt of the flaky step before its success failed or lost its lease."""
     engine.publish(pipeline())
     procs = [
         cluster.worker("w1", scheduler=False, wait=False),
@@ -383,8 +384,16 @@ def test_two_workers_two_schedulers_thirty_runs_all_complete_once(
         succeeded = Counter((e["step"], e["attempt"]) for e in events(engine, run, "ActivitySucceeded"))
         assert all(c == 1 for c in succeeded.values()), (run, succeeded)
         assert sorted(step for step, _ in succeeded) == ["a", "b", "c"]
-        failed = [e for e in events(engine, run, "ActivityFailed") if e["step"] == "b"]
-        assert len(failed) == n % 3
+        # b fails its first n % 3 attempts. A worker starved past its 1s lease (a loaded machine) loses an
+        # attempt to ActivityTimedOut instead, and its late result is ignored: that attempt then counts
+        # towards the failures the step needs before it succeeds.
+        ended = Counter(
+            e["type"] for e in events(engine, run, "ActivityFailed", "ActivityTimedOut") if e["step"] == "b"
+        )
+        (b_success,) = [attempt for step, attempt in succeeded if step == "b"]
+        assert b_success == ended.total() + 1, (run, ended, b_success)
+        assert b_success > n % 3, (run, ended, b_success)
+        assert ended["ActivityFailed"] <= n % 3, (run, ended)
         fired = Counter(e["data"]["generation"] for e in events(engine, run, "TimerFired"))
         assert all(c == 1 for c in fired.values()), (run, fired)
         calls = ledger.calls(run)
