@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -40,26 +41,23 @@ _STATUS = struct.Struct("!qq")  # (pid, 0) first, then (-1, wait status)
 
 _lock = threading.Lock()
 _servers: list[tuple[subprocess.Popen[bytes], str]] = []  # this process's server, once started
-_envs: list[dict[str, str]] = []  # the environment it was (or will be) started with
 
 
 def _import_time(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(_IMPORT_TIME_ENV)}
 
 
-def _forkable(cmd: Sequence[str], env: Mapping[str, str] | None) -> bool:
+def _forkable(cmd: Sequence[str], env: Mapping[str, str]) -> bool:
     """Whether the server's one import is the one this command would make."""
-    if os.environ.get("LOCKSTEP_TEST_NO_FORK") == "1" or list(cmd[:3]) != _PREFIX or env is None:
+    if os.environ.get("LOCKSTEP_TEST_NO_FORK") == "1" or list(cmd[:3]) != _PREFIX:
         return False
     return _import_time(env) == _import_time(_server_env())
 
 
+@functools.cache
 def _server_env() -> dict[str, str]:
-    """The environment the server imports in: this process's, without lockstep's variables."""
-    with _lock:
-        if not _envs:
-            _envs.append({k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")})
-        return _envs[0]
+    """The environment the server imports in: this process's at first use, without lockstep's variables."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
 
 
 def _address() -> str:
@@ -117,7 +115,7 @@ def run(cmd: Any, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
         options["capture_output"] is True and options["text"] is True and options["check"] is False
     )
     env: Mapping[str, str] | None = kwargs.get("env")
-    if not plain or isinstance(cmd, str | bytes) or not _forkable(cmd, env) or env is None:
+    if env is None or not plain or isinstance(cmd, str | bytes) or not _forkable(cmd, env):
         return subprocess.run(cmd, **kwargs)  # noqa: PLW1510, S603 - the caller's own call
     cwd, input_, timeout = kwargs.get("cwd"), kwargs.get("input"), kwargs.get("timeout")
     request = json.dumps({"args": list(cmd[3:]), "env": dict(env), "cwd": os.fspath(cwd or os.getcwd())})

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,14 @@ LOCKSTEP = [sys.executable, "-m", "lockstep"]
 
 def _env(**extra: str) -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}, **extra}
+
+
+def _forked_and_real(
+    cmd: list[str], env: dict[str, str], cwd: Path
+) -> list[subprocess.CompletedProcess[str]]:
+    """The command through clifork.run, then through subprocess.run, with the same arguments."""
+    options: dict[str, Any] = {"env": env, "cwd": cwd, "capture_output": True, "text": True}
+    return [run(cmd, **options, timeout=120, check=False) for run in (clifork.run, subprocess.run)]
 
 
 @pytest.mark.parametrize(
@@ -33,12 +42,7 @@ def _env(**extra: str) -> dict[str, str]:
 def test_a_forked_command_prints_and_exits_as_a_real_one(tmp_path: Path, args: list[str]) -> None:
     """Output and exit status are byte for byte those of `python -m lockstep` in a new process."""
     cmd = [*LOCKSTEP, "--db", f"sqlite:///{tmp_path / 'l.db'}", *args]
-    real = subprocess.run(
-        cmd, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
-    )
-    forked = clifork.run(
-        cmd, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
-    )
+    forked, real = _forked_and_real(cmd, _env(), tmp_path)
     assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout, real.stderr)
 
 
@@ -82,19 +86,9 @@ def test_calls_it_cannot_reproduce_go_to_a_real_subprocess(tmp_path: Path) -> No
     assert clifork.run(["echo", "hi"], capture_output=True, text=True).stdout == "hi\n"
     with pytest.raises(subprocess.CalledProcessError):
         clifork.run([*LOCKSTEP, "no-such-command"], env=_env(), capture_output=True, text=True, check=True)
-    failing = clifork.run(
+    failing, real = _forked_and_real(
         [*LOCKSTEP, "--db", f"sqlite:///{tmp_path / 'l.db'}", "runs"],
-        env=_env(LOCKSTEP_FAILPOINTS="no-such-rule-syntax"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    real = subprocess.run(
-        [*LOCKSTEP, "--db", f"sqlite:///{tmp_path / 'l.db'}", "runs"],
-        env=_env(LOCKSTEP_FAILPOINTS="no-such-rule-syntax"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
+        _env(LOCKSTEP_FAILPOINTS="no-such-rule-syntax"),
+        tmp_path,
     )
     assert (failing.returncode, failing.stderr) == (real.returncode, real.stderr)
