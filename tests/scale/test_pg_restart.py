@@ -110,17 +110,19 @@ def test_postgres_restart_mid_load_loses_nothing(
     run_ids = start_runs_http([base], key, DEFINITION["name"], RUNS, prefix="restart")["run_ids"]
 
     wait_until(lambda: db.status_counts(TENANT).get("completed", 0) >= RUNS // 10, 60, "a tenth of the runs")
+    done_before = db.status_counts(TENANT).get("completed", 0)
+    # The session's earlier tests wrote a lot of WAL into this cluster: checkpoint first, so the crash
+    # recovery after the immediate stop replays only this test's load (seconds, not a minute).
+    with psycopg.connect(cluster.url(), autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+    # Only then look for activities in flight: a checkpoint on a loaded machine can outlast every
+    # activity that was running before it, and the stop must catch some in the middle.
     wait_until(
         lambda: ledger.value("SELECT count(*) FROM ledger_calls WHERE finished_at IS NULL") >= 4,
         30,
         "activities in flight",
         interval=0.01,
     )
-    done_before = db.status_counts(TENANT).get("completed", 0)
-    # The session's earlier tests wrote a lot of WAL into this cluster: checkpoint first, so the crash
-    # recovery after the immediate stop replays only this test's load (seconds, not a minute).
-    with psycopg.connect(cluster.url(), autocommit=True) as conn:
-        conn.execute("CHECKPOINT")
     t_stop = time.time()
     cluster.stop("immediate")
     assert not _up(cluster)
