@@ -15,7 +15,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from lockstep.testing import PgCluster
 
@@ -207,7 +207,15 @@ def _repetition(
     return one
 
 
-def main(argv: list[str] | None = None) -> int:
+def _refuse(why: str) -> NoReturn:
+    """Exit as argparse does on a usage error: the machine lacks what the command line asks for."""
+    print(f"python -m lab.bench: error: {why}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked and with its lists split (backends, engines, shapes, slots, fleet);
+    what the machine must have (DBOS installed, disk space) is checked by `main`."""
     p = argparse.ArgumentParser(prog="python -m lab.bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small sizes (200 runs) for a run of a few minutes")
     p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: sqlite,postgresql")
@@ -241,19 +249,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.fleet and (unknown_fleet := set(args.fleet) - set(fleet_sizes(False))):
         p.error(f"unknown multi-process workload: {', '.join(sorted(unknown_fleet))}")
     args.slots = [int(x) for x in args.slots.split(",") if x]
-    backends = [b for b in args.backends.split(",") if b]
-    engines = [e for e in args.engines.split(",") if e]
-    if unknown := (set(backends) - set(BACKENDS)) | (set(engines) - set(ENGINES)):
+    args.backends = [b for b in args.backends.split(",") if b]
+    args.engines = [e for e in args.engines.split(",") if e]
+    if unknown := (set(args.backends) - set(BACKENDS)) | (set(args.engines) - set(ENGINES)):
         p.error(f"unknown backend/engine: {', '.join(sorted(unknown))}")
     if set(args.shapes) - set(SHAPES):
         p.error(f"unknown shape: {', '.join(sorted(set(args.shapes) - set(SHAPES)))}")
-    if {"dbos", "dbos_wal"} & set(engines) and dbos_version() is None:
-        p.error("DBOS is not installed: pip install -e '.[bench]' (or drop it with --engines lockstep)")
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    backends, engines = args.backends, args.engines
+    if {"dbos", "dbos_wal"} & set(engines) and dbos_version() is None:
+        _refuse("DBOS is not installed: pip install -e '.[bench]' (or drop it with --engines lockstep)")
     if "lockstep" in engines and not args.no_fleet:
         need = disk_needed(fleet_sizes(args.quick), backends, args.fleet)
         if (why := disk_problem(Path(tempfile.gettempdir()), need)) is not None:
-            p.error(why)
+            _refuse(why)
 
     began = datetime.now(UTC)
     tmp = Path(tempfile.mkdtemp(prefix="lockstep-bench-"))

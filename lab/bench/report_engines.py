@@ -62,6 +62,11 @@ RERUNS = (
     ("worker slots", f"{_ONE} --engines lockstep --shapes split --slots 4,8,16 --no-hardware --no-fleet"),
     ("hardware limit", f"{_ONE} --engines lockstep --shapes '' --slots '' --no-fleet"),
     (
+        "the workloads measured once, as a part of their own, then merged into one report",
+        f"{_ONE} --engines lockstep --shapes '' --slots '' --no-hardware --fleet timers,waiting --repeat 1 "
+        "--out /tmp/b && python -m lab.bench.merge reports/bench.json /tmp/b/bench.json --out reports",
+    ),
+    (
         "one multi-process workload (two_workers, tracing, shapes, recovery, timers, waiting, "
         "approval_round_trip)",
         f"{_ONE} --engines lockstep --shapes '' --slots '' --no-hardware --fleet approval_round_trip",

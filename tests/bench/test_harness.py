@@ -3,6 +3,7 @@ medians and spreads, the report's ratios and targets, and the hardware limit's r
 
 from __future__ import annotations
 
+import shlex
 import sqlite3
 from pathlib import Path
 
@@ -11,8 +12,9 @@ import pytest
 from lab.bench.aggregate import aggregate, entries, plan, rotated
 from lab.bench.common import Count, long_runs, rate
 from lab.bench.hardware import Recorder, is_write, replay
+from lab.bench.harness import parse_args
 from lab.bench.lockstep_side import record_workload
-from lab.bench.report_engines import engine_section, per_step_cost_ratio, reference_peer
+from lab.bench.report_engines import RERUNS, engine_section, per_step_cost_ratio, reference_peer
 
 
 def test_rotation_moves_every_engine_through_every_position() -> None:
@@ -121,3 +123,18 @@ def test_recorded_writes_replayed_rebuild_the_same_rows(tmp_path: Path) -> None:
         assert done() == 4
     finally:
         done.close()
+
+
+def test_every_rerun_command_of_the_report_is_a_valid_command_line() -> None:
+    """The report's 'Rerunning one workload' lines parse: a reader can paste any of them."""
+    for what, cmd in RERUNS:
+        for one in cmd.split(" && "):
+            words = shlex.split(one)
+            if words[:3] == ["python", "-m", "lab.bench"]:
+                args = parse_args(words[3:])
+                assert args.backends, what
+                assert args.repeat >= 1, what
+            elif words[:3] == ["python", "-m", "lab.bench.merge"]:
+                assert words[3].endswith("bench.json"), what
+            elif words[:3] != ["python", "-m", "lab.bench.child"]:
+                pytest.fail(f"{what}: not a lab.bench command: {one}")
