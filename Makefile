@@ -26,10 +26,11 @@ typecheck: install
 
 # Four workers on two cores: most tests wait on subprocesses and databases, not the CPU (45 min with
 # -n 4 against 81 min in one process, measured on a 2-core CI machine). worksteal keeps the long tests
-# from piling up at the end. PYTEST_ARGS= runs in one process.
+# from piling up at the end. PYTEST_ARGS= runs in one process. The 40 slowest tests are listed at the
+# end, so a CI log says where its time went.
 PYTEST_ARGS ?= -n 4 --dist worksteal
 unit: install
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest --durations=40 --durations-min=5 $(PYTEST_ARGS)
 
 test: lint typecheck unit
 
