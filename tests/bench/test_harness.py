@@ -14,6 +14,7 @@ from lab.bench.common import Count, long_runs, rate
 from lab.bench.hardware import Recorder, is_write, replay
 from lab.bench.harness import parse_args
 from lab.bench.lockstep_side import record_workload
+from lab.bench.report_cpu import cpu_budget_section
 from lab.bench.report_engines import RERUNS, engine_section, per_step_cost_ratio, reference_peer
 
 
@@ -138,3 +139,31 @@ def test_every_rerun_command_of_the_report_is_a_valid_command_line() -> None:
                 assert words[3].endswith("bench.json"), what
             elif words[:3] != ["python", "-m", "lab.bench.child"]:
                 pytest.fail(f"{what}: not a lab.bench command: {one}")
+
+
+def test_cpu_budget_names_what_each_throughput_target_takes() -> None:
+    """Each target becomes a CPU budget per step beside the measured cost: over it by a factor, fitting
+    it (the time goes to waiting), or out of reach because the database alone is over it."""
+    med = {
+        "postgresql": {
+            "lockstep/split": {
+                "throughput.steps_per_s": 400.0,
+                "throughput.engine_ms_per_step": 2.0,
+                "throughput.db_ms_per_step": 1.5,
+            },
+            "dbos/split": {"throughput.steps_per_s": 200.0},
+            "absurd/split": {"throughput.steps_per_s": 100.0},
+            "hardware": {"one_connection_steps_per_s": 1000.0},
+        }
+    }
+    text = "\n".join(cpu_budget_section(med, 2))
+    # 10x DBOS = 2,000 steps/s: 1 ms per step on 2 cores, below PostgreSQL's own 1.5 ms
+    assert "| postgresql, production shape | 10x DBOS | 2,000 | 1.000 | 2.000 + 1.500 | 571 | 400 |" in text
+    assert "out of reach on this machine: the database's own 1.50 ms is over the budget" in text
+    # 3x Absurd = 300 steps/s: 6.7 ms per step, more than the 3.5 it costs
+    assert "| 3x Absurd | 300 | 6.667 |" in text
+    assert "the cost fits the budget: the time goes to waiting (locks and round trips)" in text
+    # 50% of the limit = 500 steps/s: 4 ms per step, 3.5 fits too; a costlier step would not
+    med["postgresql"]["lockstep/split"]["throughput.engine_ms_per_step"] = 6.5
+    assert "a step must cost at least 2.0x less CPU" in "\n".join(cpu_budget_section(med, 2))
+    assert cpu_budget_section({"sqlite": {"lockstep": {}}}, 2) == []
