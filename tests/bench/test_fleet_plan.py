@@ -207,3 +207,14 @@ def test_dropping_a_postgresql_database_removes_it(pg_cluster: PgCluster) -> Non
         drop_database(url)
     names = {r[0] for r in pg_cluster.sql("SELECT datname FROM pg_database")}
     assert "bench_drop_me" not in names
+
+
+def test_round_trip_target_splits_the_server_part_from_the_worker_part() -> None:
+    """Measured with the answer's time: the verdict says how much is the server's and how much the
+    worker's; older reports without it keep the plain number."""
+    fl = _fleet(**{"approval_round_trip.p50_ms": 18.8, "approval_round_trip.answered_p50_ms": 12.5})
+    measured = _target(fleet_targets("postgresql", fl, fleet_sizes(False)), "approval round trip")[2]
+    assert measured.startswith("18.8 ms; of it 12.5 ms until the decision was answered")
+    assert "and 6.3 ms for the worker to be woken" in measured
+    fl = _fleet(**{"approval_round_trip.p50_ms": 7.2})
+    assert _target(fleet_targets("sqlite", fl, fleet_sizes(False)), "approval round trip")[2] == "7.2 ms"
