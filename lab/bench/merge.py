@@ -7,8 +7,9 @@ million waiting runs, 100,000 timers) in another. Ratios are only ever computed 
 the engines ran side by side; the report names every part with its command and time range.
 
 Repetition i of every part becomes repetition i of the report. A part may add backends, engine entries
-and multi-process workloads to a repetition but never replace one another part measured, with one
-exception: the raw commit rates, which every run measures, are kept from the first part that has
+and multi-process workloads to a repetition but never replace one another part measured, unless
+`--replace NAME` says a later part measured that multi-process workload again (its measurement then
+replaces the earlier one whole, and the report says so). One more exception: the raw commit rates, which every run measures, are kept from the first part that has
 them, the one measured next to the engines.
 """
 
@@ -34,14 +35,19 @@ class MergeError(ValueError):
     """The parts cannot form one report (what differs, and in which part)."""
 
 
-def _merge_rep(into: dict[str, Any], part: dict[str, Any], where: str) -> None:
+def _merge_rep(into: dict[str, Any], part: dict[str, Any], where: str, replace: frozenset[str]) -> None:
+    """Add one repetition of a part to `into`; a multi-process workload measured again must be in
+    `replace` (the earlier measurement was dropped by `merge` before)."""
     for backend, res in part.items():
         have = into.setdefault(backend, {})
         for key, val in res.items():
             if key == "fleet":
                 fleet = have.setdefault("fleet", {})
-                if clash := sorted(set(fleet) & set(val)):
-                    raise MergeError(f"{where}, {backend}: workload(s) {', '.join(clash)} measured twice")
+                if clash := sorted(set(fleet) & set(val) - replace):
+                    raise MergeError(
+                        f"{where}, {backend}: workload(s) {', '.join(clash)} measured twice (--replace "
+                        "NAME keeps the later part's)"
+                    )
                 fleet.update(val)
             elif key not in have:
                 have[key] = val
@@ -49,8 +55,14 @@ def _merge_rep(into: dict[str, Any], part: dict[str, Any], where: str) -> None:
                 raise MergeError(f"{where}, {backend}: {key} measured twice; run each entry in one part")
 
 
-def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """The report of `parts` (harness reports, in order): their repetitions merged, medians recomputed."""
+def _workloads(part: dict[str, Any]) -> set[str]:
+    return {w for rep in part["repetitions"] for res in rep.values() for w in res.get("fleet", {})}
+
+
+def merge(parts: list[dict[str, Any]], replace: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The report of `parts` (harness reports, in order): their repetitions merged, medians recomputed.
+    A multi-process workload in `replace` may be measured again by a later part, whose measurement
+    wins whole (the earlier one is dropped from every repetition, so no median mixes the two)."""
     if not parts:
         raise MergeError("no parts given")
     for i, p in enumerate(parts, start=1):
@@ -64,11 +76,22 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
         if p["versions"].get("lockstep") != first["versions"].get("lockstep"):
             raise MergeError(f"part {i} measured another lockstep version than part 1")
     reps: list[dict[str, Any]] = []
+    named: list[dict[str, Any]] = []
     for i, p in enumerate(parts, start=1):
+        again = sorted(
+            _workloads(p) & replace & {w for rep in reps for r in rep.values() for w in r.get("fleet", {})}
+        )
+        for rep in reps:
+            for res in rep.values():
+                for w in again:
+                    res.get("fleet", {}).pop(w, None)
         for n, rep in enumerate(p["repetitions"]):
             while len(reps) <= n:
                 reps.append({})
-            _merge_rep(reps[n], rep, f"part {i}, repetition {n + 1}")
+            _merge_rep(reps[n], rep, f"part {i}, repetition {n + 1}", replace)
+        # a merged report merged again keeps naming the runs it came from
+        own = p.get("parts", [{k: p[k] for k in ("command", "began", "finished")}])
+        named += [{**x, "replaces": again} for x in own] if again else own
     sizes = dict(first["sizes"])
     sizes["repeat"] = max(int(p["sizes"]["repeat"]) for p in parts)
     sizes["fleet"] = {k: v for p in reversed(parts) for k, v in p["sizes"].get("fleet", {}).items()}
@@ -77,10 +100,7 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
         **first,
         "began": min(p["began"] for p in parts),
         "finished": max(p["finished"] for p in parts),
-        # a merged report merged again keeps naming the runs it came from
-        "parts": [
-            x for p in parts for x in p.get("parts", [{k: p[k] for k in ("command", "began", "finished")}])
-        ],
+        "parts": named,
         "sizes": sizes,
         "versions": {**first["versions"], **versions},
         "medians": aggregate(reps),
@@ -92,10 +112,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.bench.merge", description=__doc__.split("\n\n")[0])
     p.add_argument("parts", nargs="+", type=Path, help="bench.json of each part, in order")
     p.add_argument("--out", default="reports", help="directory for the merged bench.md and bench.json")
+    p.add_argument(
+        "--replace",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a multi-process workload a later part measured again: its measurement replaces the earlier",
+    )
     args = p.parse_args(argv)
     try:
         loaded = [json.loads(path.read_text()) for path in args.parts]
-        report = merge(loaded)
+        report = merge(loaded, frozenset(args.replace))
     except (OSError, json.JSONDecodeError, MergeError) as exc:
         print(f"cannot merge: {exc}", file=sys.stderr)
         return 2

@@ -100,7 +100,11 @@ def render_markdown(r: dict[str, Any]) -> str:
             f"Generated in {len(parts)} parts, merged by `python -m lab.bench.merge`{quick}; ratios are "
             "computed within a part, where the engines ran side by side:\n"
         )
-        out += [f"- `{p['command'].strip()}` from {p['began']} to {p['finished']} (UTC)" for p in parts]
+        out += [
+            f"- `{p['command'].strip()}` from {p['began']} to {p['finished']} (UTC)"
+            + (f"; its {', '.join(p['replaces'])} replaces the earlier part's" if p.get("replaces") else "")
+            for p in parts
+        ]
         out.append("")
     else:
         out.append(

@@ -130,3 +130,15 @@ def test_a_merged_report_merged_again_keeps_naming_its_parts() -> None:
     once = merge([_engine_part()])
     twice = merge([once, _once_part()])
     assert [p["command"] for p in twice["parts"]] == [_engine_part()["command"], _once_part()["command"]]
+
+
+def test_a_workload_measured_again_replaces_the_earlier_one_only_when_asked() -> None:
+    """--replace NAME: the later part's measurement wins in every repetition, and the report says so."""
+    again = _once_part()
+    again["repetitions"][0]["sqlite"]["fleet"]["recovery"] = {"recovery_s": 9.0}
+    report = merge([_engine_part(), again], frozenset({"recovery"}))
+    fleet = report["medians"]["sqlite"]["fleet"]
+    assert fleet["recovery.recovery_s"] == 9.0  # not a median mixing 1, 2, 3 and 9
+    assert fleet["measured"]["recovery"] == 1
+    assert report["parts"][1]["replaces"] == ["recovery"]
+    assert "its recovery replaces the earlier part's" in render_markdown(report)
