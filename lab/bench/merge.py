@@ -9,8 +9,8 @@ the engines ran side by side; the report names every part with its command and t
 Repetition i of every part becomes repetition i of the report. A part may add backends, engine entries
 and multi-process workloads to a repetition but never replace one another part measured, unless
 `--replace NAME` says a later part measured that multi-process workload again (its measurement then
-replaces the earlier one whole, and the report says so). One more exception: the raw commit rates, which every run measures, are kept from the first part that has
-them, the one measured next to the engines.
+replaces the earlier one whole, and the report says so). The raw commit rates, which every run
+measures, are kept from the first part that has them: the one measured next to the engines.
 """
 
 from __future__ import annotations
