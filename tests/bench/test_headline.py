@@ -3,6 +3,7 @@ writes from reports/bench.json, and that table says what each backend measured."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from lab.bench.headline import headline, main
@@ -40,3 +41,9 @@ def test_cli_prints_the_table_and_refuses_a_file_that_is_not_a_report(tmp_path: 
     bad.write_text("{}")
     assert main([str(bad)]) == 2
     assert main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_readme_holds_the_table_written_from_the_committed_report() -> None:
+    """Rerun `python -m lab.bench.headline` and paste its table when reports/bench.json changes."""
+    table = headline(json.loads((ROOT / "reports" / "bench.json").read_text()))
+    assert table in (ROOT / "README.md").read_text(), "README's performance table is not the report's"
