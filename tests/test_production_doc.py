@@ -96,8 +96,8 @@ def test_quoted_benchmark_and_fault_numbers_are_in_the_reports() -> None:
     """Every number in the Sizing and failover tables appears in the report it is quoted from."""
     bench = (ROOT / "reports" / "bench.md").read_text(encoding="utf-8")
     faults = (ROOT / "reports" / "faults.md").read_text(encoding="utf-8")
-    assert "2026-11-30" in bench
-    assert "2026-11-30" in _section("Sizing")
+    assert "2026-12-03" in bench
+    assert "2026-12-03" in _section("Sizing")
     assert "2026-12-01" in faults
     assert "2026-12-01" in _section("Database failover (HA)")
     for section, report in (("Sizing", bench), ("Database failover (HA)", faults)):
