@@ -13,16 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from .aggregate import BACKENDS
-from .report_engines import per_step_cost_ratio, reference_peer
+from .report_engines import LABELS, per_step_cost_ratio, reference_peer, throughput_targets
+from .report_engines import fmt as _n
 from .report_fleet import waiting_points
 
 __all__ = ["headline", "main"]
 
 PROCESSES = ("serve", "scheduler", "worker")
-
-
-def _n(v: float | None, digits: int = 0) -> str:
-    return "—" if v is None else f"{v:,.{digits}f}"
 
 
 def _x(a: float | None, b: float | None) -> str:
@@ -37,12 +34,10 @@ def _rate(med: dict[str, Any], entry: str) -> float | None:
 def _peers(backend: str, med: dict[str, Any], suffix: str) -> str:
     """lockstep's steps/s, then each peer's with lockstep's ratio to it."""
     lk = _rate(med, f"lockstep{suffix}")
-    names = {"dbos_wal": "DBOS (WAL)", "dbos": "DBOS", "absurd": "Absurd"}
-    peers = [reference_peer(backend)] + (["absurd"] if backend == "postgresql" else [])
-    parts = [f"{_n(lk)}"]
-    for p in peers:
+    parts = [_n(lk, 0)]
+    for p, _times in throughput_targets(backend):
         if (rate := _rate(med, f"{p}{suffix}")) is not None:
-            parts.append(f"{names[p]} {_n(rate)} ({_x(lk, rate)})")
+            parts.append(f"{LABELS[p]} {_n(rate, 0)} ({_x(lk, rate)})")
     return "; ".join(parts)
 
 
@@ -95,7 +90,7 @@ def headline(report: dict[str, Any]) -> str:
     )
     row(
         f"{timers:,} timers due in the same instant: all fired, s (fired twice)",
-        lambda _b, _m, f: f"{_n(f.get('timers.all_fired_s'), 2)} ({_n(f.get('timers.fired_twice'))})",
+        lambda _b, _m, f: f"{_n(f.get('timers.all_fired_s'), 2)} ({_n(f.get('timers.fired_twice'), 0)})",
     )
     if points:
         row(

@@ -12,27 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from .report_engines import LABELS, reference_peer
+from .report_engines import LABELS, SHAPES, hardware_limit, throughput_targets
+from .report_engines import fmt as _f
 
 __all__ = ["cpu_budget_section"]
-
-_SHAPES = (("", "embedded"), ("/split", "production shape"))
-
-
-def _f(v: float | None, digits: int = 1) -> str:
-    return "—" if v is None else f"{v:,.{digits}f}"
 
 
 def _needs(backend: str, med: dict[str, Any], suffix: str) -> list[tuple[str, float]]:
     """(target, steps/s it needs) for the throughput targets of one shape that this run measured."""
     out: list[tuple[str, float]] = []
-    for peer, times in ((reference_peer(backend), 10), ("absurd", 3)):
+    for peer, times in throughput_targets(backend):
         rate = med.get(f"{peer}{suffix}", {}).get("throughput.steps_per_s")
         if rate:
             out.append((f"{times}x {LABELS[peer]}", times * rate))
-    hw = med.get("hardware") or {}
-    limit = hw.get("all_connections_steps_per_s") or hw.get("one_connection_steps_per_s")
-    if limit:
+    if limit := hardware_limit(med.get("hardware") or {}):
         out.append(("50% of the hardware limit", 0.5 * limit))
     return out
 
@@ -50,7 +43,7 @@ def cpu_budget_section(medians: dict[str, Any], nproc: int) -> list[str]:
     """The table of budgets per backend, shape and target ([] when no CPU cost was measured)."""
     rows: list[str] = []
     for backend, med in medians.items():
-        for suffix, shape in _SHAPES:
+        for suffix, shape in SHAPES:
             lk = med.get(f"lockstep{suffix}", {})
             engine = lk.get("throughput.engine_ms_per_step")
             if engine is None:

@@ -6,7 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LABELS", "METHOD", "RERUN", "engine_section", "per_step_cost_ratio", "reference_peer"]
+__all__ = [
+    "LABELS",
+    "METHOD",
+    "RERUN",
+    "SHAPES",
+    "engine_section",
+    "fmt",
+    "hardware_limit",
+    "per_step_cost_ratio",
+    "reference_peer",
+    "throughput_targets",
+]
 
 LABELS = {
     "lockstep": "lockstep",
@@ -83,8 +94,25 @@ RERUN = (
 )
 
 
-def _f(v: float | None, digits: int = 1) -> str:
+def fmt(v: float | None, digits: int = 1) -> str:
+    """A number for the report ("—" when not measured)."""
     return "—" if v is None else f"{v:,.{digits}f}"
+
+
+_f = fmt
+# (entry suffix, name) of the two deployment shapes, in the report's order
+SHAPES = (("", "embedded"), ("/split", "production shape"))
+
+
+def hardware_limit(hw: dict[str, Any]) -> float | None:
+    """The hardware limit, steps/s: all connections at once where measured (PostgreSQL), else one."""
+    limit = hw.get("all_connections_steps_per_s") or hw.get("one_connection_steps_per_s")
+    return None if limit is None else float(limit)
+
+
+def throughput_targets(backend: str) -> tuple[tuple[str, int], ...]:
+    """(peer, times) of the issue's throughput targets: 10x DBOS (in WAL on SQLite), 3x Absurd."""
+    return ((reference_peer(backend), 10), ("absurd", 3))
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -205,7 +233,7 @@ def engine_section(
             "| 3-step runs | " + " | ".join(_cell(v, "throughput.steps_per_s") for _, v in slots) + " |"
         )
     hw = med.get("hardware") or {}
-    limit = hw.get("all_connections_steps_per_s") or hw.get("one_connection_steps_per_s")
+    limit = hardware_limit(hw)
     if limit:
         out += _hardware(backend, med, hw)
     return out, _targets(backend, med, long_steps) + _hardware_targets(backend, med, limit)
@@ -244,7 +272,8 @@ def _hardware(backend: str, med: dict[str, Any], hw: dict[str, Any]) -> list[str
 
 def _hardware_targets(backend: str, med: dict[str, Any], limit: float | None) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
-    for name, label in (("lockstep", "embedded"), ("lockstep/split", "production shape")):
+    for suffix, label in SHAPES:
+        name = f"lockstep{suffix}"
         if name not in med or limit is None:
             continue
         sps = med.get(name, {}).get("throughput.steps_per_s")
@@ -261,13 +290,12 @@ def _hardware_targets(backend: str, med: dict[str, Any], limit: float | None) ->
 
 def _targets(backend: str, med: dict[str, Any], long_steps: int) -> list[tuple[str, str, str]]:
     key = "throughput.steps_per_s"
-    ref = reference_peer(backend)
     out: list[tuple[str, str, str]] = []
-    for suffix, shape in (("", "embedded"), ("/split", "production shape")):
+    for suffix, shape in SHAPES:
         if f"lockstep{suffix}" not in med:
             continue  # not measured in this run: no verdict
         lk = med.get(f"lockstep{suffix}", {}).get(key)
-        for peer, times in ((ref, 10), ("absurd", 3)):
+        for peer, times in throughput_targets(backend):
             if f"{peer}{suffix}" not in med:
                 continue
             r = _ratio(lk, med[f"{peer}{suffix}"].get(key))
