@@ -383,3 +383,31 @@ def test_tokens_of_any_length_get_the_unknown_link_404(world: World, token: str)
     reference = assert_problem(world.decide(secrets.token_urlsafe(32), "alice"), 404, "unknown_link")
     body = assert_problem(world.decide(token, "alice"), 404, "unknown_link")
     assert body["detail"] == reference["detail"]
+
+
+def test_a_decision_and_its_audit_row_commit_together(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ok audit row is written in the decision's transaction: if it fails, the decision never happened."""
+    run = world.start()
+    link = world.mint(run, "carol")
+    carol = world.principal("carol")
+    decisions = world.approvals.decide.__self__  # type: ignore[attr-defined]
+    real = decisions.audit.record
+
+    def record_then_fail(*args: Any, **kw: Any) -> None:
+        real(*args, **kw)
+        raise RuntimeError("disk full while writing the audit row")
+
+    monkeypatch.setattr(decisions.audit, "record", record_then_fail)
+    with pytest.raises(RuntimeError):
+        world.approvals.decide(carol, link["token"], "approve", channel="api")
+    assert world.link_status(link["link_id"]) != "used"
+    assert world.decisions(run, "carol") == []
+    assert [a["outcome"] for a in world.audit()] == []
+
+    monkeypatch.setattr(decisions.audit, "record", real)
+    result = world.approvals.decide(carol, link["token"], "approve", channel="api")
+    ok = [a for a in world.audit() if a["outcome"] == "ok"]
+    assert len(ok) == 1
+    assert ok[0]["detail"]["request_id"] == result.request_id
+    assert ok[0]["detail"]["channel"] == "api"
+    assert len(world.decisions(run, "carol")) == 1

@@ -21,7 +21,7 @@ from ..app.views import (
 )
 from ..core.timeutil import parse_duration
 from ..errors import InvalidInput
-from .deps import audited, need
+from .deps import audited, need, on_loop
 from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
@@ -45,7 +45,7 @@ def _approvals(request: Request) -> Approvals:
     return a
 
 
-Appr = Annotated[Approvals, Depends(_approvals)]
+Appr = Annotated[Approvals, Depends(on_loop(_approvals))]
 
 
 class DecideRequest(BaseModel):

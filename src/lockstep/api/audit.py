@@ -12,16 +12,14 @@ from fastapi.responses import StreamingResponse
 
 from ..app.audit import DEFAULT_PAGE, MAX_PAGE, audit_filter
 from ..app.principals import Principal
-from ..app.service import Service
 from ..app.views import AuditPage
 from ..store import AuditFilter
-from .deps import get_service, need
+from .deps import Svc, need
 from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/audit", responses=PROBLEM_RESPONSES, tags=["audit"])
-Svc = Annotated[Service, Depends(get_service)]
 Admin = Annotated[Principal, Depends(need("audit"))]
 NDJSON = "application/x-ndjson"
 BAD_FILTER: dict[int | str, dict[str, Any]] = {

@@ -14,7 +14,7 @@ from ..app.events import Callbacks, EventDeliveries
 from ..app.principals import Principal
 from ..app.views.events import CallbackAccepted, EventDelivery, MintedCallback, RunEventWaits
 from ..core.canonical import JSONValue
-from .deps import need
+from .deps import need, on_loop
 from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
@@ -55,8 +55,8 @@ def _callbacks(request: Request) -> Callbacks:
     return c
 
 
-Deliveries = Annotated[EventDeliveries, Depends(_deliveries)]
-Cbs = Annotated[Callbacks, Depends(_callbacks)]
+Deliveries = Annotated[EventDeliveries, Depends(on_loop(_deliveries))]
+Cbs = Annotated[Callbacks, Depends(on_loop(_callbacks))]
 
 
 class EventRequest(BaseModel):

@@ -9,15 +9,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query
 
 from ..app.principals import Principal
-from ..app.service import Service
 from ..app.views import MigrationRequestView
-from .deps import get_service, need
+from .deps import Svc, need
 from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/migrations", responses=PROBLEM_RESPONSES, tags=["repair"])
-Svc = Annotated[Service, Depends(get_service)]
 Operator = Annotated[Principal, Depends(need("operate"))]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: error_response("No such request in the caller's tenant")}
 Status = Literal["pending", "approved", "applied", "rejected", "expired"]

@@ -9,16 +9,14 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..app.principals import Principal
-from ..app.service import Service
 from ..app.views import MigrationPlan, RepairResult
 from ..core.canonical import JSONValue
-from .deps import get_service, need
+from .deps import Svc, need
 from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/runs", responses=PROBLEM_RESPONSES, tags=["repair"])
-Svc = Annotated[Service, Depends(get_service)]
 Operator = Annotated[Principal, Depends(need("operate"))]
 ERRORS: dict[int | str, dict[str, Any]] = {
     404: error_response("No such run in the caller's tenant"),

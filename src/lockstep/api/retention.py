@@ -8,15 +8,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from ..app.principals import Principal
-from ..app.service import Service
 from ..app.views import TenantRetention, TombstoneView
-from .deps import get_service, need
+from .deps import Svc, need
 from .problems import PROBLEM_RESPONSES
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", responses=PROBLEM_RESPONSES)
-Svc = Annotated[Service, Depends(get_service)]
 
 
 @router.get(

@@ -28,14 +28,13 @@ from ..core.explain import WAIT_KINDS
 from ..core.state import STATUSES
 from ..engine import check_definition_size, load_document
 from ..errors import InvalidInput
-from .deps import get_service, need
+from .deps import Svc, need
 from .models import CancelRequest, EventPage, RunList, StartRequest
 from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", responses=PROBLEM_RESPONSES)
-Svc = Annotated[Service, Depends(get_service)]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: error_response("No such run in the caller's tenant"),
     410: error_response("The run was purged: the problem says when, by whom and why (its tombstone)"),

@@ -11,18 +11,16 @@ from fastapi import APIRouter, Depends, Header, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..app.principals import Principal
-from ..app.service import Service
 from ..app.views import StartResult
 from ..app.views.schedules import ScheduleDeleted, ScheduleView
 from ..core.canonical import JSONValue
 from ..core.schedule import MAX_CRON_LENGTH, MAX_ZONE_LENGTH
-from .deps import get_service, need
+from .deps import Svc, need
 from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/schedules", responses=PROBLEM_RESPONSES, tags=["schedules"])
-Svc = Annotated[Service, Depends(get_service)]
 Scheduler = Annotated[Principal, Depends(need("schedule"))]
 Reader = Annotated[Principal, Depends(need("read"))]
 Name = Annotated[str, Path(min_length=1, max_length=64)]

@@ -11,16 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..app.principals import Principal
 from ..app.secrets import MAX_SECRET_BYTES
-from ..app.service import Service
 from ..app.views.secrets import EgressView, SecretDeleted, SecretView
 from ..core.egress import MAX_RULE_CHARS, MAX_RULES
-from .deps import get_service, need
+from .deps import Svc, need
 from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
 
 router = APIRouter(responses=PROBLEM_RESPONSES, tags=["secrets"])
-Svc = Annotated[Service, Depends(get_service)]
 Admin = Annotated[Principal, Depends(need("secrets"))]
 Name = Annotated[str, Path(min_length=1, max_length=64)]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: error_response("No such secret in the caller's tenant")}

@@ -12,10 +12,9 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from ..app.principals import Principal
-from ..app.service import Service
 from ..app.views import TaskView
 from ..errors import Conflict, Forbidden
-from .deps import get_service, need
+from .deps import Svc, need
 from .models import (
     AbandonRequest,
     AbandonResult,
@@ -32,7 +31,6 @@ from .problems import PROBLEM_RESPONSES, error_response
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/tasks", responses=PROBLEM_RESPONSES, tags=["workers"])
-Svc = Annotated[Service, Depends(get_service)]
 Worker = Annotated[Principal, Depends(need("work"))]
 STALE: dict[int | str, dict[str, Any]] = {
     404: error_response("No such task in the caller's tenant"),

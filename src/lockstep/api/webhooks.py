@@ -12,7 +12,7 @@ from ..app.principals import Principal
 from ..app.webhooks import Webhooks
 from ..core.effects import WEBHOOK_EVENTS
 from ..store import SubscriptionRow
-from .deps import need
+from .deps import need, on_loop
 from .problems import PROBLEM_RESPONSES, error_response
 
 __all__ = ["router"]
@@ -29,7 +29,7 @@ def _hooks(request: Request) -> Webhooks:
     return w
 
 
-Hooks = Annotated[Webhooks, Depends(_hooks)]
+Hooks = Annotated[Webhooks, Depends(on_loop(_hooks))]
 Admin = Annotated[Principal, Depends(need("webhooks"))]
 
 

@@ -22,6 +22,7 @@ from ...core.state import RunState, StepState
 from ...core.timeutil import iso
 from ...errors import Conflict, Forbidden, Gone, InvalidInput, LockstepError, NotFound, Refused
 from ...store import ApplyTx, ApproveTx, DecisionRow, LinkRow, LoadedRun
+from ..audit import Audit
 from ..port import KernelPort
 from ..principals import Principal, Principals
 from ..runs import Runs
@@ -49,6 +50,7 @@ class ApprovalDecisions:
         self.kernel = kernel
         self.runs = runs
         self.principals = principals
+        self.audit = Audit(kernel)  # a decision's row, in its transaction
 
     def _now_ms(self) -> int:
         return int(self.kernel.clock().timestamp() * 1000)
@@ -121,7 +123,7 @@ class ApprovalDecisions:
         try:
             if decision not in ("approve", "reject"):
                 raise InvalidInput(f"decision must be approve or reject, not {decision!r}")
-            result = self._decide(principal, token, decision, comment, values)
+            result = self._decide(principal, token, decision, comment, values, channel)
             link_id = result.link_id
         except LockstepError as exc:
             self.principals.audit(
@@ -136,20 +138,16 @@ class ApprovalDecisions:
                 token_sha256_prefix=token_hash(token[:200])[:12],
             )
             raise
-        self.principals.audit(
-            principal.tenant,
-            principal.name,
-            "approval.decide",
-            link_id,
-            "ok",
-            channel=channel,
-            decision=decision,
-            request_id=result.request_id,
-        )
         return result
 
     def _decide(
-        self, principal: Principal, token: str, decision: str, comment: str | None, values: JSONObject | None
+        self,
+        principal: Principal,
+        token: str,
+        decision: str,
+        comment: str | None,
+        values: JSONObject | None,
+        channel: str,
     ) -> DecisionResult:
         self.kernel.check_value(principal.tenant, comment, "max_payload_bytes", "the comment")
         self.kernel.check_value(principal.tenant, values, "max_payload_bytes", "the form's values")
@@ -185,7 +183,31 @@ class ApprovalDecisions:
             if not tx.consume_link(h, decision, iso(now)):
                 raise Conflict("this link was used concurrently", code="already_decided")
             after = self._record(tx, loaded, cmd, now, d)
+            self._audit_ok(tx, principal, link["link_id"], channel, decision, link["request_id"])
         return _decided(after, link["request_id"], link["step"], link["link_id"], decision)
+
+    def _audit_ok(
+        self,
+        tx: ApproveTx,
+        principal: Principal,
+        link_id: str | None,
+        channel: str,
+        decision: str,
+        request_id: str,
+    ) -> None:
+        """The decision's audit row, in its transaction: both commit or neither (and one commit, not
+        two, before the answer: the worker woken by the decision no longer races the audit write)."""
+        self.audit.record(
+            principal.tenant,
+            principal.name,
+            "approval.decide",
+            link_id,
+            "ok",
+            tx=tx,
+            channel=channel,
+            decision=decision,
+            request_id=request_id,
+        )
 
     def _record(
         self, tx: ApplyTx, loaded: LoadedRun, cmd: DecideApproval, now: datetime, d: Definition
@@ -213,7 +235,7 @@ class ApprovalDecisions:
         try:
             if decision not in ("approve", "reject"):
                 raise InvalidInput(f"decision must be approve or reject, not {decision!r}")
-            result = self._decide_in_session(principal, run_id, step, decision, comment, values)
+            result = self._decide_in_session(principal, run_id, step, decision, comment, values, "inbox")
         except LockstepError as exc:
             self.principals.audit(
                 principal.tenant,
@@ -228,16 +250,6 @@ class ApprovalDecisions:
                 step=step,
             )
             raise
-        self.principals.audit(
-            principal.tenant,
-            principal.name,
-            "approval.decide",
-            None,
-            "ok",
-            channel="inbox",
-            decision=decision,
-            request_id=result.request_id,
-        )
         return result
 
     def decide_by_request(
@@ -259,7 +271,7 @@ class ApprovalDecisions:
             if not run_id:
                 raise NotFound(f"unknown approval request {request_id[:200]!r}", code="unknown_request")
             result = self._decide_in_session(
-                principal, run_id, step, decision, comment, values, request_id=request_id
+                principal, run_id, step, decision, comment, values, "api", request_id=request_id
             )
         except LockstepError as exc:
             self.principals.audit(
@@ -274,16 +286,6 @@ class ApprovalDecisions:
                 request_id=request_id[:200],
             )
             raise
-        self.principals.audit(
-            principal.tenant,
-            principal.name,
-            "approval.decide",
-            None,
-            "ok",
-            channel="api",
-            decision=decision,
-            request_id=result.request_id,
-        )
         return result
 
     def _decide_in_session(
@@ -294,6 +296,7 @@ class ApprovalDecisions:
         decision: str,
         comment: str | None,
         values: JSONObject | None,
+        channel: str,
         request_id: str | None = None,
     ) -> DecisionResult:
         """Decide the request pending at `step` (from the inbox) or, over the API, the request
@@ -331,6 +334,7 @@ class ApprovalDecisions:
             )
             check_form(a, values, decision)
             after = self._record(tx, loaded, cmd, now, d)
+            self._audit_ok(tx, principal, None, channel, decision, a["request_id"])
         return _decided(after, a["request_id"], step, None, decision)
 
 
