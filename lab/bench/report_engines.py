@@ -50,7 +50,7 @@ METHOD = """- **Peers** (issue 22): DBOS on SQLite twice, with the file in its d
   after another as recorded: on one connection, and on PostgreSQL on one connection per core at once,
   each on its own database. Steps/s of the replay is the ceiling for lockstep on this machine.
 - **Worker slots**: the production shape with `lockstep worker --concurrency N` for each N of
-  `--slots` (default 4, 8, 16; 4 is the default of `lockstep worker` and `Engine.worker()`).
+  `--slots` (default 4, 8, 16; 16 is the default of `lockstep worker` and `Engine.worker()`).
 """
 
 _ONE = "python -m lab.bench"

@@ -18,7 +18,7 @@ from .core.canonical import JSONObject, JSONValue
 from .core.definition import Limits
 from .core.limits import DEFAULT_SERVER_LIMITS, LimitSettingError, ServerLimits
 from .errors import InvalidInput, LockstepError
-from .runtime.activity import Registry
+from .runtime.activity import DEFAULT_SLOTS, Registry
 from .runtime.scheduler import Scheduler
 from .runtime.worker import Worker
 from .store import SchemaError, StoreUnavailable, open_store
@@ -203,7 +203,7 @@ class Engine:
         self,
         registry: Registry | None = None,
         *,
-        concurrency: int = 4,
+        concurrency: int = DEFAULT_SLOTS,
         lease_ttl: timedelta = timedelta(seconds=10),
         scheduler: bool = True,
         poll_interval: timedelta = timedelta(milliseconds=50),

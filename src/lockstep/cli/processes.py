@@ -17,7 +17,7 @@ import click
 
 from ..core.definition import HTTP_ACTIVITY
 from ..errors import InvalidInput
-from ..runtime.activity import REGISTRY
+from ..runtime.activity import DEFAULT_SLOTS, REGISTRY
 from .context import Ctx, pass_ctx
 from .inputs import duration
 from .render import err
@@ -126,7 +126,7 @@ def _run_until_signal(stoppers: list[Callable[[], None]], on_stop: str) -> None:
     help="Python module that registers activities with @lockstep.activity (repeatable). Without one "
     "the worker runs the built-in http steps only (a tenant's processes that call HTTP APIs need no code).",
 )
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=DEFAULT_SLOTS, show_default=True)
 @click.option(
     "--lease-ttl",
     default="10s",
@@ -365,7 +365,7 @@ def scheduler(
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @click.option("--activities", "modules", multiple=True, help="Also run an in-process worker for MODULE.")
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=DEFAULT_SLOTS, show_default=True)
 @click.option("--example", is_flag=True, help="Publish the example processes and start a few example runs.")
 @click.option(
     "--metrics-token",

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from ..app import failpoints
 from ..errors import Conflict, Gone, InvalidInput, LockstepError, NotFound, RateLimited
-from .activity import REGISTRY, Registry
+from .activity import DEFAULT_SLOTS, REGISTRY, Registry
 from .execute import Attempt, Outcome, execute
 
 __all__ = ["RemoteTask", "RemoteWorker", "TaskApi"]
@@ -134,7 +134,7 @@ class RemoteWorker:
         registry: Registry | None = None,
         *,
         activities: list[str] | None = None,
-        concurrency: int = 4,
+        concurrency: int = DEFAULT_SLOTS,
         lease_ttl: timedelta = timedelta(seconds=30),
         poll_wait: timedelta = timedelta(seconds=10),
         worker_id: str | None = None,

@@ -29,7 +29,7 @@ from ..core.commands import ReportFailure, ReportSuccess
 from ..core.events import ActivityScheduled, ActivityStarted, CompensationScheduled, Event
 from ..core.state import RunState
 from ..errors import LockstepError
-from .activity import REGISTRY, Registry
+from .activity import DEFAULT_SLOTS, REGISTRY, Registry
 from .execute import Attempt, Outcome, execute
 from .httpstep import builtin_activities
 from .scheduler import Scheduler
@@ -65,7 +65,7 @@ class Worker:
         registry: Registry | None = None,
         *,
         activities: list[str] | None = None,
-        concurrency: int = 4,
+        concurrency: int = DEFAULT_SLOTS,
         lease_ttl: timedelta = timedelta(seconds=10),
         poll_interval: timedelta = timedelta(milliseconds=200),
         scheduler: bool = True,
