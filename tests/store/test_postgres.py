@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -436,3 +437,31 @@ def test_open_during_another_process_migration_waits_instead_of_refusing(pg_data
         assert "result" in out
     finally:
         pg_databases.release_empty(url)
+
+
+def test_a_read_sends_no_begin_and_leaves_its_connection_as_it_found_it(pg_store: Store) -> None:
+    """A read runs its statements in autocommit (no BEGIN/COMMIT round trips); a snapshot read's own
+    transaction is rolled back at the end, even when the read fails, and the connection goes back to
+    the pool idle and not in autocommit (writers still get one transaction)."""
+    store: Any = pg_store
+    with store.read() as tx:
+        assert tx.c.autocommit is True
+        tx.c.execute("SELECT 1")
+        assert tx.c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # no BEGIN was sent
+    seen: list[Any] = []
+
+    def failing_snapshot_read() -> None:
+        with store.read() as tx:
+            seen.append(tx.c)
+            tx.audit_snapshot()
+            assert tx.c.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+            raise RuntimeError("the read failed halfway")
+
+    with pytest.raises(RuntimeError, match="halfway"):
+        failing_snapshot_read()
+    conn = seen[0]
+    assert conn.autocommit is False
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    with store.write() as tx:
+        assert tx.c.autocommit is False
+        assert tx.c.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS

@@ -38,6 +38,22 @@ PARTITIONS = 64
 MIGRATION_LOCK = int.from_bytes(hashlib.sha256(b"lockstep.migrations").digest()[:8], "big", signed=True)
 
 
+@contextmanager
+def _autocommit(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """A read without BEGIN and COMMIT: one round trip per statement instead of three for a lone read
+    (authentication, `show`). Under READ COMMITTED every statement of a transaction sees its own
+    snapshot anyway; a read that needs one snapshot begins its transaction itself (audit_snapshot),
+    and whatever it left open is rolled back here."""
+    conn.autocommit = True
+    try:
+        yield
+    finally:
+        if not conn.broken:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.rollback()
+            conn.autocommit = False
+
+
 class PgTx(PgPartitionsTx, SqlTx):
     def __init__(
         self,
@@ -174,9 +190,14 @@ class PgStore:
     @contextmanager
     def _tx(self, writing: bool) -> Iterator[PgTx]:
         try:
-            with self.pool.connection() as conn, conn.transaction():
-                # Only writers use the state cache: reads (verify, show) see the stored snapshot itself.
-                yield PgTx(conn, writing=writing, states=self.states if writing else None, sealer=self.sealer)
+            with self.pool.connection() as conn:
+                if writing:
+                    with conn.transaction():
+                        yield PgTx(conn, writing=True, states=self.states, sealer=self.sealer)
+                else:
+                    with _autocommit(conn):
+                        # Only writers use the state cache: reads (verify, show) see the stored snapshot.
+                        yield PgTx(conn, writing=False, states=None, sealer=self.sealer)
         except psycopg.errors.TransactionRollback as exc:
             # deadlock or serialization failure: the transaction lost a race; the caller retries it
             raise ConcurrencyError(str(exc).splitlines()[0]) from None

@@ -257,8 +257,9 @@ WHERE tenant IS NULL AND id < %(before)s
 ORDER BY id DESC LIMIT %(limit)s;
 
 -- name: audit_snapshot
--- Called first in a read transaction: every later read sees the same snapshot (SQLite's reads do).
-SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+-- Called first in a read (reads run in autocommit): a transaction of its own, so that every later read
+-- sees the same snapshot (SQLite's reads do); the read's end rolls it back.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
 
 -- name: audit_heads
 SELECT chain, rows, last_id, last_hash FROM audit_chains ORDER BY chain;
