@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lockstep.runtime.activity import DEFAULT_SLOTS
+
 __all__ = [
     "LABELS",
     "METHOD",
@@ -236,7 +238,8 @@ def engine_section(
     limit = hardware_limit(hw)
     if limit:
         out += _hardware(backend, med, hw)
-    return out, _targets(backend, med, long_steps) + _hardware_targets(backend, med, limit)
+    targets = _targets(backend, med, long_steps) + _hardware_targets(backend, med, limit)
+    return out, targets + _slots_target(backend, slots)
 
 
 def _hardware(backend: str, med: dict[str, Any], hw: dict[str, Any]) -> list[str]:
@@ -286,6 +289,27 @@ def _hardware_targets(backend: str, med: dict[str, Any], limit: float | None) ->
             )
         )
     return out
+
+
+def _slots_target(backend: str, slots: list[tuple[int, dict[str, Any]]]) -> list[tuple[str, str, str]]:
+    """The default a user gets (DEFAULT_SLOTS) against the best slots measured: a default chosen from
+    the measurements is within 10% of the best."""
+    rates = {n: v.get("throughput.steps_per_s") for n, v in slots}
+    measured = {n: r for n, r in rates.items() if r is not None}
+    if not measured:
+        return []
+    best_n = max(measured, key=lambda n: measured[n])
+    mine = measured.get(DEFAULT_SLOTS)
+    r = _ratio(mine, measured[best_n])
+    return [
+        (
+            f"{backend}: the default worker slots ({DEFAULT_SLOTS}) within 10% of the best measured",
+            _verdict(None if r is None else r >= 0.9),
+            f"{_f(100 * r, 0)}% of the best ({_f(measured[best_n], 0)} steps/s with {best_n} slots)"
+            if r is not None
+            else f"{DEFAULT_SLOTS} slots not measured",
+        )
+    ]
 
 
 def _targets(backend: str, med: dict[str, Any], long_steps: int) -> list[tuple[str, str, str]]:
