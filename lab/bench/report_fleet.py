@@ -234,7 +234,8 @@ def fleet_targets(backend: str, fl: dict[str, Any], sizes: dict[str, Any]) -> li
         _memory_target(backend, fl, pts),
         (
             f"{backend}: approval round trip p50 < 10 ms (issue 22)",
-            _verdict(None if art is None else art < 10),
+            _verdict(None if art is None else art < 10)
+            + (" ([why](#where-the-time-goes-per-step))" if art is not None and art >= 10 else ""),
             f"{_f(art)} ms" + _round_trip_parts(fl),
         ),
         (
