@@ -98,8 +98,8 @@ def test_quoted_benchmark_and_fault_numbers_are_in_the_reports() -> None:
     faults = (ROOT / "reports" / "faults.md").read_text(encoding="utf-8")
     assert "2026-12-03" in bench
     assert "2026-12-03" in _section("Sizing")
-    assert "2026-12-01" in faults
-    assert "2026-12-01" in _section("Database failover (HA)")
+    assert "2026-12-04" in faults
+    assert "2026-12-04" in _section("Database failover (HA)")
     for section, report in (("Sizing", bench), ("Database failover (HA)", faults)):
         rows = [
             line for line in _section(section).splitlines() if line.startswith("| ") and "---" not in line
