@@ -42,6 +42,8 @@ from .egress import EgressGuard, EgressRefused, Hop, PinnedTransport, Unresolved
 
 __all__ = ["HTTP_ACTIVITY", "HttpExecutor", "HttpPorts", "builtin_activities", "retryable_status"]
 
+REPORT_ROOM_S = 0.5  # of a step's timeout kept for reporting an HTTP timeout (at least 10% of it)
+
 REDIRECTS = (301, 302, 303, 307, 308)
 MAX_OUTPUT_HEADERS = 50
 MAX_HEADER_CHARS = 1024
@@ -101,7 +103,10 @@ class HttpExecutor:
             )
         method = str(request.get("method", "GET"))
         url = str(request.get("url", ""))
-        timeout_s = max(float(_int(request.get("timeout_ms"), 30_000)) / 1000 * 0.9, 0.1)
+        # The call ends before the attempt's deadline, with room to report it: else the lease expires
+        # first on a busy machine and the attempt fails as a bare Timeout instead of saying HttpTimeout.
+        step_s = float(_int(request.get("timeout_ms"), 30_000)) / 1000
+        timeout_s = max(min(step_s * 0.9, step_s - REPORT_ROOM_S), 0.1)
         deadline = time.monotonic() + timeout_s
         limit = _int(request.get("max_response_bytes"), 64 * 1024)
         max_redirects = _int(request.get("max_redirects"), 3)
