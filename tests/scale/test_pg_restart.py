@@ -52,13 +52,17 @@ DEFINITION = {
 
 
 def _step_history(db: Db, run_id: str, step: str) -> list[str]:
-    """The events of one step of one run, as `type(attempt)`, for a failure message that explains itself."""
+    """The events of one step of one run, as `type(attempt)` (with the `reason` of a timeout, an expired
+    lease, and the worker and time of a start), for a failure message that explains itself."""
     rows = db.rows(
-        "SELECT type, data::json->>'attempt' FROM events WHERE run_id = %s AND data::json->>'step' = %s "
-        "ORDER BY seq",
+        "SELECT type, data::json->>'attempt', data::json->>'reason', data::json->>'worker', at FROM events "
+        "WHERE run_id = %s AND data::json->>'step' = %s ORDER BY seq",
         (run_id, step),
     )
-    return [f"{t}({a})" for t, a in rows]
+    return [
+        f"{t}({a})" + (f" [{why}]" if why else "") + (f" [{who} at {at}]" if t == "ActivityStarted" else "")
+        for t, a, why, who, at in rows
+    ]
 
 
 def _up(cluster: PgCluster) -> bool:
