@@ -294,8 +294,7 @@ def _hardware_targets(backend: str, med: dict[str, Any], limit: float | None) ->
 def _slots_target(backend: str, slots: list[tuple[int, dict[str, Any]]]) -> list[tuple[str, str, str]]:
     """The default a user gets (DEFAULT_SLOTS) against the best slots measured: a default chosen from
     the measurements is within 10% of the best."""
-    rates = {n: v.get("throughput.steps_per_s") for n, v in slots}
-    measured = {n: r for n, r in rates.items() if r is not None}
+    measured = {n: r for n, v in slots if (r := v.get("throughput.steps_per_s")) is not None}
     if not measured:
         return []
     best_n = max(measured, key=lambda n: measured[n])

@@ -119,18 +119,16 @@ class ApprovalDecisions:
         values: JSONObject | None = None,
     ) -> DecisionResult:
         """Record one decision; every attempt, refused or not, is written to the audit log."""
-        link_id = None
         try:
             if decision not in ("approve", "reject"):
                 raise InvalidInput(f"decision must be approve or reject, not {decision!r}")
-            result = self._decide(principal, token, decision, comment, values, channel)
-            link_id = result.link_id
+            return self._decide(principal, token, decision, comment, values, channel)
         except LockstepError as exc:
             self.principals.audit(
                 principal.tenant,
                 principal.name,
                 "approval.decide",
-                link_id,
+                None,  # a refused token names no link: the token's hash prefix below identifies it
                 "refused",
                 code=exc.code,
                 channel=channel,
@@ -138,7 +136,6 @@ class ApprovalDecisions:
                 token_sha256_prefix=token_hash(token[:200])[:12],
             )
             raise
-        return result
 
     def _decide(
         self,
